@@ -1,0 +1,68 @@
+"""``kenning worker``: the process entry point."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+import structlog
+
+from kenning.appload import load_app
+from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
+from kenning.db import connect
+from kenning.migrate import migrate
+from kenning.worker.worker import Worker, WorkerSettings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_option(parser, "--app", default="", help="modules defining workflows: module[:attribute][,module...]")
+    add_database_options(parser)
+    add_option(parser, "--concurrency", default=32, type=positive_int, help="instances run at once")
+    add_option(parser, "--lease-seconds", default=30.0, type=positive_float, help="lease length")
+    add_option(parser, "--poll-interval", default=1.0, type=positive_float, help="fallback poll interval (s)")
+    add_option(
+        parser,
+        "--inline-retry-seconds",
+        default=5.0,
+        type=float,
+        help="retry back-offs up to this long wait in the worker; longer ones free it",
+    )
+    add_option(parser, "--shutdown-grace-seconds", default=30.0, type=float, help="time to finish on SIGTERM")
+    add_option(parser, "--listen", default=True, type=bool, help="wake on LISTEN/NOTIFY (else poll only)")
+    add_option(parser, "--migrate", default=True, type=bool, help="bring the schema up to date at start")
+    add_option(parser, "--worker-id", default="", help="name in leases and logs (default host-pid-random)")
+    add_logging_options(parser)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    app = load_app(args.app)
+    database = connect(args.database_url, pool_size=min(args.concurrency, 10) + 2, max_overflow=args.concurrency)
+    worker = Worker(
+        database,
+        app,
+        WorkerSettings(
+            concurrency=args.concurrency,
+            lease_seconds=args.lease_seconds,
+            poll_interval=args.poll_interval,
+            inline_retry_seconds=args.inline_retry_seconds,
+            shutdown_grace_seconds=args.shutdown_grace_seconds,
+            listen=args.listen,
+            worker_id=args.worker_id,
+        ),
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.stop)
+    try:
+        await worker.run()
+    finally:
+        await database.dispose()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.migrate:
+        migrate(args.database_url)
+    structlog.get_logger("kenning.worker").info("worker.starting", app=args.app)
+    asyncio.run(_serve(args))
+    return 0

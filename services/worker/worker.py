@@ -1,0 +1,202 @@
+"""``Worker``: claims runnable instances in batches, runs each under a lease.
+
+One claim statement takes many instances (``FOR UPDATE SKIP LOCKED``), expired leases
+included; a heartbeat extends the leases of everything in flight and cancels the runs
+whose lease was taken over. Wakes on ``NOTIFY``, polls as a fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from kenning.app import App
+from kenning.db import Database
+from kenning.listener import Listener
+from kenning.replay import Replayer
+from kenning.storage import history as history_sql
+from kenning.storage import instances as instances_sql
+from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord
+from kenning.storage.tables import CHANNEL_INSTANCES
+
+_log = structlog.get_logger("kenning.worker")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    concurrency: int = 32
+    lease_seconds: float = 30.0
+    poll_interval: float = 1.0
+    inline_retry_seconds: float = 5.0
+    shutdown_grace_seconds: float = 30.0
+    listen: bool = True
+    worker_id: str = ""
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    def __init__(self, database: Database, app: App, settings: WorkerSettings | None = None) -> None:
+        self.database = database
+        self.app = app
+        self.settings = settings or WorkerSettings()
+        self.worker_id = self.settings.worker_id or default_worker_id()
+        self.workflow_names = sorted(app.registry.workflows)
+        self._running: dict[str, asyncio.Task[None]] = {}  # lease token -> run
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.log = _log.bind(worker_id=self.worker_id)
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight runs get the grace period to finish (SIGTERM)."""
+        self._stopping.set()
+        self._wake.set()
+
+    def _notify(self, channel: str) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        if not self.workflow_names:
+            self.log.warning("worker.no_workflows", hint="--app must name the modules that define workflows")
+        listener = Listener(self.database.url, [CHANNEL_INSTANCES], self._notify) if self.settings.listen else None
+        if listener is not None:
+            await listener.start()
+        heartbeat = asyncio.create_task(self._heartbeat_loop(), name="kenning-heartbeat")
+        self.log.info("worker.started", workflows=self.workflow_names, concurrency=self.settings.concurrency)
+        try:
+            await self._claim_loop()
+        finally:
+            await self._drain()
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+            if listener is not None:
+                await listener.stop()
+            self.log.info("worker.stopped")
+
+    async def _claim_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            free = self.settings.concurrency - len(self._running)
+            sleep_for = self.settings.poll_interval
+            if free > 0 and self.workflow_names:
+                try:
+                    claimed = await self._claim(free)
+                except Exception as error:  # database down: keep trying, never crash the loop
+                    self.log.warning("worker.claim_failed", error=repr(error))
+                    claimed, sleep_for = 0, min(self.settings.poll_interval, 1.0)
+                else:
+                    if claimed == free:
+                        continue
+                    if claimed == 0:
+                        sleep_for = await self._seconds_until_next()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=max(sleep_for, 0.001))
+
+    async def _seconds_until_next(self) -> float:
+        try:
+            async with self.database.engine.connect() as conn:
+                until = await instances_sql.instance_seconds_until_next(conn, self.workflow_names)
+        except Exception:
+            return self.settings.poll_interval
+        if until is None:
+            return self.settings.poll_interval
+        return min(self.settings.poll_interval, max(until, 0.001))
+
+    async def _claim(self, limit: int) -> int:
+        async with self.database.engine.begin() as conn:
+            claimed = await instances_sql.instance_claim_runnable(
+                conn,
+                owner=self.worker_id,
+                workflow_names=self.workflow_names,
+                limit=limit,
+                lease_seconds=self.settings.lease_seconds,
+            )
+            # Fresh instances have no history: skip the load for them.
+            resumed = [c.id for c in claimed if c.run_count > 1 or c.status == "compensating"]
+            histories = await history_sql.history_load(conn, resumed)
+            compensating = [c.id for c in claimed if c.status == "compensating" or c.cancel_requested]
+            compensations = await history_sql.compensations_load(conn, compensating)
+        for instance in claimed:
+            self.log.debug("instance.claimed", instance_id=instance.id, workflow=instance.workflow_name)
+            task = asyncio.create_task(
+                self._execute(instance, histories.get(instance.id, []), compensations.get(instance.id, [])),
+                name=f"kenning-instance-{instance.id}",
+            )
+            self._running[instance.lease_token] = task
+        return len(claimed)
+
+    async def _execute(
+        self, claimed: ClaimedInstance, history: list[HistoryRecord], compensations: list[CompensationRecord]
+    ) -> None:
+        log = self.log.bind(instance_id=claimed.id, workflow=claimed.workflow_name)
+        replayer = Replayer(
+            db=self.database,
+            app=self.app,
+            workflow=self.app.registry.workflow(claimed.workflow_name),
+            claimed=claimed,
+            history=history,
+            compensations=compensations,
+            inline_retry_seconds=self.settings.inline_retry_seconds,
+        )
+        try:
+            outcome = await replayer.run()
+            log.debug("instance.run_ended", outcome=outcome)
+        except asyncio.CancelledError:
+            await self._release(claimed, log)
+        except Exception as error:
+            log.exception("instance.run_crashed", error=repr(error))
+            await self._release(claimed, log, delay=1.0)
+        finally:
+            self._running.pop(claimed.lease_token, None)
+            self._wake.set()
+
+    async def _release(self, claimed: ClaimedInstance, log: Any, delay: float = 0.0) -> None:
+        """Hand the instance back (shutdown or crash) so another worker need not wait for
+        the lease to expire; a lease already lost makes this a no-op."""
+        try:
+            async with self.database.engine.begin() as conn:
+                released = await instances_sql.instance_release(conn, claimed.id, claimed.lease_token, delay)
+            if released:
+                log.info("instance.released")
+        except Exception as error:
+            log.warning("instance.release_failed", error=repr(error))
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.settings.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            tokens = list(self._running)
+            if not tokens:
+                continue
+            try:
+                async with self.database.engine.begin() as conn:
+                    lost = await instances_sql.instance_heartbeat(conn, tokens, self.settings.lease_seconds)
+            except Exception as error:
+                self.log.warning("worker.heartbeat_failed", error=repr(error))
+                continue
+            for token in lost:
+                task = self._running.get(token)
+                if task is not None:
+                    self.log.warning("instance.lease_lost", lease_token=token)
+                    task.cancel()
+
+    async def _drain(self) -> None:
+        if not self._running:
+            return
+        tasks = list(self._running.values())
+        self.log.info("worker.draining", in_flight=len(tasks), grace=self.settings.shutdown_grace_seconds)
+        _, still_running = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_seconds)
+        for task in still_running:
+            task.cancel()
+        if still_running:
+            await asyncio.wait(still_running)

@@ -1,0 +1,53 @@
+"""Kenning: durable workflows for Python on PostgreSQL.
+
+Edda 0.1.0's user API under one import name; see the README for the processes.
+"""
+
+from kenning.activity import Activity, activity
+from kenning.app import App, EddaApp
+from kenning.client import Client, StartedInstance
+from kenning.compensation import compensation, on_failure, register_compensation
+from kenning.context import WorkflowContext
+from kenning.errors import (
+    ConfigurationError,
+    EventTimeoutError,
+    KenningError,
+    LeaseLostError,
+    NonDeterminismError,
+    RetryExhaustedError,
+    TerminalError,
+    WorkflowCancelledException,
+    WorkflowFailedError,
+    WorkflowNotFoundError,
+)
+from kenning.hooks import HooksBase, WorkflowHooks
+from kenning.retry import RetryPolicy
+from kenning.workflow import Workflow, workflow
+
+__all__ = [
+    "Activity",
+    "App",
+    "Client",
+    "ConfigurationError",
+    "EddaApp",
+    "EventTimeoutError",
+    "HooksBase",
+    "KenningError",
+    "LeaseLostError",
+    "NonDeterminismError",
+    "RetryExhaustedError",
+    "RetryPolicy",
+    "StartedInstance",
+    "TerminalError",
+    "Workflow",
+    "WorkflowCancelledException",
+    "WorkflowContext",
+    "WorkflowFailedError",
+    "WorkflowHooks",
+    "WorkflowNotFoundError",
+    "activity",
+    "compensation",
+    "on_failure",
+    "register_compensation",
+    "workflow",
+]

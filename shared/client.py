@@ -1,0 +1,150 @@
+"""``kenning.Client``: start, inspect, await and cancel workflow instances.
+
+Starting inserts a runnable instance and notifies workers in one statement; it never
+runs workflow code in the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kenning import serialization
+from kenning.db import Database, connect
+from kenning.errors import ConfigurationError, WorkflowFailedError, WorkflowNotFoundError
+from kenning.registry import REGISTRY
+from kenning.storage import instances as instances_sql
+from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
+from kenning.workflow import Workflow
+
+
+@dataclass(frozen=True)
+class StartedInstance:
+    instance_id: str
+    created: bool  # False when the instance id or idempotency key already existed
+
+
+class Client:
+    def __init__(self, database_url: str | None = None, *, database: Database | None = None) -> None:
+        if database is None:
+            url = database_url or os.environ.get("KENNING_DATABASE_URL", "")
+            database = connect(url, pool_size=2, max_overflow=8)
+            self._owns_database = True
+        else:
+            self._owns_database = False
+        self.database = database
+        self._known_definitions: set[tuple[str, str]] = set()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_database:
+            await self.database.dispose()
+
+    async def start(
+        self,
+        workflow: Workflow[Any] | str,
+        /,
+        *,
+        instance_id: str | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> StartedInstance:
+        """Start an instance; starting again with the same ``instance_id`` or
+        ``idempotency_key`` returns the existing instance (``created=False``)."""
+        wf = workflow if isinstance(workflow, Workflow) else REGISTRY.workflows.get(workflow)
+        name = workflow.name if isinstance(workflow, Workflow) else workflow
+        input_json = serialization.to_json(kwargs)
+        if wf is not None:
+            try:
+                inspect.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))
+            except (TypeError, ValueError) as error:
+                raise TypeError(f"invalid input for workflow {name!r}: {error}") from None
+        source_hash = wf.source_hash if wf is not None else ""
+        async with self.database.engine.begin() as conn:
+            if wf is not None and (name, source_hash) not in self._known_definitions:
+                await instances_sql.definition_upsert(conn, name, source_hash, wf.source)
+            started = await instances_sql.instance_insert(
+                conn,
+                instance_id=instance_id or f"{name}-{uuid.uuid4().hex}",
+                workflow_name=name,
+                source_hash=source_hash,
+                input_json=input_json,
+                idempotency_key=idempotency_key,
+            )
+        self._known_definitions.add((name, source_hash))
+        return StartedInstance(*started)
+
+    async def status(self, instance_id: str) -> InstanceRow:
+        async with self.database.engine.connect() as conn:
+            row = await instances_sql.instance_get(conn, instance_id)
+        if row is None:
+            raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
+        return row
+
+    async def result(self, instance_id: str, timeout: float | None = None) -> Any:
+        """Wait for the instance to finish and return its result.
+
+        Raises ``WorkflowFailedError`` if it failed or was cancelled, ``TimeoutError``
+        after ``timeout`` seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        delay = 0.02
+        while True:
+            row = await self.status(instance_id)
+            if row.status in TERMINAL_STATUSES:
+                break
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
+            await asyncio.sleep(delay if deadline is None else max(0.0, min(delay, deadline - loop.time())))
+            delay = min(delay * 1.5, 0.5)
+        if row.status != "completed":
+            raise WorkflowFailedError(instance_id, row.status, row.error)
+        value = (row.result or {}).get("result")
+        wf = REGISTRY.workflows.get(row.workflow_name)
+        if wf is not None:
+            value = serialization.from_json(
+                value, serialization.type_hints(wf.func).get("return", inspect.Parameter.empty)
+            )
+        return value
+
+    async def cancel(self, instance_id: str) -> bool:
+        """Request cancellation: a waiting instance is compensated and ends ``cancelled``;
+        a running one stops at its next step boundary. False if it had already finished."""
+        async with self.database.engine.begin() as conn:
+            outcome = await instances_sql.instance_request_cancel(conn, instance_id)
+        if outcome is None:
+            raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
+        return outcome[1]
+
+    async def list(
+        self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
+    ) -> list[InstanceRow]:
+        async with self.database.engine.connect() as conn:
+            return await instances_sql.instance_list(conn, status=status, workflow_name=workflow, limit=limit)
+
+
+_default_clients: dict[asyncio.AbstractEventLoop, Client] = {}
+
+
+def default_client() -> Client:
+    """The client ``Workflow.start`` uses, from ``KENNING_DATABASE_URL``; one per event loop
+    because async connections belong to the loop that made them."""
+    loop = asyncio.get_running_loop()
+    client = _default_clients.get(loop)
+    if client is None:
+        if not os.environ.get("KENNING_DATABASE_URL"):
+            raise ConfigurationError("Workflow.start needs KENNING_DATABASE_URL, or use kenning.Client(url).start")
+        for stale in [lp for lp in _default_clients if lp.is_closed()]:
+            del _default_clients[stale]
+        client = _default_clients[loop] = Client()
+    return client

@@ -1,0 +1,154 @@
+"""Running a saga's compensations: newest first, each recorded exactly once.
+
+Used when a workflow fails, when it is cancelled, and when a worker picks up an instance
+another worker left in ``compensating``: the compensation list and the records of those
+already run are both in the database, so no workflow code needs to run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import TYPE_CHECKING, Any
+
+from kenning import serialization
+from kenning.context import StepTransaction, current_step
+from kenning.errors import KenningError, LeaseLostError
+from kenning.hooks import call_hook
+from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from kenning.storage import instances as instances_sql
+from kenning.storage.records import CompensationRecord
+
+if TYPE_CHECKING:
+    from kenning.replay import Replayer
+
+
+async def compensate_and_finish(replayer: Replayer, *, error: BaseException | None, cancelled: bool) -> str:
+    """Run outstanding compensations, then end the instance ``cancelled`` or ``failed``.
+
+    ``error`` is None when resuming a saga whose error is already stored.
+    """
+    from kenning.replay import COMPENSATION_EXECUTED, COMPENSATION_FAILED
+
+    encoded = serialization.encode_error(error) if error is not None else None
+    try:
+        unsaved = [c.to_json() for c in replayer.unsaved_compensations]
+        ok = await replayer.write_now(
+            lambda conn: instances_sql.instance_begin_compensating(
+                conn, replayer.instance_id, replayer.token, encoded, unsaved
+            )
+        )
+        if not ok:
+            raise LeaseLostError(f"lease on {replayer.instance_id} was lost before compensating")
+        replayer.unsaved_compensations = []
+        done = {s for s, r in replayer.history.items() if r.kind in (COMPENSATION_EXECUTED, COMPENSATION_FAILED)}
+        for comp in sorted(replayer.compensations, key=lambda c: c.position, reverse=True):
+            step_id = f"compensation:{comp.comp_id}"
+            if step_id in done:
+                continue
+            succeeded, failure = await _run_one(replayer, comp)
+            if succeeded is not None:
+                # Recorded in the compensation's own transaction: its ctx.session writes
+                # and the record commit together, so a crash can never run it twice.
+                await replayer.record(
+                    succeeded,
+                    step_id=step_id,
+                    kind=COMPENSATION_EXECUTED,
+                    step_name=comp.function_name,
+                    payload={"args": comp.args, "kwargs": comp.kwargs},
+                    defer=False,
+                )
+                replayer.log.info("compensation.executed", compensation=comp.function_name, comp_id=comp.comp_id)
+            else:
+                assert failure is not None
+                await replayer.record_now(
+                    step_id=step_id,
+                    kind=COMPENSATION_FAILED,
+                    step_name=comp.function_name,
+                    payload=serialization.encode_error(failure),
+                )
+                replayer.log.warning(
+                    "compensation.failed", compensation=comp.function_name, comp_id=comp.comp_id, error=repr(failure)
+                )
+        status = "cancelled" if cancelled else "failed"
+        finished = await replayer.write_now(
+            lambda conn: instances_sql.instance_finish(conn, replayer.instance_id, replayer.token, status, encoded)
+        )
+        if not finished:
+            raise LeaseLostError(f"lease on {replayer.instance_id} was lost before it finished")
+    except LeaseLostError:
+        await replayer.discard()
+        replayer.log.warning("instance.lease_lost")
+        return "lease_lost"
+    hooks = replayer.app.hooks
+    if cancelled:
+        replayer.log.info("instance.cancelled")
+        await call_hook(hooks, "on_workflow_cancelled", replayer.instance_id, replayer.workflow_name)
+    else:
+        replayer.log.info("instance.compensated", status=status)
+        reported = error if error is not None else KenningError("failed before a restart; see the stored error")
+        await call_hook(hooks, "on_workflow_failed", replayer.instance_id, replayer.workflow_name, reported)
+    return status
+
+
+def _arguments(func: Any, comp: CompensationRecord) -> tuple[list[Any], dict[str, Any]]:
+    """Rebuild stored JSON arguments with the compensation's own type hints."""
+    hints = serialization.type_hints(func)
+    params = list(inspect.signature(func).parameters.values())[1:]
+    args = [
+        serialization.from_json(value, hints.get(params[i].name, Any)) if i < len(params) else value
+        for i, value in enumerate(comp.args)
+    ]
+    kwargs = {k: serialization.from_json(v, hints.get(k, Any)) for k, v in comp.kwargs.items()}
+    return args, kwargs
+
+
+async def _run_one(replayer: Replayer, comp: CompensationRecord) -> tuple[StepTransaction | None, BaseException | None]:
+    """Run one compensation with its retry policy: its open transaction on success, or the
+    final error."""
+    target = replayer.app.registry.compensation(comp.function_name)
+    if target is None:
+        return None, LookupError(
+            f"compensation {comp.function_name} is not registered in this worker; import its module with --app"
+        )
+    func = getattr(target, "func", target)  # an @activity used as a compensation runs its function
+    policy = (
+        RetryPolicy.from_json(comp.retry_policy)
+        if comp.retry_policy
+        else (replayer.app.default_retry_policy or DEFAULT_RETRY_POLICY)
+    )
+    args, kwargs = _arguments(func, comp)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    attempt = 0
+    while True:
+        attempt += 1
+        step = StepTransaction(replayer.db.engine)
+        token = current_step.set(step)
+        try:
+            if inspect.iscoroutinefunction(func):
+                await func(replayer.ctx, *args, **kwargs)
+            else:
+                await asyncio.to_thread(func, replayer.ctx, *args, **kwargs)
+            return step, None
+        except Exception as error:
+            await step.rollback()
+            out_of_time = policy.max_duration is not None and loop.time() - started >= policy.max_duration
+            out_of_attempts = policy.max_attempts is not None and attempt >= policy.max_attempts
+            if not policy.is_retryable(error) or out_of_time or out_of_attempts:
+                return None, error
+            await call_hook(
+                replayer.app.hooks,
+                "on_activity_retry",
+                replayer.instance_id,
+                f"compensation:{comp.comp_id}",
+                comp.function_name,
+                attempt,
+                policy.delay_after(attempt),
+            )
+            await asyncio.sleep(policy.delay_after(attempt))
+        except BaseException:
+            await step.rollback()
+            raise
+        finally:
+            current_step.reset(token)

@@ -1,0 +1,70 @@
+"""Exceptions users see, with Edda 0.1.0's names and meanings."""
+
+from __future__ import annotations
+
+
+class KenningError(Exception):
+    """Base class of every error Kenning raises on its own account."""
+
+
+class TerminalError(Exception):
+    """An activity error that must not be retried: recorded once and re-raised as is."""
+
+
+class RetryExhaustedError(Exception):
+    """An activity failed on every attempt its retry policy allowed.
+
+    ``__cause__`` is the last error, also on replay.
+    """
+
+
+class WorkflowCancelledException(Exception):  # noqa: N818 - Edda's public name
+    """Raised inside a workflow at the next step boundary after ``cancel()``."""
+
+
+class EventTimeoutError(Exception):
+    """``wait_event`` waited longer than its ``timeout_seconds``; the workflow may catch it."""
+
+
+class NonDeterminismError(KenningError):
+    """Replay asked for a different step than the one recorded in history."""
+
+
+class LeaseLostError(KenningError):
+    """This worker's lease on an instance expired and another worker took it over.
+
+    Raised by every fenced write that sees zero rows; the stale worker stops at once.
+    """
+
+
+class ReplayedActivityError(Exception):
+    """A recorded activity failure whose exception class cannot be rebuilt here.
+
+    ``error_type`` keeps the dotted name of the original class.
+    """
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(f"{error_type}: {message}")
+        self.error_type = error_type
+        self.message = message
+
+
+class ConfigurationError(KenningError):
+    """A setting, flag or workflow definition is invalid; the message names it."""
+
+
+class WorkflowNotFoundError(KenningError):
+    """No instance with that id exists."""
+
+
+class WorkflowFailedError(KenningError):
+    """``Client.result`` of an instance that ended ``failed`` or ``cancelled``."""
+
+    def __init__(self, instance_id: str, status: str, error: dict[str, object] | None) -> None:
+        detail = ""
+        if error:
+            detail = f": {error.get('type')}: {error.get('message')}"
+        super().__init__(f"instance {instance_id} ended {status}{detail}")
+        self.instance_id = instance_id
+        self.status = status
+        self.error = error

@@ -1,0 +1,459 @@
+"""The replay engine: runs one claimed instance from the top, replaying recorded steps.
+
+A recorded step returns its recorded result without running; the first unrecorded step
+runs for real and is recorded with a fenced write. Commits are deferred to the next step
+boundary, so a workflow's completion rides in the same commit as its last activity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from kenning import serialization
+from kenning.context import StepTransaction, WorkflowContext, current_step
+from kenning.errors import (
+    LeaseLostError,
+    NonDeterminismError,
+    RetryExhaustedError,
+    TerminalError,
+    WorkflowCancelledException,
+)
+from kenning.hooks import call_hook
+from kenning.registry import qualified_name
+from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from kenning.storage import history as history_sql
+from kenning.storage import instances as instances_sql
+from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord
+
+if TYPE_CHECKING:
+    from kenning.activity import Activity
+    from kenning.app import App
+    from kenning.db import Database
+    from kenning.workflow import Workflow
+
+T = TypeVar("T")
+
+ACTIVITY_COMPLETED = "ActivityCompleted"
+ACTIVITY_FAILED = "ActivityFailed"
+EVENT_RECEIVED = "EventReceived"
+EVENT_TIMEOUT = "EventTimeout"
+TIMER_EXPIRED = "TimerExpired"
+COMPENSATION_EXECUTED = "CompensationExecuted"
+COMPENSATION_FAILED = "CompensationFailed"
+# Kinds the workflow body consumes on replay; compensation records are not among them.
+REPLAYED_KINDS = frozenset({ACTIVITY_COMPLETED, ACTIVITY_FAILED, EVENT_RECEIVED, EVENT_TIMEOUT, TIMER_EXPIRED})
+
+
+class Suspended(BaseException):
+    """The instance gave its lease back (waiting, or a durable retry back-off).
+
+    A BaseException so that ``except Exception`` in user code cannot swallow it.
+    """
+
+
+class Replayer:
+    """Runs one claimed instance until it completes, fails, suspends or loses its lease."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        app: App,
+        workflow: Workflow[Any],
+        claimed: ClaimedInstance,
+        history: list[HistoryRecord],
+        compensations: list[CompensationRecord],
+        inline_retry_seconds: float,
+    ) -> None:
+        self.db = db
+        self.app = app
+        self.workflow = workflow
+        self.claimed = claimed
+        self.instance_id = claimed.id
+        self.workflow_name = claimed.workflow_name
+        self.token = claimed.lease_token
+        self.history = {record.step_id: record for record in history}
+        self.unconsumed = {r.step_id for r in history if r.kind in REPLAYED_KINDS}
+        self.compensations = list(compensations)
+        self.unsaved_compensations: list[CompensationRecord] = []
+        self.counters: dict[str, int] = {}
+        self.pending: list[StepTransaction] = []
+        self.write_lock = asyncio.Lock()
+        self.cancel_requested = claimed.cancel_requested
+        self.cancelled = False
+        self.inline_retry_seconds = inline_retry_seconds
+        self.ctx = WorkflowContext(self)
+        self.log = structlog.get_logger("kenning.replay").bind(instance_id=claimed.id, workflow=claimed.workflow_name)
+
+    @property
+    def is_replaying(self) -> bool:
+        return bool(self.unconsumed)
+
+    # ---------------------------------------------------------------- step ids and replay
+
+    def next_step_id(self, name: str) -> str:
+        n = self.counters.get(name, 0) + 1
+        self.counters[name] = n
+        return f"{name}:{n}"
+
+    def take_recorded(self, step_id: str, step_name: str) -> HistoryRecord | None:
+        """The recorded step with this id, checked against the name now asking for it."""
+        record = self.history.get(step_id)
+        if record is None or record.kind not in REPLAYED_KINDS:
+            return None
+        if record.step_name != step_name:
+            raise NonDeterminismError(
+                f"non-deterministic workflow {self.workflow_name!r} (instance {self.instance_id}): "
+                f"step {step_id!r} was recorded as {record.step_name!r} but the code now runs "
+                f"{step_name!r}; restore the old code path or start a new instance"
+            )
+        self.unconsumed.discard(step_id)
+        return record
+
+    async def before_new_step(self, step_id: str, step_name: str) -> None:
+        """Checks at every step boundary before anything new runs.
+
+        Recorded steps still waiting to be replayed mean the code took another path than
+        the one recorded. Concurrent branches (``asyncio.gather``) replay without real
+        awaits, so yielding to the loop a few times lets siblings catch up first.
+        """
+        for _ in range(20):
+            if not self.unconsumed:
+                break
+            await asyncio.sleep(0)
+        if self.unconsumed:
+            waiting = sorted(self.unconsumed, key=lambda s: self.history[s].created_at or 0)
+            raise NonDeterminismError(
+                f"non-deterministic workflow {self.workflow_name!r} (instance {self.instance_id}): "
+                f"the code now runs new step {step_id!r} ({step_name}) while recorded step(s) "
+                f"{', '.join(repr(s) for s in waiting[:5])} were never reached"
+            )
+        await self.flush()
+        if self.cancelled or self.cancel_requested:
+            self.cancelled = True
+            raise WorkflowCancelledException(f"workflow instance {self.instance_id} was cancelled")
+
+    # ---------------------------------------------------------------- writes
+
+    async def flush(self) -> None:
+        """Commit every deferred step write."""
+        pending, self.pending = self.pending, []
+        for step in pending:
+            await step.commit()
+
+    async def discard(self) -> None:
+        pending, self.pending = self.pending, []
+        for step in pending:
+            await step.rollback()
+
+    async def record(
+        self,
+        step: StepTransaction,
+        *,
+        step_id: str,
+        kind: str,
+        step_name: str,
+        payload: Any,
+        payload_bytes: bytes | None = None,
+        clear_attempts: bool = False,
+        defer: bool = True,
+    ) -> None:
+        """Fenced write of one history row (plus unsaved compensations) in ``step``.
+
+        The fence locks the instance row until commit, so concurrent steps of one
+        instance (``asyncio.gather``) take turns here, each committing the previous one's
+        deferred write first instead of waiting on its row lock.
+        """
+        async with self.write_lock:
+            await self.flush()
+            connection = await step.connection()
+            flag = await history_sql.history_record_step(
+                connection,
+                instance_id=self.instance_id,
+                token=self.token,
+                step_id=step_id,
+                kind=kind,
+                step_name=step_name,
+                payload=payload,
+                payload_bytes=payload_bytes,
+                compensations=self.unsaved_compensations,
+                clear_attempts=clear_attempts,
+            )
+            if flag is None:
+                await step.rollback()
+                raise LeaseLostError(f"lease on {self.instance_id} was lost before step {step_id!r} was recorded")
+            self.unsaved_compensations = []
+            self.cancel_requested = self.cancel_requested or flag
+            if defer:
+                self.pending.append(step)
+            else:
+                await step.commit()
+
+    async def write_now(self, statement: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run one fenced statement in its own transaction and commit it at once, after
+        committing the deferred writes (whose row locks it would otherwise wait on)."""
+        async with self.write_lock:
+            await self.flush()
+            step = StepTransaction(self.db.engine)
+            try:
+                result = await statement(await step.connection())
+                await step.commit()
+            except BaseException:
+                await step.rollback()
+                raise
+            return result
+
+    async def record_now(self, **fields: Any) -> None:
+        """A fenced history write committed at once (failures, compensation records)."""
+        await self.flush()
+        await self.record(StepTransaction(self.db.engine), defer=False, **fields)
+
+    # ---------------------------------------------------------------- activities
+
+    async def run_activity(
+        self, act: Activity[Any], args: tuple[Any, ...], kwargs: dict[str, Any], activity_id: str | None
+    ) -> Any:
+        step_id = activity_id or self.next_step_id(act.name)
+        hooks = self.app.hooks
+        record = self.take_recorded(step_id, act.name)
+        if record is not None:
+            if record.kind == ACTIVITY_FAILED:
+                raise serialization.decode_error(record.payload)
+            result = self._decode_result(act, record)
+            self._register_on_failure(act, step_id, args, kwargs, result)
+            await call_hook(hooks, "on_activity_complete", self.instance_id, step_id, act.name, result, True)
+            return result
+
+        await self.before_new_step(step_id, act.name)
+        policy = act.retry_policy or self.app.default_retry_policy or DEFAULT_RETRY_POLICY
+        attempt = int(self.claimed.attempts.get(step_id, {}).get("attempts", 0))
+        first_attempt = attempt
+        while True:
+            attempt += 1
+            await call_hook(hooks, "on_activity_start", self.instance_id, step_id, act.name, False)
+            step = StepTransaction(self.db.engine)
+            token = current_step.set(step)
+            try:
+                if act.is_async:
+                    result = await act.func(self.ctx, *args, **kwargs)
+                else:
+                    result = await asyncio.to_thread(act.func, self.ctx, *args, **kwargs)
+                payload, payload_bytes = self._encode_result(act, result)
+            except Exception as error:
+                await step.rollback()
+                await call_hook(hooks, "on_activity_failed", self.instance_id, step_id, act.name, error)
+                delay = await self._after_failed_attempt(act, step_id, policy, attempt, error)
+                await call_hook(hooks, "on_activity_retry", self.instance_id, step_id, act.name, attempt, delay)
+                self.log.info("activity.retry", step=step_id, attempt=attempt, delay=delay, error=repr(error))
+                await asyncio.sleep(delay)
+                continue
+            except BaseException:
+                await step.rollback()
+                raise
+            finally:
+                current_step.reset(token)
+            self._register_on_failure(act, step_id, args, kwargs, result)
+            await self.record(
+                step,
+                step_id=step_id,
+                kind=ACTIVITY_COMPLETED,
+                step_name=act.name,
+                payload=payload,
+                payload_bytes=payload_bytes,
+                clear_attempts=first_attempt > 0 or attempt > 1,
+            )
+            self.log.debug("activity.completed", step=step_id, attempt=attempt)
+            await call_hook(hooks, "on_activity_complete", self.instance_id, step_id, act.name, result, False)
+            return result
+
+    @staticmethod
+    def _encode_result(act: Activity[Any], result: Any) -> tuple[Any, bytes | None]:
+        if isinstance(result, bytes | bytearray | memoryview):
+            return {"bytes": True}, bytes(result)
+        try:
+            return {"result": serialization.to_json(result)}, None
+        except TypeError as error:
+            raise TerminalError(f"activity {act.name} returned a value that cannot be recorded: {error}") from None
+
+    @staticmethod
+    def _decode_result(act: Activity[Any], record: HistoryRecord) -> Any:
+        if record.payload_bytes is not None:
+            return record.payload_bytes
+        annotation = serialization.type_hints(act.func).get("return", inspect.Parameter.empty)
+        return serialization.from_json((record.payload or {}).get("result"), annotation)
+
+    async def _after_failed_attempt(
+        self, act: Activity[Any], step_id: str, policy: RetryPolicy, attempt: int, error: Exception
+    ) -> float:
+        """Record a failed attempt; return the delay before the next one, or raise."""
+        if isinstance(error, TerminalError):
+            await self._record_failure(act, step_id, error)
+            raise error
+        if not policy.is_retryable(error):
+            final = RetryExhaustedError(
+                f"Activity {act.name} failed: error type {type(error).__name__} is not retryable"
+            )
+            final.__cause__ = error
+            await self._record_failure(act, step_id, final)
+            raise final
+        exhausted = policy.max_attempts is not None and attempt >= policy.max_attempts
+        if not exhausted:
+            outcome = await self.write_now(
+                lambda conn: instances_sql.instance_record_attempt(
+                    conn, self.instance_id, self.token, step_id, attempt, repr(error)
+                )
+            )
+            if outcome is None:
+                raise LeaseLostError(f"lease on {self.instance_id} was lost while retrying {step_id!r}")
+            elapsed, cancel = outcome
+            self.cancel_requested = self.cancel_requested or cancel
+            exhausted = policy.max_duration is not None and elapsed >= policy.max_duration
+        if exhausted:
+            final = RetryExhaustedError(f"Activity {act.name} failed after {attempt} attempts: {error}")
+            final.__cause__ = error
+            await self._record_failure(act, step_id, final)
+            raise final
+        if self.cancel_requested:
+            self.cancelled = True
+            raise WorkflowCancelledException(f"workflow instance {self.instance_id} was cancelled")
+        delay = policy.delay_after(attempt)
+        if delay > self.inline_retry_seconds:
+            # A long back-off frees the worker: the instance becomes claimable again later.
+            released = await self.write_now(
+                lambda conn: instances_sql.instance_release(conn, self.instance_id, self.token, delay)
+            )
+            if not released:
+                raise LeaseLostError(f"lease on {self.instance_id} was lost while retrying {step_id!r}")
+            self.log.info("activity.retry_scheduled", step=step_id, attempt=attempt, delay=delay)
+            raise Suspended()
+        return delay
+
+    async def _record_failure(self, act: Activity[Any], step_id: str, error: BaseException) -> None:
+        await self.record_now(
+            step_id=step_id,
+            kind=ACTIVITY_FAILED,
+            step_name=act.name,
+            payload=serialization.encode_error(error),
+            clear_attempts=True,
+        )
+
+    # ---------------------------------------------------------------- compensations
+
+    def register_compensation(
+        self,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        activity_id: str | None,
+        retry_policy: RetryPolicy | None = None,
+    ) -> None:
+        position = len(self.compensations) + 1
+        policy = retry_policy or getattr(func, "retry_policy", None)
+        record = CompensationRecord(
+            comp_id=activity_id or f"comp:{position}",
+            position=position,
+            function_name=qualified_name(func),
+            args=serialization.to_json(list(args)),
+            kwargs=serialization.to_json(kwargs),
+            retry_policy=policy.to_json() if isinstance(policy, RetryPolicy) else None,
+        )
+        if any(c.comp_id == record.comp_id for c in self.compensations):
+            return  # replayed registration of one already saved
+        self.compensations.append(record)
+        self.unsaved_compensations.append(record)
+
+    def _register_on_failure(
+        self, act: Activity[Any], step_id: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+    ) -> None:
+        comp = act.on_failure
+        if comp is None:
+            return
+        comp_kwargs = dict(kwargs)
+        if isinstance(result, dict):
+            target = getattr(comp, "func", comp)
+            params = inspect.signature(target).parameters
+            takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+            comp_kwargs.update({k: v for k, v in result.items() if takes_any or k in params})
+        self.register_compensation(comp, args, comp_kwargs, f"on_failure:{step_id}", act.retry_policy)
+
+    # ---------------------------------------------------------------- the whole run
+
+    async def run(self) -> str:
+        """Run to the next resting point; returns the outcome for logs and tests."""
+        from kenning.compensate import compensate_and_finish
+
+        hooks = self.app.hooks
+        if self.claimed.status == "compensating" or (self.cancel_requested and not self.history):
+            # Crash recovery of a saga, or a cancel that arrived before the first step:
+            # nothing of the workflow body needs to run again.
+            return await compensate_and_finish(self, error=None, cancelled=self.cancel_requested)
+        try:
+            kwargs = serialization.bind_arguments(self.workflow.func, self.claimed.input)
+            if self.claimed.run_count == 1:
+                await call_hook(hooks, "on_workflow_start", self.instance_id, self.workflow_name, self.claimed.input)
+            result = await self.workflow.func(self.ctx, **kwargs)
+            if self.unconsumed:
+                raise NonDeterminismError(
+                    f"non-deterministic workflow {self.workflow_name!r} (instance {self.instance_id}): "
+                    f"it returned while recorded step(s) {', '.join(sorted(self.unconsumed)[:5])} were never reached"
+                )
+        except Suspended:
+            await self.flush()
+            return "suspended"
+        except LeaseLostError:
+            await self.discard()
+            self.log.warning("instance.lease_lost")
+            return "lease_lost"
+        except NonDeterminismError as error:
+            await self.discard()
+            self.log.error("instance.non_deterministic", error=str(error))
+            await self._finish_without_compensation(error)
+            return "failed"
+        except Exception as error:
+            if self.cancelled:
+                return await compensate_and_finish(self, error=None, cancelled=True)
+            self.log.info("instance.failed", error=repr(error))
+            return await compensate_and_finish(self, error=error, cancelled=False)
+        except asyncio.CancelledError:
+            await self.discard()
+            raise
+        if self.cancelled:
+            return await compensate_and_finish(self, error=None, cancelled=True)
+        return await self._complete(result)
+
+    async def _complete(self, result: Any) -> str:
+        try:
+            payload = {"result": serialization.to_json(result)}
+        except TypeError as error:
+            return await self._finish_without_compensation(
+                TerminalError(f"workflow {self.workflow_name} returned a value that cannot be recorded: {error}")
+            )
+        step = self.pending.pop() if self.pending else StepTransaction(self.db.engine)
+        try:
+            done = await instances_sql.instance_complete(await step.connection(), self.instance_id, self.token, payload)
+            if not done:
+                raise LeaseLostError(f"lease on {self.instance_id} was lost before completion")
+            await self.flush()
+            await step.commit()
+        except BaseException:
+            await step.rollback()
+            await self.discard()
+            raise
+        self.log.debug("instance.completed")
+        await call_hook(self.app.hooks, "on_workflow_complete", self.instance_id, self.workflow_name, result)
+        return "completed"
+
+    async def _finish_without_compensation(self, error: Exception) -> str:
+        await self.write_now(
+            lambda conn: instances_sql.instance_finish(
+                conn, self.instance_id, self.token, "failed", serialization.encode_error(error)
+            )
+        )
+        await call_hook(self.app.hooks, "on_workflow_failed", self.instance_id, self.workflow_name, error)
+        return "failed"

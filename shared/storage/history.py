@@ -1,0 +1,140 @@
+"""SQL for history and compensations: the fenced step write and the batched loads.
+
+``history_record_step`` is the hot path: one statement checks the lease (row lock on
+the instance, so it serialises with a concurrent claim), inserts the history row, saves
+any compensations registered since the last write, and returns the cancellation flag —
+no read-before-write per step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from kenning.storage.records import CompensationRecord, HistoryRecord
+
+_HISTORY_LOAD = text(
+    """
+    SELECT instance_id, step_id, kind, step_name, payload, payload_bytes, created_at
+    FROM kenning_history
+    WHERE instance_id = ANY(:ids)
+    ORDER BY instance_id, seq
+    """
+)
+
+
+async def history_load(conn: AsyncConnection, instance_ids: Sequence[str]) -> dict[str, list[HistoryRecord]]:
+    """History of many instances in one round trip, oldest step first."""
+    loaded: dict[str, list[HistoryRecord]] = defaultdict(list)
+    if not instance_ids:
+        return loaded
+    for row in await conn.execute(_HISTORY_LOAD, {"ids": list(instance_ids)}):
+        loaded[row[0]].append(
+            HistoryRecord(
+                step_id=row[1],
+                kind=row[2],
+                step_name=row[3],
+                payload=row[4],
+                payload_bytes=row[5],
+                created_at=row[6],
+            )
+        )
+    return loaded
+
+
+_HISTORY_RECORD_STEP = text(
+    """
+    WITH fence AS (
+        SELECT id, cancel_requested FROM kenning_instances
+        WHERE id = :id AND lease_token = CAST(:token AS uuid)
+        FOR UPDATE
+    ), recorded AS (
+        INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload, payload_bytes)
+        SELECT fence.id, :step_id, :kind, :step_name, CAST(:payload AS jsonb), :payload_bytes FROM fence
+        RETURNING 1
+    ), saved AS (
+        INSERT INTO kenning_compensations
+            (instance_id, comp_id, position, function_name, args, kwargs, retry_policy)
+        SELECT fence.id, c.comp_id, c.position, c.function_name, c.args, c.kwargs, c.retry_policy
+        FROM fence, jsonb_to_recordset(CAST(:compensations AS jsonb)) AS c(
+            comp_id text, position integer, function_name text, args jsonb, kwargs jsonb, retry_policy jsonb)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    )
+    SELECT fence.cancel_requested FROM fence, recorded
+    """
+)
+_INSTANCE_CLEAR_ATTEMPTS = text(
+    "UPDATE kenning_instances SET attempts = attempts - CAST(:step AS text) "
+    "WHERE id = :id AND lease_token = CAST(:token AS uuid)"
+)
+
+
+async def history_record_step(
+    conn: AsyncConnection,
+    *,
+    instance_id: str,
+    token: str,
+    step_id: str,
+    kind: str,
+    step_name: str,
+    payload: Any,
+    payload_bytes: bytes | None = None,
+    compensations: Sequence[CompensationRecord] = (),
+    clear_attempts: bool = False,
+) -> bool | None:
+    """Record a step if the lease is still ours. Returns the instance's cancellation flag,
+    or None when the lease was lost (nothing was written)."""
+    row = (
+        await conn.execute(
+            _HISTORY_RECORD_STEP,
+            {
+                "id": instance_id,
+                "token": token,
+                "step_id": step_id,
+                "kind": kind,
+                "step_name": step_name,
+                "payload": json.dumps(payload),
+                "payload_bytes": payload_bytes,
+                "compensations": json.dumps([c.to_json() for c in compensations]) if compensations else "[]",
+            },
+        )
+    ).first()
+    if row is None:
+        return None
+    if clear_attempts:
+        await conn.execute(_INSTANCE_CLEAR_ATTEMPTS, {"id": instance_id, "token": token, "step": step_id})
+    return bool(row[0])
+
+
+_COMPENSATIONS_LOAD = text(
+    """
+    SELECT instance_id, comp_id, position, function_name, args, kwargs, retry_policy
+    FROM kenning_compensations
+    WHERE instance_id = ANY(:ids)
+    ORDER BY instance_id, position
+    """
+)
+
+
+async def compensations_load(conn: AsyncConnection, instance_ids: Sequence[str]) -> dict[str, list[CompensationRecord]]:
+    loaded: dict[str, list[CompensationRecord]] = defaultdict(list)
+    if not instance_ids:
+        return loaded
+    for row in await conn.execute(_COMPENSATIONS_LOAD, {"ids": list(instance_ids)}):
+        loaded[row[0]].append(
+            CompensationRecord(
+                comp_id=row[1],
+                position=row[2],
+                function_name=row[3],
+                args=row[4],
+                kwargs=row[5],
+                retry_policy=row[6],
+            )
+        )
+    return loaded

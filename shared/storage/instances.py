@@ -1,0 +1,413 @@
+"""SQL for workflow definitions and instances: start, claim, lease, finish, cancel.
+
+Every write by a worker is fenced: it names the lease token it was given at claim time,
+and a statement that matches zero rows means the lease was lost (design invariant 1).
+The database clock is the only clock; ``now`` parameters exist so tests can move time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from kenning.storage.records import ClaimedInstance, InstanceRow
+
+_NOW = "coalesce(CAST(:now AS timestamptz), now())"
+
+_DEFINITION_UPSERT = text(
+    """
+    INSERT INTO kenning_workflow_definitions (workflow_name, source_hash, source)
+    VALUES (:name, :hash, :source)
+    ON CONFLICT DO NOTHING
+    """
+)
+
+
+async def definition_upsert(conn: AsyncConnection, name: str, source_hash: str, source: str) -> None:
+    await conn.execute(_DEFINITION_UPSERT, {"name": name, "hash": source_hash, "source": source})
+
+
+_INSTANCE_INSERT = text(
+    """
+    WITH inserted AS (
+        INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at)
+        VALUES (:id, :name, :hash, CAST(:input AS jsonb), :key, now())
+        ON CONFLICT DO NOTHING
+        RETURNING id
+    )
+    SELECT id, pg_notify('kenning_instances', '') IS NULL FROM inserted
+    """
+)
+_INSTANCE_FIND_EXISTING = text(
+    """
+    SELECT id FROM kenning_instances
+    WHERE id = :id OR (workflow_name = :name AND idempotency_key = CAST(:key AS text))
+    LIMIT 1
+    """
+)
+
+
+async def instance_insert(
+    conn: AsyncConnection,
+    *,
+    instance_id: str,
+    workflow_name: str,
+    source_hash: str,
+    input_json: dict[str, Any],
+    idempotency_key: str | None,
+) -> tuple[str, bool]:
+    """Insert a runnable instance and wake workers; ``(id, False)`` if it already existed."""
+    params = {
+        "id": instance_id,
+        "name": workflow_name,
+        "hash": source_hash,
+        "input": json.dumps(input_json),
+        "key": idempotency_key,
+    }
+    row = (await conn.execute(_INSTANCE_INSERT, params)).first()
+    if row is not None:
+        return str(row[0]), True
+    existing = (await conn.execute(_INSTANCE_FIND_EXISTING, params)).first()
+    if existing is None:  # a concurrent insert of the same key has not committed yet
+        raise RuntimeError(f"instance {instance_id} conflicts with an uncommitted start")
+    return str(existing[0]), False
+
+
+_INSTANCE_CLAIM = text(
+    f"""
+    WITH candidates AS (
+        SELECT id FROM kenning_instances
+        WHERE status IN ('pending', 'running', 'compensating')
+          AND available_at <= {_NOW}
+          AND workflow_name = ANY(:names)
+        ORDER BY available_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE kenning_instances AS i
+    SET status = CASE WHEN i.status = 'pending' THEN 'running' ELSE i.status END,
+        lease_owner = :owner,
+        lease_token = gen_random_uuid(),
+        available_at = {_NOW} + make_interval(secs => :lease_seconds),
+        run_count = i.run_count + 1,
+        started_at = coalesce(i.started_at, {_NOW}),
+        updated_at = {_NOW}
+    FROM candidates
+    WHERE i.id = candidates.id
+    RETURNING i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
+              CAST(i.lease_token AS text), i.run_count, i.attempts
+    """
+)
+
+
+async def instance_claim_runnable(
+    conn: AsyncConnection,
+    *,
+    owner: str,
+    workflow_names: Sequence[str],
+    limit: int,
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> list[ClaimedInstance]:
+    """Claim up to ``limit`` runnable instances in one round trip.
+
+    Runnable means pending and due, or leased with an expired lease: expired leases are
+    reclaimed here, by the normal claim, not by a sweeper (design invariant 4).
+    """
+    result = await conn.execute(
+        _INSTANCE_CLAIM,
+        {
+            "owner": owner,
+            "names": list(workflow_names),
+            "limit": limit,
+            "lease_seconds": lease_seconds,
+            "now": now,
+        },
+    )
+    return [
+        ClaimedInstance(
+            id=row[0],
+            workflow_name=row[1],
+            status=row[2],
+            input=row[3],
+            cancel_requested=row[4],
+            lease_token=row[5],
+            run_count=row[6],
+            attempts=row[7],
+        )
+        for row in result
+    ]
+
+
+_INSTANCE_NEXT_AVAILABLE = text(
+    f"""
+    SELECT extract(epoch FROM min(available_at) - {_NOW})
+    FROM kenning_instances
+    WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names)
+    """
+)
+
+
+async def instance_seconds_until_next(
+    conn: AsyncConnection, workflow_names: Sequence[str], now: datetime | None = None
+) -> float | None:
+    """Seconds until the next instance becomes claimable (negative: already due)."""
+    row = (await conn.execute(_INSTANCE_NEXT_AVAILABLE, {"names": list(workflow_names), "now": now})).first()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+_INSTANCE_HEARTBEAT = text(
+    """
+    WITH mine AS (
+        SELECT id FROM kenning_instances
+        WHERE lease_token = ANY(CAST(:tokens AS uuid[]))
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE kenning_instances AS i
+    SET available_at = now() + make_interval(secs => :lease_seconds)
+    FROM mine WHERE i.id = mine.id
+    RETURNING CAST(i.lease_token AS text)
+    """
+)
+_INSTANCE_LEASES_HELD = text(
+    "SELECT CAST(lease_token AS text) FROM kenning_instances WHERE lease_token = ANY(CAST(:tokens AS uuid[]))"
+)
+
+
+async def instance_heartbeat(conn: AsyncConnection, tokens: Sequence[str], lease_seconds: float) -> set[str]:
+    """Extend the leases still held; returns the tokens that are no longer held.
+
+    Rows locked by an in-flight step write are skipped rather than waited for: that write
+    holds the lease already, and the next heartbeat extends it.
+    """
+    if not tokens:
+        return set()
+    renewed = {
+        row[0]
+        for row in await conn.execute(_INSTANCE_HEARTBEAT, {"tokens": list(tokens), "lease_seconds": lease_seconds})
+    }
+    unconfirmed = [t for t in tokens if t not in renewed]
+    if not unconfirmed:
+        return set()
+    held = {row[0] for row in await conn.execute(_INSTANCE_LEASES_HELD, {"tokens": unconfirmed})}
+    return {t for t in unconfirmed if t not in held}
+
+
+_INSTANCE_COMPLETE = text(
+    """
+    UPDATE kenning_instances
+    SET status = 'completed', result = CAST(:result AS jsonb), lease_token = NULL, lease_owner = NULL,
+        available_at = NULL, attempts = '{}', finished_at = now(), updated_at = now()
+    WHERE id = :id AND lease_token = CAST(:token AS uuid)
+    RETURNING id
+    """
+)
+
+
+async def instance_complete(conn: AsyncConnection, instance_id: str, token: str, result: Any) -> bool:
+    row = (
+        await conn.execute(_INSTANCE_COMPLETE, {"id": instance_id, "token": token, "result": json.dumps(result)})
+    ).first()
+    return row is not None
+
+
+_INSTANCE_FINISH = text(
+    """
+    UPDATE kenning_instances
+    SET status = :status, error = coalesce(CAST(:error AS jsonb), error), lease_token = NULL, lease_owner = NULL,
+        available_at = NULL, finished_at = now(), updated_at = now()
+    WHERE id = :id AND lease_token = CAST(:token AS uuid)
+    RETURNING id
+    """
+)
+
+
+async def instance_finish(
+    conn: AsyncConnection, instance_id: str, token: str, status: str, error: dict[str, Any] | None
+) -> bool:
+    """End an instance ``failed`` or ``cancelled``; the error is kept for operators."""
+    row = (
+        await conn.execute(
+            _INSTANCE_FINISH,
+            {"id": instance_id, "token": token, "status": status, "error": json.dumps(error) if error else None},
+        )
+    ).first()
+    return row is not None
+
+
+_INSTANCE_BEGIN_COMPENSATING = text(
+    """
+    WITH fenced AS (
+        UPDATE kenning_instances
+        SET status = 'compensating', error = coalesce(CAST(:error AS jsonb), error), updated_at = now()
+        WHERE id = :id AND lease_token = CAST(:token AS uuid)
+        RETURNING id
+    ), saved AS (
+        INSERT INTO kenning_compensations
+            (instance_id, comp_id, position, function_name, args, kwargs, retry_policy)
+        SELECT fenced.id, c.comp_id, c.position, c.function_name, c.args, c.kwargs, c.retry_policy
+        FROM fenced, jsonb_to_recordset(CAST(:compensations AS jsonb)) AS c(
+            comp_id text, position integer, function_name text, args jsonb, kwargs jsonb, retry_policy jsonb)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*) FROM fenced
+    """
+)
+
+
+async def instance_begin_compensating(
+    conn: AsyncConnection,
+    instance_id: str,
+    token: str,
+    error: dict[str, Any] | None,
+    compensations_json: list[dict[str, Any]],
+) -> bool:
+    row = (
+        await conn.execute(
+            _INSTANCE_BEGIN_COMPENSATING,
+            {
+                "id": instance_id,
+                "token": token,
+                "error": json.dumps(error) if error else None,
+                "compensations": json.dumps(compensations_json),
+            },
+        )
+    ).first()
+    return row is not None and row[0] == 1
+
+
+_INSTANCE_RECORD_ATTEMPT = text(
+    """
+    UPDATE kenning_instances
+    SET attempts = jsonb_set(attempts, ARRAY[CAST(:step AS text)], jsonb_build_object(
+            'attempts', CAST(:attempt AS integer),
+            'first_failed_at', coalesce(attempts -> CAST(:step AS text) -> 'first_failed_at', to_jsonb(now())),
+            'last_error', CAST(:error AS text))),
+        updated_at = now()
+    WHERE id = :id AND lease_token = CAST(:token AS uuid)
+    RETURNING extract(epoch FROM now() - CAST(attempts -> CAST(:step AS text) ->> 'first_failed_at' AS timestamptz)),
+              cancel_requested
+    """
+)
+
+
+async def instance_record_attempt(
+    conn: AsyncConnection, instance_id: str, token: str, step_id: str, attempt: int, error: str
+) -> tuple[float, bool] | None:
+    """Count a failed attempt in the database; returns (seconds since the first failure,
+    cancel requested), or None if the lease was lost."""
+    row = (
+        await conn.execute(
+            _INSTANCE_RECORD_ATTEMPT,
+            {"id": instance_id, "token": token, "step": step_id, "attempt": attempt, "error": error[:2000]},
+        )
+    ).first()
+    return None if row is None else (float(row[0]), bool(row[1]))
+
+
+_INSTANCE_RESCHEDULE = text(
+    """
+    WITH released AS (
+        UPDATE kenning_instances
+        SET status = CASE WHEN status = 'running' THEN 'pending' ELSE status END,
+            lease_token = NULL, lease_owner = NULL,
+            available_at = CASE WHEN cancel_requested THEN now()
+                                ELSE now() + make_interval(secs => :delay) END,
+            updated_at = now()
+        WHERE id = :id AND lease_token = CAST(:token AS uuid)
+        RETURNING id, available_at <= now() AS due
+    )
+    SELECT id, CASE WHEN due THEN pg_notify('kenning_instances', '') IS NULL END FROM released
+    """
+)
+
+
+async def instance_release(conn: AsyncConnection, instance_id: str, token: str, delay_seconds: float = 0.0) -> bool:
+    """Give the lease back so any worker may claim the instance after ``delay_seconds``.
+
+    Used for durable retry back-offs (the worker is freed while it waits) and for
+    instances still in flight when a worker shuts down.
+    """
+    row = (
+        await conn.execute(_INSTANCE_RESCHEDULE, {"id": instance_id, "token": token, "delay": delay_seconds})
+    ).first()
+    return row is not None
+
+
+_INSTANCE_REQUEST_CANCEL = text(
+    """
+    WITH target AS (
+        SELECT id, status FROM kenning_instances WHERE id = :id FOR UPDATE
+    ), flagged AS (
+        UPDATE kenning_instances AS i
+        SET cancel_requested = true,
+            -- a waiting or pending instance becomes runnable now so a worker compensates it;
+            -- a leased one sees the flag with its next fenced write.
+            status = CASE WHEN i.status IN ('waiting_for_event', 'waiting_for_timer') THEN 'pending'
+                          ELSE i.status END,
+            available_at = CASE WHEN i.lease_token IS NULL THEN now() ELSE i.available_at END,
+            updated_at = now()
+        FROM target
+        WHERE i.id = target.id AND target.status NOT IN ('completed', 'failed', 'cancelled')
+        RETURNING i.id
+    ), unsubscribed AS (
+        DELETE FROM kenning_event_subscriptions WHERE instance_id IN (SELECT id FROM flagged) RETURNING 1
+    ), untimed AS (
+        DELETE FROM kenning_timers WHERE instance_id IN (SELECT id FROM flagged) RETURNING 1
+    )
+    SELECT target.status, (SELECT count(*) FROM flagged) > 0 AS flagged,
+           pg_notify('kenning_instances', '') IS NULL
+    FROM target
+    """
+)
+
+
+async def instance_request_cancel(conn: AsyncConnection, instance_id: str) -> tuple[str, bool] | None:
+    """Ask for cancellation. Returns (status before, whether it will be cancelled), or None
+    for an unknown instance. Finished instances are left as they are."""
+    row = (await conn.execute(_INSTANCE_REQUEST_CANCEL, {"id": instance_id})).first()
+    return None if row is None else (str(row[0]), bool(row[1]))
+
+
+_INSTANCE_GET = text(
+    """
+    SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
+           available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key
+    FROM kenning_instances WHERE id = :id
+    """
+)
+
+
+def _instance_row(row: Sequence[Any]) -> InstanceRow:
+    return InstanceRow(*row)
+
+
+async def instance_get(conn: AsyncConnection, instance_id: str) -> InstanceRow | None:
+    row = (await conn.execute(_INSTANCE_GET, {"id": instance_id})).first()
+    return None if row is None else _instance_row(tuple(row))
+
+
+_INSTANCE_LIST = text(
+    """
+    SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
+           available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key
+    FROM kenning_instances
+    WHERE (CAST(:status AS text) IS NULL OR status = :status)
+      AND (CAST(:workflow AS text) IS NULL OR workflow_name = :workflow)
+    ORDER BY created_at DESC, id
+    LIMIT :limit
+    """
+)
+
+
+async def instance_list(
+    conn: AsyncConnection, *, status: str | None = None, workflow_name: str | None = None, limit: int = 50
+) -> list[InstanceRow]:
+    result = await conn.execute(_INSTANCE_LIST, {"status": status, "workflow": workflow_name, "limit": limit})
+    return [_instance_row(tuple(row)) for row in result]

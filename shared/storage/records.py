@@ -1,0 +1,72 @@
+"""Plain records the storage functions return (no ORM objects leave the storage package)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ClaimedInstance:
+    id: str
+    workflow_name: str
+    status: str
+    input: dict[str, Any]
+    cancel_requested: bool
+    lease_token: str
+    run_count: int
+    attempts: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HistoryRecord:
+    step_id: str
+    kind: str
+    step_name: str
+    payload: Any
+    payload_bytes: bytes | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CompensationRecord:
+    comp_id: str
+    position: int
+    function_name: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    retry_policy: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "comp_id": self.comp_id,
+            "position": self.position,
+            "function_name": self.function_name,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "retry_policy": self.retry_policy,
+        }
+
+
+@dataclass(frozen=True)
+class InstanceRow:
+    id: str
+    workflow_name: str
+    status: str
+    input: dict[str, Any]
+    result: Any
+    error: dict[str, Any] | None
+    cancel_requested: bool
+    lease_owner: str | None
+    available_at: datetime | None
+    run_count: int
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    source_hash: str = ""
+    idempotency_key: str | None = None
+
+
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+WAITING_STATUSES = frozenset({"waiting_for_event", "waiting_for_timer"})

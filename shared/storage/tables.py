@@ -1,0 +1,153 @@
+"""The schema as SQLAlchemy Core tables: the one description code reads columns from.
+
+The DDL itself lives in the Alembic migrations; ``tests/test_schema.py`` checks that
+these tables and the migrated database agree.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Integer,
+    LargeBinary,
+    MetaData,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+metadata = MetaData()
+
+
+def _ts(name: str, nullable: bool = True) -> Column[object]:
+    return Column(name, DateTime(timezone=True), nullable=nullable)
+
+
+workflow_definitions = Table(
+    "kenning_workflow_definitions",
+    metadata,
+    Column("workflow_name", Text, primary_key=True),
+    Column("source_hash", Text, primary_key=True),
+    Column("source", Text, nullable=False),
+    _ts("created_at", False),
+)
+
+instances = Table(
+    "kenning_instances",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("workflow_name", Text, nullable=False),
+    Column("source_hash", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("input", JSONB, nullable=False),
+    Column("result", JSONB),
+    Column("error", JSONB),
+    Column("idempotency_key", Text),
+    Column("cancel_requested", Boolean, nullable=False),
+    Column("lease_owner", Text),
+    Column("lease_token", UUID(as_uuid=False)),
+    _ts("available_at"),
+    Column("attempts", JSONB, nullable=False),
+    Column("run_count", Integer, nullable=False),
+    _ts("created_at", False),
+    _ts("updated_at", False),
+    _ts("started_at"),
+    _ts("finished_at"),
+)
+
+history = Table(
+    "kenning_history",
+    metadata,
+    Column("seq", BigInteger, nullable=False),
+    Column("instance_id", Text, primary_key=True),
+    Column("step_id", Text, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("step_name", Text, nullable=False),
+    Column("payload", JSONB),
+    Column("payload_bytes", LargeBinary),
+    _ts("created_at", False),
+)
+
+compensations = Table(
+    "kenning_compensations",
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("comp_id", Text, primary_key=True),
+    Column("position", Integer, nullable=False),
+    Column("function_name", Text, nullable=False),
+    Column("args", JSONB, nullable=False),
+    Column("kwargs", JSONB, nullable=False),
+    Column("retry_policy", JSONB),
+    _ts("created_at", False),
+)
+
+event_subscriptions = Table(
+    "kenning_event_subscriptions",
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("step_id", Text, primary_key=True),
+    Column("event_type", Text, nullable=False),
+    Column("match", JSONB),
+    _ts("since"),
+    _ts("timeout_at"),
+    _ts("created_at", False),
+)
+
+timers = Table(
+    "kenning_timers",
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("step_id", Text, primary_key=True),
+    _ts("due_at", False),
+    _ts("created_at", False),
+)
+
+inbox = Table(
+    "kenning_inbox",
+    metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("event_id", Text, nullable=False),
+    Column("event_type", Text, nullable=False),
+    Column("attributes", JSONB, nullable=False),
+    Column("data", JSONB),
+    Column("data_bytes", LargeBinary),
+    Column("status", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    _ts("available_at", False),
+    Column("last_error", Text),
+    _ts("received_at", False),
+    _ts("processed_at"),
+)
+
+outbox = Table(
+    "kenning_outbox",
+    metadata,
+    Column("id", UUID(as_uuid=False), primary_key=True),
+    Column("instance_id", Text),
+    Column("event_type", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("subject", Text),
+    Column("content_type", Text),
+    Column("data", JSONB),
+    Column("data_bytes", LargeBinary),
+    Column("extensions", JSONB, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    _ts("available_at", False),
+    Column("lease_token", UUID(as_uuid=False)),
+    Column("last_error", Text),
+    Column("created_seq", BigInteger, nullable=False),
+    _ts("created_at", False),
+    _ts("published_at"),
+)
+
+# NOTIFY channels: payloads are ids or empty, never data (NOTIFY caps payloads at 8,000 bytes).
+CHANNEL_INSTANCES = "kenning_instances"
+CHANNEL_INBOX = "kenning_inbox"
+CHANNEL_TIMERS = "kenning_timers"
+CHANNEL_OUTBOX = "kenning_outbox"

@@ -1,0 +1,111 @@
+"""``@workflow``: a durable function, replayed from history on any worker."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Awaitable, Callable
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from kenning.registry import REGISTRY
+
+if TYPE_CHECKING:
+    from kenning.client import StartedInstance
+
+R = TypeVar("R")
+
+
+class Workflow(Generic[R]):
+    def __init__(
+        self,
+        func: Callable[..., Awaitable[R]],
+        *,
+        name: str | None = None,
+        event_handler: bool = False,
+        lock_timeout_seconds: float | None = None,
+        schedule: str | None = None,
+    ) -> None:
+        if not inspect.iscoroutinefunction(func):
+            raise TypeError(f"workflow {func.__qualname__} must be an async function")
+        self.func = func
+        self.name = name or func.__name__
+        self.event_handler = event_handler
+        self.lock_timeout_seconds = lock_timeout_seconds
+        self.schedule = schedule
+        self.__name__ = func.__name__
+        self.__qualname__ = func.__qualname__
+        self.__module__ = func.__module__
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+
+    @cached_property
+    def source(self) -> str:
+        try:
+            return inspect.getsource(self.func)
+        except (OSError, TypeError):
+            return ""
+
+    @cached_property
+    def source_hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+    async def start(
+        self,
+        *,
+        instance_id: str | None = None,
+        idempotency_key: str | None = None,
+        lock_timeout_seconds: float | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Start an instance through the default client (``KENNING_DATABASE_URL``).
+
+        Returns the instance id. Unlike Edda 0.1.0 this does not run the workflow in the
+        caller: a worker process picks it up. ``lock_timeout_seconds`` is accepted for
+        Edda compatibility; leases are set by the worker (``--lease-seconds``).
+        """
+        from kenning.client import default_client
+
+        started: StartedInstance = await default_client().start(
+            self, instance_id=instance_id, idempotency_key=idempotency_key, **kwargs
+        )
+        return started.instance_id
+
+    def __repr__(self) -> str:
+        return f"<workflow {self.name}>"
+
+
+@overload
+def workflow(func: Callable[..., Awaitable[R]], /) -> Workflow[R]: ...
+@overload
+def workflow(
+    *,
+    event_handler: bool = False,
+    lock_timeout_seconds: float | None = None,
+    name: str | None = None,
+    schedule: str | None = None,
+) -> Callable[[Callable[..., Awaitable[Any]]], Workflow[Any]]: ...
+
+
+def workflow(
+    func: Callable[..., Awaitable[Any]] | None = None,
+    /,
+    *,
+    event_handler: bool = False,
+    lock_timeout_seconds: float | None = None,
+    name: str | None = None,
+    schedule: str | None = None,
+) -> Workflow[Any] | Callable[[Callable[..., Awaitable[Any]]], Workflow[Any]]:
+    """``@workflow`` or ``@workflow(event_handler=True)``: register a durable workflow.
+
+    With ``event_handler=True`` a CloudEvent whose type equals the workflow's name starts it.
+    """
+
+    def wrap(f: Callable[..., Awaitable[Any]]) -> Workflow[Any]:
+        wf: Workflow[Any] = Workflow(
+            f, name=name, event_handler=event_handler, lock_timeout_seconds=lock_timeout_seconds, schedule=schedule
+        )
+        REGISTRY.add_workflow(wf)
+        return wf
+
+    return wrap(func) if func is not None else wrap

@@ -1,0 +1,132 @@
+"""Helpers for tests: waiting on conditions, real OS processes, the side channel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+
+from kenning.app import App
+from kenning.db import Database
+from kenning.worker import Worker, WorkerSettings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+async def eventually(
+    predicate: Callable[[], Awaitable[T] | T], timeout: float = 15.0, interval: float = 0.02, message: str = ""
+) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = predicate()
+        if asyncio.iscoroutine(last) or isinstance(last, Awaitable):
+            last = await last
+        if last:
+            return last  # type: ignore[no-any-return]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {message or predicate} (last: {last!r})")
+        await asyncio.sleep(interval)
+
+
+def executions(path: str) -> Counter[str]:
+    """How often each ``activity instance`` line was written to the side channel."""
+    with open(path) as fh:
+        return Counter(line.strip() for line in fh if line.strip())
+
+
+def record_execution(label: str) -> None:
+    """Called by test activities: append one line, atomically, to the side channel."""
+    path = os.environ.get("KENNING_TEST_SIDE_CHANNEL")
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, (label + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ProcessPool:
+    """Real ``kenning`` processes started as compose would, stopped at test end."""
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self.procs: list[tuple[psutil.Popen, Path]] = []
+
+    def spawn(self, args: Sequence[str], env: dict[str, str] | None = None, name: str = "proc") -> psutil.Popen:
+        log_path = Path(self.log_dir) / f"{name}-{len(self.procs)}.log"
+        full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "KENNING_LOG_FORMAT": "json", **(env or {})}
+        with open(log_path, "wb") as log:  # the child keeps its own descriptor
+            proc = psutil.Popen(
+                [sys.executable, "-m", "kenning", *args],
+                env=full_env,
+                cwd=REPO_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.procs.append((proc, log_path))
+        return proc
+
+    def worker(self, database_url: str, app: str, *extra: str, env: dict[str, str] | None = None) -> psutil.Popen:
+        return self.spawn(
+            ["worker", "--app", app, "--no-migrate", "--poll-interval", "0.2", *extra],
+            env={"KENNING_DATABASE_URL": database_url, **(env or {})},
+            name="worker",
+        )
+
+    def log_of(self, proc: psutil.Popen) -> str:
+        for candidate, path in self.procs:
+            if candidate is proc:
+                return path.read_text(errors="replace")
+        return ""
+
+    def stop_all(self) -> None:
+        for proc, _ in self.procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if proc.status() == psutil.STATUS_STOPPED:
+                    proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for proc, _ in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except psutil.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+            except psutil.NoSuchProcess:
+                pass
+
+
+@contextlib.asynccontextmanager
+async def running_worker(database: Database, app: App | None = None, **settings: Any) -> Any:
+    """An in-process worker on this event loop, for tests that need no process boundary."""
+    options = {"poll_interval": 0.05, "lease_seconds": 5.0, "shutdown_grace_seconds": 2.0, **settings}
+    worker = Worker(database, app or App(), WorkerSettings(**options))
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, timeout=15)
+
+
+def iter_lines(text: str) -> Iterator[str]:
+    yield from (line for line in text.splitlines() if line.strip())

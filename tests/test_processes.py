@@ -1,0 +1,203 @@
+"""Real worker processes: races, kill -9, a stalled worker, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+
+from kenning import Client
+from kenning.db import Database
+from tests.support import ProcessPool, eventually, executions
+
+APP = "tests.apps.core"
+
+
+def check_invariants(sql: psycopg.Connection[tuple[object, ...]]) -> None:
+    """The SQL invariant checker run after every multi-process test."""
+    dup = sql.execute(
+        "SELECT instance_id, step_id, count(*) FROM kenning_history GROUP BY 1, 2 HAVING count(*) > 1"
+    ).fetchall()
+    assert dup == [], f"steps recorded twice: {dup}"
+    orphan = sql.execute(
+        "SELECT id FROM kenning_instances WHERE status IN ('running', 'compensating') AND lease_token IS NULL"
+    ).fetchall()
+    assert orphan == [], f"running without a lease: {orphan}"
+    finished_with_lease = sql.execute(
+        "SELECT id FROM kenning_instances WHERE status IN ('completed', 'failed', 'cancelled') "
+        "AND (lease_token IS NOT NULL OR available_at IS NOT NULL)"
+    ).fetchall()
+    assert finished_with_lease == [], f"finished but still leased: {finished_with_lease}"
+
+
+async def test_two_worker_processes_race_for_200_instances(
+    database: Database,
+    database_url: str,
+    sql: psycopg.Connection[tuple[object, ...]],
+    processes: ProcessPool,
+    side_channel: str,
+) -> None:
+    env = {"KENNING_TEST_SIDE_CHANNEL": side_channel}
+    workers = [processes.worker(database_url, APP, "--concurrency", "16", env=env) for _ in range(2)]
+    async with Client(database=database) as client:
+        ids = [(await client.start("three_steps", value=n)).instance_id for n in range(200)]
+
+        def done() -> bool:
+            row = sql.execute("SELECT count(*) FROM kenning_instances WHERE status = 'completed'").fetchone()
+            return row == (200,)
+
+        await eventually(done, timeout=60, message="200 instances completed")
+    counts = executions(side_channel)
+    for instance_id in ids:
+        for step in ("step_one", "step_two", "step_three"):
+            assert counts[f"{step} {instance_id}"] == 1
+    owners = sql.execute(
+        "SELECT count(DISTINCT lease_owner) FROM kenning_history h JOIN kenning_instances i ON i.id = h.instance_id"
+    ).fetchone()
+    assert owners is not None
+    # both processes took part (their ids appear in the logs as claimers)
+    claimed_by = [processes.log_of(w).count("worker.started") for w in workers]
+    assert claimed_by == [1, 1]
+    check_invariants(sql)
+
+
+async def test_killed_worker_is_finished_by_another_after_lease_expiry(
+    database: Database,
+    database_url: str,
+    sql: psycopg.Connection[tuple[object, ...]],
+    processes: ProcessPool,
+    side_channel: str,
+    tmp_path: Path,
+) -> None:
+    block = tmp_path / "block"
+    block.touch()
+    env = {"KENNING_TEST_SIDE_CHANNEL": side_channel, "KENNING_TEST_BLOCK_FILE": str(block)}
+    first = processes.worker(database_url, APP, "--lease-seconds", "1.5", env=env)
+    async with Client(database=database) as client:
+        started = await client.start("slow_three", value=1)
+        key = f"step_two {started.instance_id}"
+        await eventually(lambda: executions(side_channel)[key] == 1, timeout=20, message="step two started")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        block.unlink()
+        processes.worker(database_url, APP, "--lease-seconds", "1.5", env=env)
+        assert await client.result(started.instance_id, timeout=30) == 1
+    counts = executions(side_channel)
+    assert counts[f"step_one {started.instance_id}"] == 1  # recorded before the crash: replayed
+    assert counts[key] == 2  # in flight at the crash: at-least-once
+    assert counts[f"step_three {started.instance_id}"] == 1
+    check_invariants(sql)
+
+
+async def test_stalled_worker_cannot_write_after_takeover(
+    database: Database,
+    database_url: str,
+    sql: psycopg.Connection[tuple[object, ...]],
+    processes: ProcessPool,
+    side_channel: str,
+    tmp_path: Path,
+) -> None:
+    block = tmp_path / "block"
+    block.touch()
+    env = {"KENNING_TEST_SIDE_CHANNEL": side_channel, "KENNING_TEST_BLOCK_FILE": str(block)}
+    stale = processes.worker(database_url, APP, "--lease-seconds", "1", env=env)
+    async with Client(database=database) as client:
+        started = await client.start("slow_three", value=2)
+        key = f"step_two {started.instance_id}"
+        await eventually(lambda: executions(side_channel)[key] == 1, timeout=20)
+        stale.send_signal(signal.SIGSTOP)  # stalls past its lease, like a long GC pause
+        block.unlink()
+        processes.worker(database_url, APP, "--lease-seconds", "1", env=env)
+        assert await client.result(started.instance_id, timeout=30) == 3
+        stale.send_signal(signal.SIGCONT)  # wakes up, finishes step two, tries to record it
+        await eventually(lambda: "instance.lease_lost" in processes.log_of(stale), timeout=20)
+    rows = sql.execute(
+        "SELECT step_id FROM kenning_history WHERE instance_id = %s ORDER BY seq", (started.instance_id,)
+    ).fetchall()
+    assert [r[0] for r in rows] == ["step_one:1", "step_two:1", "step_three:1"]
+    assert (await Client(database=database).status(started.instance_id)).status == "completed"
+    check_invariants(sql)
+
+
+async def test_crash_during_compensation_is_finished_by_another_worker(
+    database: Database,
+    database_url: str,
+    sql: psycopg.Connection[tuple[object, ...]],
+    processes: ProcessPool,
+    side_channel: str,
+) -> None:
+    env = {"KENNING_TEST_SIDE_CHANNEL": side_channel, "KENNING_TEST_CRASH_IN_REFUND": "1"}
+    first = processes.worker(database_url, APP, "--lease-seconds", "1", env=env)
+    async with Client(database=database) as client:
+        started = await client.start("saga", amount=3, fail=True)
+        await eventually(lambda: first.poll() is not None, timeout=20, message="worker died in refund")
+        assert (await client.status(started.instance_id)).status == "compensating"
+        processes.worker(database_url, APP, "--lease-seconds", "1", env=env)
+        with pytest.raises(Exception, match="failed"):
+            await client.result(started.instance_id, timeout=30)
+    counts = executions(side_channel)
+    assert counts[f"refund:3 {started.instance_id}"] == 2  # the crash hit it once: re-run
+    assert counts[f"release_stock:sku1:2:r-sku1 {started.instance_id}"] == 1
+    assert counts[f"ship {started.instance_id}"] == 1  # the workflow body was not re-run
+    kinds = sql.execute(
+        "SELECT step_id, kind FROM kenning_history WHERE instance_id = %s AND kind LIKE 'Compensation%%' ORDER BY seq",
+        (started.instance_id,),
+    ).fetchall()
+    assert kinds == [
+        ("compensation:comp:2", "CompensationExecuted"),
+        ("compensation:on_failure:reserve:1", "CompensationExecuted"),
+    ]
+    check_invariants(sql)
+
+
+async def test_sigterm_releases_in_flight_instances_and_exits_zero(
+    database: Database,
+    database_url: str,
+    sql: psycopg.Connection[tuple[object, ...]],
+    processes: ProcessPool,
+    side_channel: str,
+    tmp_path: Path,
+) -> None:
+    block = tmp_path / "block"
+    block.touch()
+    env = {"KENNING_TEST_SIDE_CHANNEL": side_channel, "KENNING_TEST_BLOCK_FILE": str(block)}
+    worker = processes.worker(database_url, APP, "--shutdown-grace-seconds", "0.5", "--lease-seconds", "60", env=env)
+    async with Client(database=database) as client:
+        started = await client.start("slow_three", value=1)
+        await eventually(lambda: executions(side_channel)[f"step_two {started.instance_id}"] == 1, timeout=20)
+        worker.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(worker.wait, 15) == 0
+        row = sql.execute(
+            "SELECT status, lease_token FROM kenning_instances WHERE id = %s", (started.instance_id,)
+        ).fetchone()
+        assert row == ("pending", None)  # released: no need to wait 60 s for the lease
+        block.unlink()
+        processes.worker(database_url, APP, env=env)
+        assert await client.result(started.instance_id, timeout=20) == 1
+    check_invariants(sql)
+
+
+def test_worker_cli_reports_bad_configuration(processes: ProcessPool) -> None:
+    bad_url = processes.spawn(["worker", "--app", APP, "--database-url", "mysql://x/y"], name="bad-url")
+    assert bad_url.wait(timeout=30) == 2
+    assert "database URL must start with postgresql://" in processes.log_of(bad_url)
+    bad_app = processes.spawn(
+        ["worker", "--app", "no_such_module", "--no-migrate", "--database-url", "postgresql://localhost/x"],
+        name="bad-app",
+    )
+    assert bad_app.wait(timeout=30) == 2
+    assert "cannot import application module 'no_such_module'" in processes.log_of(bad_app)
+    assert "Traceback" not in processes.log_of(bad_app)
+    unreachable = processes.spawn(
+        ["worker", "--app", APP, "--database-url", "postgresql://nobody@127.0.0.1:1/x"], name="unreachable"
+    )
+    assert unreachable.wait(timeout=30) == 1
+    assert "database error" in processes.log_of(unreachable)
+
+
+def test_psutil_is_real() -> None:
+    assert psutil.Process().pid > 0

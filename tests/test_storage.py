@@ -1,0 +1,161 @@
+"""The schema, migrations, and the claim and fencing SQL, against real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from datetime import timedelta
+
+import psycopg
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy import text
+
+from kenning.db import Database
+from kenning.migrate import current_revision, head_revision, migrate
+from kenning.storage import history as history_sql
+from kenning.storage import instances as instances_sql
+from kenning.storage.tables import metadata
+
+
+def test_migrations_are_idempotent_and_safe_to_run_concurrently(empty_database_url: str) -> None:
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        revisions = list(pool.map(lambda _: migrate(empty_database_url), range(4)))
+    assert revisions == [head_revision()] * 4
+    assert migrate(empty_database_url) == head_revision()
+    assert current_revision(empty_database_url) == head_revision()
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM kenning_alembic_version").fetchone() == (1,)
+
+
+async def test_tables_module_matches_the_migrated_schema(database: Database) -> None:
+    async with database.engine.connect() as conn:
+        reflected = await conn.run_sync(
+            lambda sync: {
+                name: {c["name"] for c in sa_inspect(sync).get_columns(name)}
+                for name in sa_inspect(sync).get_table_names()
+                if name.startswith("kenning_") and name != "kenning_alembic_version"
+            }
+        )
+    declared = {table.name: {c.name for c in table.columns} for table in metadata.sorted_tables}
+    assert reflected == declared
+
+
+async def _insert(database: Database, n: int, prefix: str = "i") -> None:
+    async with database.engine.begin() as conn:
+        for i in range(n):
+            await instances_sql.instance_insert(
+                conn,
+                instance_id=f"{prefix}{i}",
+                workflow_name="wf",
+                source_hash="h",
+                input_json={},
+                idempotency_key=None,
+            )
+
+
+async def test_expired_lease_is_reclaimed_and_the_stale_token_is_fenced(database: Database) -> None:
+    await _insert(database, 1)
+    async with database.engine.begin() as conn:
+        (first,) = await instances_sql.instance_claim_runnable(
+            conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30
+        )
+        # while the lease holds nobody else can claim it
+        assert (
+            await instances_sql.instance_claim_runnable(
+                conn, owner="b", workflow_names=["wf"], limit=10, lease_seconds=30
+            )
+            == []
+        )
+    later = await _db_now(database) + timedelta(seconds=31)
+    async with database.engine.begin() as conn:
+        (second,) = await instances_sql.instance_claim_runnable(
+            conn, owner="b", workflow_names=["wf"], limit=10, lease_seconds=30, now=later
+        )
+    assert second.id == first.id and second.lease_token != first.lease_token and second.run_count == 2
+    async with database.engine.begin() as conn:
+        stale = await history_sql.history_record_step(
+            conn,
+            instance_id=first.id,
+            token=first.lease_token,
+            step_id="s:1",
+            kind="ActivityCompleted",
+            step_name="s",
+            payload={"result": 1},
+        )
+        fresh = await history_sql.history_record_step(
+            conn,
+            instance_id=first.id,
+            token=second.lease_token,
+            step_id="s:1",
+            kind="ActivityCompleted",
+            step_name="s",
+            payload={"result": 2},
+        )
+        assert not await instances_sql.instance_complete(conn, first.id, first.lease_token, {"result": 1})
+    assert stale is None and fresh is False
+    async with database.engine.connect() as conn:
+        loaded = await history_sql.history_load(conn, [first.id])
+    assert [(r.step_id, r.payload) for r in loaded[first.id]] == [("s:1", {"result": 2})]
+
+
+async def _db_now(database: Database):  # type: ignore[no-untyped-def]
+    async with database.engine.connect() as conn:
+        return (await conn.execute(text("SELECT now()"))).scalar_one()
+
+
+async def test_claims_are_disjoint_under_concurrency(database: Database) -> None:
+    await _insert(database, 100)
+
+    async def claim(owner: str) -> list[str]:
+        got: list[str] = []
+        while True:
+            async with database.engine.begin() as conn:
+                batch = await instances_sql.instance_claim_runnable(
+                    conn, owner=owner, workflow_names=["wf"], limit=7, lease_seconds=30
+                )
+            if not batch:
+                return got
+            got += [c.id for c in batch]
+
+    results = await asyncio.gather(*(claim(f"w{i}") for i in range(4)))
+    flat = [i for r in results for i in r]
+    assert sorted(flat) == sorted(f"i{i}" for i in range(100))
+    assert len(flat) == len(set(flat))
+
+
+async def test_claim_uses_the_partial_index_with_many_finished_instances(
+    database: Database, sql: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    sql.execute(
+        "INSERT INTO kenning_instances (id, workflow_name, status, finished_at) "
+        "SELECT 'done' || g, 'wf', 'completed', now() FROM generate_series(1, 50000) g"
+    )
+    await _insert(database, 5, prefix="live")
+    sql.execute("ANALYZE kenning_instances")
+    plan = "\n".join(
+        str(r[0])
+        for r in sql.execute(
+            "EXPLAIN SELECT id FROM kenning_instances WHERE status IN ('pending', 'running', 'compensating') "
+            "AND available_at <= now() AND workflow_name = ANY(ARRAY['wf']) ORDER BY available_at LIMIT 10 "
+            "FOR UPDATE SKIP LOCKED"
+        ).fetchall()
+    )
+    assert "kenning_instances_claimable" in plan, plan
+
+
+async def test_heartbeat_reports_leases_taken_over(database: Database) -> None:
+    await _insert(database, 2)
+    async with database.engine.begin() as conn:
+        claimed = await instances_sql.instance_claim_runnable(
+            conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30
+        )
+    tokens = [c.lease_token for c in claimed]
+    later = await _db_now(database) + timedelta(seconds=60)
+    async with database.engine.begin() as conn:
+        retaken = await instances_sql.instance_claim_runnable(
+            conn, owner="b", workflow_names=["wf"], limit=1, lease_seconds=30, now=later
+        )
+    lost_id = retaken[0].id
+    async with database.engine.begin() as conn:
+        lost = await instances_sql.instance_heartbeat(conn, tokens, 30)
+    assert lost == {c.lease_token for c in claimed if c.id == lost_id}

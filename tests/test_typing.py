@@ -1,0 +1,59 @@
+"""The public API used as a user would; ``mypy --strict`` checks this file in CI."""
+
+from __future__ import annotations
+
+from typing import assert_type
+
+import pydantic
+
+import kenning
+from kenning import Activity, RetryPolicy, Workflow, WorkflowContext, activity, workflow
+
+
+class Receipt(pydantic.BaseModel):
+    total: int
+
+
+@activity
+async def total(ctx: WorkflowContext, amounts: list[int]) -> Receipt:
+    return Receipt(total=sum(amounts))
+
+
+@activity(retry_policy=RetryPolicy(max_attempts=2))
+def tax(ctx: WorkflowContext, receipt: Receipt) -> float:
+    return receipt.total * 0.2
+
+
+@workflow(event_handler=True)
+async def checkout(ctx: WorkflowContext, amounts: list[int]) -> float:
+    receipt = await total(ctx, amounts)
+    assert_type(receipt, Receipt)
+    return await tax(ctx, receipt)
+
+
+def test_decorators_keep_result_types() -> None:
+    assert_type(total, Activity[Receipt])
+    assert_type(tax, Activity[float])
+    assert_type(checkout, Workflow[float])
+    assert checkout.event_handler and checkout.name == "checkout"
+    assert isinstance(tax, Activity) and tax.retry_policy == RetryPolicy(max_attempts=2)
+
+
+def test_everything_users_import_comes_from_kenning() -> None:
+    for name in kenning.__all__:
+        assert hasattr(kenning, name), name
+    edda_names = {
+        "workflow",
+        "activity",
+        "WorkflowContext",
+        "compensation",
+        "register_compensation",
+        "on_failure",
+        "WorkflowHooks",
+        "HooksBase",
+        "RetryPolicy",
+        "RetryExhaustedError",
+        "TerminalError",
+        "EddaApp",
+    }
+    assert edda_names <= set(kenning.__all__)
