@@ -1,7 +1,7 @@
 """The README's first example: a three-step workflow run by a separate worker process.
 
-    kenning worker --app examples.hello      # in one terminal
-    python -m examples.hello Ada             # in another: starts one and prints its result
+kenning worker --app examples.hello      # in one terminal
+python -m examples.hello Ada             # in another: starts one and prints its result
 """
 
 from __future__ import annotations
