@@ -6,7 +6,7 @@ import hashlib
 import inspect
 from collections.abc import Awaitable, Callable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from kenning.registry import REGISTRY
 
@@ -75,6 +75,10 @@ class Workflow(Generic[R]):
         return f"<workflow {self.name}>"
 
 
+class WorkflowDecorator(Protocol):
+    def __call__(self, func: Callable[..., Awaitable[R]], /) -> Workflow[R]: ...
+
+
 @overload
 def workflow(func: Callable[..., Awaitable[R]], /) -> Workflow[R]: ...
 @overload
@@ -84,7 +88,7 @@ def workflow(
     lock_timeout_seconds: float | None = None,
     name: str | None = None,
     schedule: str | None = None,
-) -> Callable[[Callable[..., Awaitable[Any]]], Workflow[Any]]: ...
+) -> WorkflowDecorator: ...
 
 
 def workflow(
@@ -95,7 +99,7 @@ def workflow(
     lock_timeout_seconds: float | None = None,
     name: str | None = None,
     schedule: str | None = None,
-) -> Workflow[Any] | Callable[[Callable[..., Awaitable[Any]]], Workflow[Any]]:
+) -> Workflow[Any] | WorkflowDecorator:
     """``@workflow`` or ``@workflow(event_handler=True)``: register a durable workflow.
 
     With ``event_handler=True`` a CloudEvent whose type equals the workflow's name starts it.
