@@ -22,6 +22,7 @@ from kenning.errors import (
 )
 from kenning.hooks import HooksBase, WorkflowHooks
 from kenning.retry import RetryPolicy
+from kenning.timers import wait_timer, wait_until
 from kenning.workflow import Workflow, workflow
 
 __all__ = [
@@ -49,5 +50,7 @@ __all__ = [
     "compensation",
     "on_failure",
     "register_compensation",
+    "wait_timer",
+    "wait_until",
     "workflow",
 ]

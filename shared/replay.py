@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -29,7 +29,7 @@ from kenning.registry import qualified_name
 from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
-from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord
+from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord, SuspendOutcome
 
 if TYPE_CHECKING:
     from kenning.activity import Activity
@@ -116,12 +116,14 @@ class Replayer:
         self.unconsumed.discard(step_id)
         return record
 
-    async def before_new_step(self, step_id: str, step_name: str) -> None:
+    async def before_new_step(self, step_id: str, step_name: str, *, flush: bool = True) -> None:
         """Checks at every step boundary before anything new runs.
 
         Recorded steps still waiting to be replayed mean the code took another path than
         the one recorded. Concurrent branches (``asyncio.gather``) replay without real
         awaits, so yielding to the loop a few times lets siblings catch up first.
+        ``flush=False`` keeps the deferred write open for a statement that folds into it
+        (a suspend).
         """
         for _ in range(20):
             if not self.unconsumed:
@@ -134,7 +136,11 @@ class Replayer:
                 f"the code now runs new step {step_id!r} ({step_name}) while recorded step(s) "
                 f"{', '.join(repr(s) for s in waiting[:5])} were never reached"
             )
-        await self.flush()
+        if flush:
+            await self.flush()
+        self.raise_if_cancelled()
+
+    def raise_if_cancelled(self) -> None:
         if self.cancelled or self.cancel_requested:
             self.cancelled = True
             raise WorkflowCancelledException(f"workflow instance {self.instance_id} was cancelled")
@@ -208,6 +214,38 @@ class Replayer:
                 await step.rollback()
                 raise
             return result
+
+    async def write_folded(self, statement: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run a fenced statement in the deferred write's transaction (or a new one) and
+        commit: a workflow's completion or suspension rides in the same commit as the
+        step before it."""
+        async with self.write_lock:
+            step = self.pending.pop() if self.pending else StepTransaction(self.db.engine)
+            try:
+                await self.flush()
+                result = await statement(await step.connection())
+                await step.commit()
+            except BaseException:
+                await step.rollback()
+                await self.discard()
+                raise
+            return result
+
+    async def suspend(self, statement: Callable[[AsyncConnection], Awaitable[SuspendOutcome]]) -> NoReturn:
+        """Give the lease back while the instance waits (event, timer).
+
+        ``statement`` registers what it waits for and releases the lease in one fenced
+        transaction, refusing when cancellation was requested: a cancel that races a
+        suspend is applied, never overwritten (Edda 0.1.0 lost it).
+        """
+        outcome = await self.write_folded(statement)
+        if outcome is SuspendOutcome.CANCELLED:
+            self.cancel_requested = True
+            self.raise_if_cancelled()
+        if outcome is SuspendOutcome.LEASE_LOST:
+            raise LeaseLostError(f"lease on {self.instance_id} was lost before it could suspend")
+        self.log.debug("instance.suspended")
+        raise Suspended()
 
     async def record_now(self, **fields: Any) -> None:
         """A fenced history write committed at once (failures, compensation records)."""
@@ -434,17 +472,11 @@ class Replayer:
             return await self._finish_without_compensation(
                 TerminalError(f"workflow {self.workflow_name} returned a value that cannot be recorded: {error}")
             )
-        step = self.pending.pop() if self.pending else StepTransaction(self.db.engine)
-        try:
-            done = await instances_sql.instance_complete(await step.connection(), self.instance_id, self.token, payload)
-            if not done:
-                raise LeaseLostError(f"lease on {self.instance_id} was lost before completion")
-            await self.flush()
-            await step.commit()
-        except BaseException:
-            await step.rollback()
-            await self.discard()
-            raise
+        done = await self.write_folded(
+            lambda conn: instances_sql.instance_complete(conn, self.instance_id, self.token, payload)
+        )
+        if not done:
+            raise LeaseLostError(f"lease on {self.instance_id} was lost before completion")
         self.log.debug("instance.completed")
         await call_hook(self.app.hooks, "on_workflow_complete", self.instance_id, self.workflow_name, result)
         return "completed"

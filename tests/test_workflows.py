@@ -216,3 +216,32 @@ async def test_polling_only_worker_still_runs_everything(database: Database, sid
         ids = [(await client.start(core.three_steps, value=n)).instance_id for n in range(5)]
         results = await asyncio.gather(*(client.result(i, timeout=10) for i in ids))
     assert results == [(n + 1) * 2 - 3 for n in range(5)]
+
+
+async def test_wait_timer_registers_and_releases_in_one_commit(
+    database: Database, sql: psycopg.Connection[tuple[object, ...]], side_channel: str
+) -> None:
+    async with Client(database=database) as client, running_worker(database, core.app):
+        started = await client.start(core.sleeper, seconds=3600)
+
+        def waiting() -> bool:
+            row = sql.execute(
+                "SELECT status, lease_token, available_at FROM kenning_instances WHERE id = %s",
+                (started.instance_id,),
+            ).fetchone()
+            return row == ("waiting_for_timer", None, None)
+
+        await eventually(waiting, timeout=10)
+        due = sql.execute(
+            "SELECT step_id, step_name, due_at - now() > interval '59 minutes' FROM kenning_timers "
+            "WHERE instance_id = %s",
+            (started.instance_id,),
+        ).fetchall()
+        assert due == [("wait_timer:1", "wait_timer", True)]
+        # cancelling a waiting instance removes its timer and compensates it
+        assert await client.cancel(started.instance_id)
+        with pytest.raises(WorkflowFailedError, match="cancelled"):
+            await client.result(started.instance_id, timeout=10)
+    assert sql.execute("SELECT count(*) FROM kenning_timers").fetchone() == (0,)
+    assert executions(side_channel)[f"release_stock:sku5:1:r-sku5 {started.instance_id}"] == 1
+    assert executions(side_channel)[f"charge {started.instance_id}"] == 0

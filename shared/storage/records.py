@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -70,3 +71,11 @@ class InstanceRow:
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 WAITING_STATUSES = frozenset({"waiting_for_event", "waiting_for_timer"})
+
+
+class SuspendOutcome(enum.Enum):
+    """What a fenced suspend statement did."""
+
+    SUSPENDED = "suspended"  # registered what it waits for and released the lease
+    CANCELLED = "cancelled"  # cancellation was requested: nothing registered, lease kept
+    LEASE_LOST = "lease_lost"  # another worker holds the instance: nothing written

@@ -89,6 +89,7 @@ event_subscriptions = Table(
     metadata,
     Column("instance_id", Text, primary_key=True),
     Column("step_id", Text, primary_key=True),
+    Column("step_name", Text, nullable=False),
     Column("event_type", Text, nullable=False),
     Column("match", JSONB),
     _ts("since"),
@@ -101,6 +102,7 @@ timers = Table(
     metadata,
     Column("instance_id", Text, primary_key=True),
     Column("step_id", Text, primary_key=True),
+    Column("step_name", Text, nullable=False),
     _ts("due_at", False),
     _ts("created_at", False),
 )

@@ -25,6 +25,7 @@ from kenning import (
     compensation,
     on_failure,
     register_compensation,
+    wait_timer,
     workflow,
 )
 from tests.support import executions, record_execution
@@ -318,3 +319,14 @@ async def slow_three(ctx: WorkflowContext, value: int) -> int:
     a = await step_one(ctx, value)
     b = await step_two(ctx, a)
     return await step_three(ctx, b)
+
+
+# ------------------------------------------------------------------ suspension
+
+
+@workflow
+async def sleeper(ctx: WorkflowContext, seconds: float) -> str:
+    await reserve(ctx, "sku5", 1)
+    await wait_timer(ctx, seconds)
+    await charge(ctx, 1)
+    return "woke"

@@ -85,6 +85,7 @@ CREATE TABLE kenning_compensations (
 CREATE TABLE kenning_event_subscriptions (
     instance_id  text NOT NULL,
     step_id      text NOT NULL,
+    step_name    text NOT NULL,
     event_type   text NOT NULL,
     match        jsonb,
     since        timestamptz,
@@ -99,6 +100,7 @@ CREATE INDEX kenning_event_subscriptions_timeout ON kenning_event_subscriptions 
 CREATE TABLE kenning_timers (
     instance_id text NOT NULL,
     step_id     text NOT NULL,
+    step_name   text NOT NULL,
     due_at      timestamptz NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (instance_id, step_id)
