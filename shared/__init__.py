@@ -20,6 +20,7 @@ from kenning.errors import (
     WorkflowFailedError,
     WorkflowNotFoundError,
 )
+from kenning.events import ReceivedEvent, wait_event
 from kenning.hooks import HooksBase, WorkflowHooks
 from kenning.retry import RetryPolicy
 from kenning.timers import wait_timer, wait_until
@@ -36,6 +37,7 @@ __all__ = [
     "KenningError",
     "LeaseLostError",
     "NonDeterminismError",
+    "ReceivedEvent",
     "RetryExhaustedError",
     "RetryPolicy",
     "StartedInstance",
@@ -50,6 +52,7 @@ __all__ = [
     "compensation",
     "on_failure",
     "register_compensation",
+    "wait_event",
     "wait_timer",
     "wait_until",
     "workflow",

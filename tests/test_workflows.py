@@ -245,3 +245,31 @@ async def test_wait_timer_registers_and_releases_in_one_commit(
     assert sql.execute("SELECT count(*) FROM kenning_timers").fetchone() == (0,)
     assert executions(side_channel)[f"release_stock:sku5:1:r-sku5 {started.instance_id}"] == 1
     assert executions(side_channel)[f"charge {started.instance_id}"] == 0
+
+
+async def test_wait_event_subscribes_with_correlation_and_releases(
+    database: Database, sql: psycopg.Connection[tuple[object, ...]], side_channel: str
+) -> None:
+    async with Client(database=database) as client, running_worker(database, core.app):
+        started = await client.start(core.awaits_payment, order_id="o-9")
+
+        def subscribed() -> list[tuple[object, ...]]:
+            return sql.execute(
+                "SELECT s.step_id, s.step_name, s.event_type, s.match, s.timeout_at > now() + interval '9 minutes', "
+                "i.status, i.lease_token FROM kenning_event_subscriptions s JOIN kenning_instances i "
+                "ON i.id = s.instance_id WHERE s.instance_id = %s",
+                (started.instance_id,),
+            ).fetchall()
+
+        rows = await eventually(subscribed, timeout=10)
+        assert rows == [
+            (
+                "wait_event_payment.completed:1",
+                "wait_event:payment.completed",
+                "payment.completed",
+                {"order_id": "o-9"},
+                True,
+                "waiting_for_event",
+                None,
+            )
+        ]

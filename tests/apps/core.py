@@ -25,6 +25,7 @@ from kenning import (
     compensation,
     on_failure,
     register_compensation,
+    wait_event,
     wait_timer,
     workflow,
 )
@@ -330,3 +331,10 @@ async def sleeper(ctx: WorkflowContext, seconds: float) -> str:
     await wait_timer(ctx, seconds)
     await charge(ctx, 1)
     return "woke"
+
+
+@workflow
+async def awaits_payment(ctx: WorkflowContext, order_id: str) -> str:
+    await reserve(ctx, "sku7", 1)
+    event = await wait_event(ctx, "payment.completed", timeout_seconds=600, match={"order_id": order_id})
+    return str(event.data)
