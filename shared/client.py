@@ -69,8 +69,11 @@ class Client:
             except (TypeError, ValueError) as error:
                 raise TypeError(f"invalid input for workflow {name!r}: {error}") from None
         source_hash = wf.source_hash if wf is not None else ""
-        async with self.database.engine.begin() as conn:
-            if wf is not None and (name, source_hash) not in self._known_definitions:
+        known = wf is None or (name, source_hash) in self._known_definitions
+        # Once the definition is stored, a start is a single autocommit statement.
+        engine = self.database.autocommit if known else self.database.engine
+        async with engine.begin() as conn:
+            if not known and wf is not None:
                 await instances_sql.definition_upsert(conn, name, source_hash, wf.source)
             started = await instances_sql.instance_insert(
                 conn,

@@ -77,7 +77,7 @@ async def compensate_and_finish(replayer: Replayer, *, error: BaseException | No
         if not finished:
             raise LeaseLostError(f"lease on {replayer.instance_id} was lost before it finished")
     except LeaseLostError:
-        await replayer.discard()
+        replayer.discard()
         replayer.log.warning("instance.lease_lost")
         return "lease_lost"
     hooks = replayer.app.hooks

@@ -32,6 +32,11 @@ class StepTransaction:
             self._session = AsyncSession(bind=self._engine, expire_on_commit=False)
         return self._session
 
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the activity opened the transaction (``ctx.session``, outbox writes)."""
+        return self._session is not None or self._connection is not None
+
     async def connection(self) -> AsyncConnection:
         """The connection of this transaction, begun if it was not yet."""
         if self._session is not None:

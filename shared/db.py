@@ -51,6 +51,12 @@ class Database:
     url: str
     engine: AsyncEngine
 
+    @property
+    def autocommit(self) -> AsyncEngine:
+        """The same pool in autocommit mode: a single-statement write is one round trip
+        (no BEGIN, no COMMIT) and still its own transaction."""
+        return self.engine.execution_options(isolation_level="AUTOCOMMIT")
+
     async def dispose(self) -> None:
         await self.engine.dispose()
 

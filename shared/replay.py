@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import structlog
@@ -50,6 +51,21 @@ COMPENSATION_FAILED = "CompensationFailed"
 REPLAYED_KINDS = frozenset({ACTIVITY_COMPLETED, ACTIVITY_FAILED, EVENT_RECEIVED, EVENT_TIMEOUT, TIMER_EXPIRED})
 
 
+@dataclass(frozen=True)
+class PendingRecord:
+    """A step's history row, written at the next step boundary."""
+
+    step_id: str
+    kind: str
+    step_name: str
+    payload: Any
+    payload_bytes: bytes | None = None
+    clear_attempts: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {"step_id": self.step_id, "kind": self.kind, "step_name": self.step_name, "payload": self.payload}
+
+
 class Suspended(BaseException):
     """The instance gave its lease back (waiting, or a durable retry back-off).
 
@@ -83,7 +99,7 @@ class Replayer:
         self.compensations = list(compensations)
         self.unsaved_compensations: list[CompensationRecord] = []
         self.counters: dict[str, int] = {}
-        self.pending: list[StepTransaction] = []
+        self.pending: PendingRecord | None = None
         self.write_lock = asyncio.Lock()
         self.cancel_requested = claimed.cancel_requested
         self.cancelled = False
@@ -146,90 +162,74 @@ class Replayer:
             raise WorkflowCancelledException(f"workflow instance {self.instance_id} was cancelled")
 
     # ---------------------------------------------------------------- writes
+    #
+    # A finished activity's record is kept in memory until the next step boundary and
+    # written there in one autocommit statement (one round trip, one commit); when that
+    # boundary is the workflow's return, the record and the completion are one statement.
+    # An activity that opened a transaction (ctx.session, outbox) is recorded inside it.
+
+    async def _autocommit(self, statement: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        async with self.db.autocommit.connect() as conn:
+            return await statement(conn)
+
+    async def _write_record(self, conn: AsyncConnection, record: PendingRecord) -> None:
+        flag = await history_sql.history_record_step(
+            conn,
+            instance_id=self.instance_id,
+            token=self.token,
+            step_id=record.step_id,
+            kind=record.kind,
+            step_name=record.step_name,
+            payload=record.payload,
+            payload_bytes=record.payload_bytes,
+            compensations=self.unsaved_compensations,
+            clear_attempts=record.clear_attempts,
+        )
+        if flag is None:
+            raise LeaseLostError(f"lease on {self.instance_id} was lost before step {record.step_id!r} was recorded")
+        self.unsaved_compensations = []
+        self.cancel_requested = self.cancel_requested or flag
+
+    async def _flush_locked(self) -> None:
+        record, self.pending = self.pending, None
+        if record is not None:
+            await self._autocommit(lambda conn: self._write_record(conn, record))
 
     async def flush(self) -> None:
-        """Commit every deferred step write."""
-        pending, self.pending = self.pending, []
-        for step in pending:
-            await step.commit()
-
-    async def discard(self) -> None:
-        pending, self.pending = self.pending, []
-        for step in pending:
-            await step.rollback()
-
-    async def record(
-        self,
-        step: StepTransaction,
-        *,
-        step_id: str,
-        kind: str,
-        step_name: str,
-        payload: Any,
-        payload_bytes: bytes | None = None,
-        clear_attempts: bool = False,
-        defer: bool = True,
-    ) -> None:
-        """Fenced write of one history row (plus unsaved compensations) in ``step``.
-
-        The fence locks the instance row until commit, so concurrent steps of one
-        instance (``asyncio.gather``) take turns here, each committing the previous one's
-        deferred write first instead of waiting on its row lock.
-        """
+        """Write the deferred step record, if any."""
         async with self.write_lock:
-            await self.flush()
-            connection = await step.connection()
-            flag = await history_sql.history_record_step(
-                connection,
-                instance_id=self.instance_id,
-                token=self.token,
-                step_id=step_id,
-                kind=kind,
-                step_name=step_name,
-                payload=payload,
-                payload_bytes=payload_bytes,
-                compensations=self.unsaved_compensations,
-                clear_attempts=clear_attempts,
-            )
-            if flag is None:
-                await step.rollback()
-                raise LeaseLostError(f"lease on {self.instance_id} was lost before step {step_id!r} was recorded")
-            self.unsaved_compensations = []
-            self.cancel_requested = self.cancel_requested or flag
+            await self._flush_locked()
+
+    def discard(self) -> None:
+        self.pending = None
+
+    async def record(self, step: StepTransaction, *, defer: bool = True, **fields: Any) -> None:
+        """Fenced write of one history row (plus unsaved compensations).
+
+        Concurrent steps of one instance (``asyncio.gather``) take turns here.
+        """
+        record = PendingRecord(**fields)
+        async with self.write_lock:
+            await self._flush_locked()
+            if step.in_transaction:
+                try:
+                    await self._write_record(await step.connection(), record)
+                    await step.commit()
+                except BaseException:
+                    await step.rollback()
+                    raise
+                return
+            await step.close()
             if defer:
-                self.pending.append(step)
+                self.pending = record
             else:
-                await step.commit()
+                await self._autocommit(lambda conn: self._write_record(conn, record))
 
     async def write_now(self, statement: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run one fenced statement in its own transaction and commit it at once, after
-        committing the deferred writes (whose row locks it would otherwise wait on)."""
+        """Run one fenced statement, after the deferred record, each its own commit."""
         async with self.write_lock:
-            await self.flush()
-            step = StepTransaction(self.db.engine)
-            try:
-                result = await statement(await step.connection())
-                await step.commit()
-            except BaseException:
-                await step.rollback()
-                raise
-            return result
-
-    async def write_folded(self, statement: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run a fenced statement in the deferred write's transaction (or a new one) and
-        commit: a workflow's completion or suspension rides in the same commit as the
-        step before it."""
-        async with self.write_lock:
-            step = self.pending.pop() if self.pending else StepTransaction(self.db.engine)
-            try:
-                await self.flush()
-                result = await statement(await step.connection())
-                await step.commit()
-            except BaseException:
-                await step.rollback()
-                await self.discard()
-                raise
-            return result
+            await self._flush_locked()
+            return await self._autocommit(statement)
 
     async def suspend(self, statement: Callable[[AsyncConnection], Awaitable[SuspendOutcome]]) -> NoReturn:
         """Give the lease back while the instance waits (event, timer).
@@ -238,7 +238,7 @@ class Replayer:
         transaction, refusing when cancellation was requested: a cancel that races a
         suspend is applied, never overwritten (Edda 0.1.0 lost it).
         """
-        outcome = await self.write_folded(statement)
+        outcome = await self.write_now(statement)
         if outcome is SuspendOutcome.CANCELLED:
             self.cancel_requested = True
             self.raise_if_cancelled()
@@ -249,7 +249,6 @@ class Replayer:
 
     async def record_now(self, **fields: Any) -> None:
         """A fenced history write committed at once (failures, compensation records)."""
-        await self.flush()
         await self.record(StepTransaction(self.db.engine), defer=False, **fields)
 
     # ---------------------------------------------------------------- activities
@@ -445,11 +444,11 @@ class Replayer:
             await self.flush()
             return "suspended"
         except LeaseLostError:
-            await self.discard()
+            self.discard()
             self.log.warning("instance.lease_lost")
             return "lease_lost"
         except NonDeterminismError as error:
-            await self.discard()
+            self.discard()
             self.log.error("instance.non_deterministic", error=str(error))
             await self._finish_without_compensation(error)
             return "failed"
@@ -459,7 +458,7 @@ class Replayer:
             self.log.info("instance.failed", error=repr(error))
             return await compensate_and_finish(self, error=error, cancelled=False)
         except asyncio.CancelledError:
-            await self.discard()
+            self.discard()
             raise
         if self.cancelled:
             return await compensate_and_finish(self, error=None, cancelled=True)
@@ -472,9 +471,17 @@ class Replayer:
             return await self._finish_without_compensation(
                 TerminalError(f"workflow {self.workflow_name} returned a value that cannot be recorded: {error}")
             )
-        done = await self.write_folded(
-            lambda conn: instances_sql.instance_complete(conn, self.instance_id, self.token, payload)
-        )
+        async with self.write_lock:
+            if self.pending is not None and (self.pending.payload_bytes is not None or self.pending.clear_attempts):
+                await self._flush_locked()  # rare shapes the folded statement does not carry
+            last, self.pending = self.pending, None
+            final_step = None if last is None else last.as_json()
+            compensations = [c.to_json() for c in self.unsaved_compensations]
+            done = await self._autocommit(
+                lambda conn: instances_sql.instance_complete(
+                    conn, self.instance_id, self.token, payload, final_step=final_step, compensations=compensations
+                )
+            )
         if not done:
             raise LeaseLostError(f"lease on {self.instance_id} was lost before completion")
         self.log.debug("instance.completed")

@@ -20,6 +20,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_options(parser)
     add_option(parser, "--concurrency", default=32, type=positive_int, help="instances run at once")
     add_option(parser, "--lease-seconds", default=30.0, type=positive_float, help="lease length")
+    add_option(
+        parser,
+        "--pool-size",
+        default=10,
+        type=positive_int,
+        help="database connections per worker; instances in flight share them",
+    )
     add_option(parser, "--poll-interval", default=1.0, type=positive_float, help="fallback poll interval (s)")
     add_option(
         parser,
@@ -37,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _serve(args: argparse.Namespace) -> None:
     app = load_app(args.app)
-    database = connect(args.database_url, pool_size=min(args.concurrency, 10) + 2, max_overflow=args.concurrency)
+    database = connect(args.database_url, pool_size=args.pool_size, max_overflow=2)
     worker = Worker(
         database,
         app,

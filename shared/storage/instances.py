@@ -200,19 +200,54 @@ async def instance_heartbeat(conn: AsyncConnection, tokens: Sequence[str], lease
 
 _INSTANCE_COMPLETE = text(
     """
-    UPDATE kenning_instances
+    WITH fence AS (
+        SELECT id FROM kenning_instances
+        WHERE id = :id AND lease_token = CAST(:token AS uuid)
+        FOR UPDATE
+    ), final_step AS (
+        -- the workflow's last step, folded into its completion: one statement, one commit
+        INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload)
+        SELECT fence.id, s.step_id, s.kind, s.step_name, s.payload
+        FROM fence, jsonb_to_recordset(CAST(:final_step AS jsonb)) AS s(
+            step_id text, kind text, step_name text, payload jsonb)
+        RETURNING 1
+    ), saved AS (
+        INSERT INTO kenning_compensations
+            (instance_id, comp_id, position, function_name, args, kwargs, retry_policy)
+        SELECT fence.id, c.comp_id, c.position, c.function_name, c.args, c.kwargs, c.retry_policy
+        FROM fence, jsonb_to_recordset(CAST(:compensations AS jsonb)) AS c(
+            comp_id text, position integer, function_name text, args jsonb, kwargs jsonb, retry_policy jsonb)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    )
+    UPDATE kenning_instances AS i
     SET status = 'completed', result = CAST(:result AS jsonb), lease_token = NULL, lease_owner = NULL,
         available_at = NULL, attempts = '{}', finished_at = now(), updated_at = now()
-    WHERE id = :id AND lease_token = CAST(:token AS uuid)
-    RETURNING id
+    FROM fence
+    WHERE i.id = fence.id
+    RETURNING i.id
     """
 )
 
 
-async def instance_complete(conn: AsyncConnection, instance_id: str, token: str, result: Any) -> bool:
-    row = (
-        await conn.execute(_INSTANCE_COMPLETE, {"id": instance_id, "token": token, "result": json.dumps(result)})
-    ).first()
+async def instance_complete(
+    conn: AsyncConnection,
+    instance_id: str,
+    token: str,
+    result: Any,
+    *,
+    final_step: dict[str, Any] | None = None,
+    compensations: list[dict[str, Any]] | None = None,
+) -> bool:
+    """Complete a leased instance, recording its last step in the same statement."""
+    params = {
+        "id": instance_id,
+        "token": token,
+        "result": json.dumps(result),
+        "final_step": json.dumps([final_step] if final_step else []),
+        "compensations": json.dumps(compensations or []),
+    }
+    row = (await conn.execute(_INSTANCE_COMPLETE, params)).first()
     return row is not None
 
 
