@@ -446,3 +446,51 @@ async def instance_list(
 ) -> list[InstanceRow]:
     result = await conn.execute(_INSTANCE_LIST, {"status": status, "workflow": workflow_name, "limit": limit})
     return [_instance_row(tuple(row)) for row in result]
+
+
+_INSTANCE_RETRY = text(
+    """
+    WITH target AS (
+        SELECT i.id,
+               (SELECT count(*) FROM kenning_history h
+                WHERE h.instance_id = i.id AND h.kind = 'CompensationExecuted') AS compensated
+        FROM kenning_instances i
+        WHERE i.id = :id AND i.status = 'failed'
+        FOR UPDATE
+    ), cleared AS (
+        DELETE FROM kenning_history h USING target
+        WHERE h.instance_id = target.id AND target.compensated = 0
+          AND h.kind IN ('ActivityFailed', 'EventTimeout', 'CompensationFailed')
+        RETURNING h.step_id
+    ), retried AS (
+        UPDATE kenning_instances AS i
+        SET status = 'pending', error = NULL, result = NULL, attempts = '{}', cancel_requested = false,
+            available_at = now(), finished_at = NULL, updated_at = now()
+        FROM target
+        WHERE i.id = target.id AND target.compensated = 0
+        RETURNING i.id
+    )
+    SELECT target.compensated, (SELECT count(*) FROM cleared), (SELECT count(*) FROM retried),
+           (SELECT pg_notify('kenning_instances', '') IS NULL FROM retried)
+    FROM target
+    """
+)
+
+
+async def instance_retry(conn: AsyncConnection, instance_id: str) -> dict[str, Any]:
+    """Make a failed instance runnable again: its failed steps are forgotten, so replay
+    re-runs them, and every step that succeeded is replayed from history.
+
+    Refused once a compensation has run: replaying steps whose effects were undone would
+    leave the saga inconsistent; start a new instance instead.
+    """
+    row = (await conn.execute(_INSTANCE_RETRY, {"id": instance_id})).first()
+    if row is None:
+        return {"retried": False, "message": "only a failed instance can be retried"}
+    compensated, cleared, retried = int(row[0]), int(row[1]), int(row[2])
+    if compensated:
+        return {
+            "retried": False,
+            "message": f"{compensated} compensation(s) already undid its steps; start a new instance instead",
+        }
+    return {"retried": bool(retried), "message": f"runnable again; {cleared} failed step(s) will run anew"}

@@ -1,0 +1,1 @@
+"""Operator subcommands of ``kenning``: instances, start, send."""
