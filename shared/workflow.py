@@ -8,10 +8,13 @@ from collections.abc import Awaitable, Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
+from kenning.errors import ConfigurationError
 from kenning.registry import REGISTRY
+from kenning.schedules import parse_schedule
 
 if TYPE_CHECKING:
     from kenning.client import StartedInstance
+    from kenning.cron import CronSchedule
 
 R = TypeVar("R")
 
@@ -25,6 +28,7 @@ class Workflow(Generic[R]):
         event_handler: bool = False,
         lock_timeout_seconds: float | None = None,
         schedule: str | None = None,
+        timezone: str | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(func):
             raise TypeError(f"workflow {func.__qualname__} must be an async function")
@@ -33,6 +37,11 @@ class Workflow(Generic[R]):
         self.event_handler = event_handler
         self.lock_timeout_seconds = lock_timeout_seconds
         self.schedule = schedule
+        self.timezone = timezone
+        if timezone is not None and schedule is None:
+            raise ConfigurationError(f"workflow {self.name!r}: timezone= needs schedule=")
+        # The cron schedule the scheduler process starts it on (checked here, at import).
+        self.cron: CronSchedule | None = parse_schedule(self.name, schedule, timezone) if schedule is not None else None
         self.__name__ = func.__name__
         self.__qualname__ = func.__qualname__
         self.__module__ = func.__module__
@@ -88,6 +97,7 @@ def workflow(
     lock_timeout_seconds: float | None = None,
     name: str | None = None,
     schedule: str | None = None,
+    timezone: str | None = None,
 ) -> WorkflowDecorator: ...
 
 
@@ -99,15 +109,23 @@ def workflow(
     lock_timeout_seconds: float | None = None,
     name: str | None = None,
     schedule: str | None = None,
+    timezone: str | None = None,
 ) -> Workflow[Any] | WorkflowDecorator:
     """``@workflow`` or ``@workflow(event_handler=True)``: register a durable workflow.
 
     With ``event_handler=True`` a CloudEvent whose type equals the workflow's name starts it.
+    With ``schedule="*/5 * * * *"`` the scheduler process starts it on every cron tick, in
+    UTC or in ``timezone`` (an IANA name such as ``"Europe/Paris"``).
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> Workflow[Any]:
         wf: Workflow[Any] = Workflow(
-            f, name=name, event_handler=event_handler, lock_timeout_seconds=lock_timeout_seconds, schedule=schedule
+            f,
+            name=name,
+            event_handler=event_handler,
+            lock_timeout_seconds=lock_timeout_seconds,
+            schedule=schedule,
+            timezone=timezone,
         )
         REGISTRY.add_workflow(wf)
         return wf

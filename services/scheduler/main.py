@@ -1,0 +1,66 @@
+"""``kenning scheduler``: the process entry point."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+import structlog
+
+from kenning.app import App
+from kenning.appload import load_app
+from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
+from kenning.db import connect
+from kenning.migrate import migrate
+from kenning.scheduler.scheduler import Scheduler, SchedulerSettings
+from kenning.schedules import scheduled_workflows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_option(
+        parser,
+        "--app",
+        default="",
+        help="modules defining workflows, for their cron schedules: module[:attribute][,module...] "
+        "(timers and event timeouts need none)",
+    )
+    add_database_options(parser)
+    add_option(parser, "--batch-size", default=100, type=positive_int, help="timers fired per transaction")
+    add_option(parser, "--poll-interval", default=1.0, type=positive_float, help="fallback poll interval (s)")
+    add_option(parser, "--listen", default=True, type=bool, help="wake on LISTEN/NOTIFY (else poll only)")
+    add_option(parser, "--migrate", default=True, type=bool, help="bring the schema up to date at start")
+    add_option(parser, "--scheduler-id", default="", help="name in logs (default host-pid-random)")
+    add_logging_options(parser)
+
+
+async def _serve(args: argparse.Namespace, app: App | None) -> None:
+    database = connect(args.database_url, pool_size=2, max_overflow=2)
+    scheduler = Scheduler(
+        database,
+        app,
+        SchedulerSettings(
+            batch_size=args.batch_size,
+            poll_interval=args.poll_interval,
+            listen=args.listen,
+            scheduler_id=args.scheduler_id,
+        ),
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, scheduler.stop)
+    try:
+        await scheduler.run()
+    finally:
+        await database.dispose()
+
+
+def run(args: argparse.Namespace) -> int:
+    app = load_app(args.app) if args.app.strip() else None
+    if app is not None:
+        scheduled_workflows(app.registry)  # a schedule's workflow that needs arguments: exit 2 now
+    if args.migrate:
+        migrate(args.database_url)
+    structlog.get_logger("kenning.scheduler").info("scheduler.starting", app=args.app or None)
+    asyncio.run(_serve(args, app))
+    return 0

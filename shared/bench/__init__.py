@@ -1,0 +1,1 @@
+"""``kenning bench``: honest numbers, each beside a limit measured in the same run."""

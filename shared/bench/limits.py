@@ -1,0 +1,131 @@
+"""The limits every benchmark result is divided by, measured on the same database:
+``pgbench -N``, a bare single-row insert loop, and the bare engine (Kenning's own claim,
+step and completion SQL driven by plain psycopg, with nothing else around it)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import subprocess
+import time
+
+import psycopg
+
+from kenning.bench.sqlrun import psycopg_sql
+from kenning.storage import history as history_sql
+from kenning.storage import instances as instances_sql
+
+CLAIM = psycopg_sql(instances_sql._INSTANCE_CLAIM)
+RECORD = psycopg_sql(history_sql._HISTORY_RECORD_STEP)
+COMPLETE = psycopg_sql(instances_sql._INSTANCE_COMPLETE)
+
+
+def pgbench_tps(url: str, clients: int, seconds: float) -> float | None:
+    """``pgbench -N`` (simple update) TPS, or None where pgbench is not installed."""
+    binary = shutil.which("pgbench")
+    if binary is None:
+        return None
+    subprocess.run([binary, "-i", "-q", "-s", "1", url], check=True, capture_output=True, timeout=300)
+    out = subprocess.run(
+        [binary, "-N", "-n", "-c", str(clients), "-j", str(min(clients, 2)), "-T", str(max(1, round(seconds))), url],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    ).stdout
+    match = re.search(r"tps = ([\d.]+)", out)
+    return float(match.group(1)) if match else None
+
+
+async def insert_loop_rate(url: str, clients: int, seconds: float) -> float:
+    """Single-row inserts per second, each its own commit, ``clients`` at once."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("DROP TABLE IF EXISTS bench_insert")
+        await conn.execute("CREATE TABLE bench_insert (id bigserial PRIMARY KEY, payload text NOT NULL)")
+    deadline = time.monotonic() + seconds
+    counts = [0] * clients
+
+    async def loop(i: int) -> None:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                await conn.execute("INSERT INTO bench_insert (payload) VALUES (%s)", ("x" * 32,))
+                counts[i] += 1
+
+    started = time.monotonic()
+    await asyncio.gather(*(loop(i) for i in range(clients)))
+    return sum(counts) / (time.monotonic() - started)
+
+
+async def bare_engine_rate(url: str, clients: int, workflows: int, batch: int = 10) -> dict[str, float]:
+    """Three-step workflows through Kenning's SQL alone: batched claim with a lease token,
+    one fenced round trip per step, the last folded into the fenced completion."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("DELETE FROM kenning_instances WHERE workflow_name = 'bench_bare'")
+        await conn.execute(
+            "INSERT INTO kenning_instances (id, workflow_name, available_at) "
+            "SELECT 'bare-' || g, 'bench_bare', now() FROM generate_series(1, %s) g",
+            (workflows,),
+        )
+        before = await commits(conn)
+
+    async def loop(i: int) -> None:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            while True:
+                cur = await conn.execute(
+                    CLAIM,
+                    {"owner": f"bare-{i}", "names": ["bench_bare"], "limit": batch, "lease_seconds": 30.0, "now": None},
+                )
+                claimed = await cur.fetchall()
+                if not claimed:
+                    return
+                for row in claimed:
+                    instance_id, token = row[0], row[5]
+                    for n in (1, 2):
+                        await conn.execute(
+                            RECORD,
+                            {
+                                "id": instance_id,
+                                "token": token,
+                                "step_id": f"bump:{n}",
+                                "kind": "ActivityCompleted",
+                                "step_name": "bump",
+                                "payload": '{"result": 1}',
+                                "payload_bytes": None,
+                                "compensations": "[]",
+                            },
+                        )
+                    await conn.execute(
+                        COMPLETE,
+                        {
+                            "id": instance_id,
+                            "token": token,
+                            "result": '{"result": 3}',
+                            "final_step": '[{"step_id": "bump:3", "kind": "ActivityCompleted", "step_name": "bump", '
+                            '"payload": {"result": 3}}]',
+                            "compensations": "[]",
+                        },
+                    )
+
+    started = time.monotonic()
+    await asyncio.gather(*(loop(i) for i in range(clients)))
+    elapsed = time.monotonic() - started
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        after = await commits(conn, settle=True)
+        done = await (
+            await conn.execute(
+                "SELECT count(*) FROM kenning_instances WHERE workflow_name = 'bench_bare' AND status = 'completed'"
+            )
+        ).fetchone()
+    assert done is not None and done[0] == workflows, f"bare engine completed {done} of {workflows}"
+    return {"workflows_per_second": workflows / elapsed, "commits_per_workflow": (after - before) / workflows}
+
+
+async def commits(conn: psycopg.AsyncConnection[tuple[object, ...]], settle: bool = False) -> int:
+    """Committed transactions of this database so far (``pg_stat_database``)."""
+    if settle:
+        await asyncio.sleep(1.2)  # backends flush their counters about once a second
+    cur = await conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+    row = await cur.fetchone()
+    assert row is not None
+    return int(str(row[0]))

@@ -1,0 +1,124 @@
+"""``kenning bench``: every section on one scratch database, a table, and a JSON file."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import structlog
+
+from kenning.bench import limits, long, scale, throughput
+from kenning.bench.report import render
+from kenning.config import add_logging_options, add_option
+from kenning.embedded import postgres_server, with_database
+from kenning.migrate import migrate
+
+_log = structlog.get_logger("kenning.bench")
+
+FULL = {
+    "workflows": 2000,
+    "workers": "1,2,4",
+    "finished": 1_000_000,
+    "waiting": 100_000,
+    "long": (100, 1000),
+    "limit_seconds": 10.0,
+    "samples": 200,
+}
+QUICK = {
+    "workflows": 60,
+    "workers": "1,2",
+    "finished": 2000,
+    "waiting": 200,
+    "long": (10, 50),
+    "limit_seconds": 1.0,
+    "samples": 10,
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_option(
+        parser,
+        "--database-url",
+        default="",
+        help="server to benchmark on (a scratch database is created there and dropped); "
+        "default: KENNING_TEST_DATABASE_URL, a container, or an embedded PostgreSQL",
+    )
+    parser.add_argument("--quick", action="store_true", help="a tiny configuration (seconds, for tests)")
+    parser.add_argument("--workflows", type=int, help="workflows per throughput run")
+    parser.add_argument("--workers", help="worker process counts, comma-separated (default 1,2,4)")
+    parser.add_argument("--concurrency", type=int, default=50, help="instances in flight per worker")
+    parser.add_argument("--clients", type=int, default=8, help="client count for pgbench and the limits")
+    parser.add_argument(
+        "--sections",
+        default="limits,throughput,scale,long",
+        help="comma-separated subset of: limits,throughput,scale,long",
+    )
+    parser.add_argument("--output", default="bench-results/bench.json", help="where to write the JSON")
+    add_logging_options(parser)
+
+
+async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]) -> dict[str, Any]:
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    results: dict[str, Any] = {}
+    workflows = args.workflows or size["workflows"]
+    workers = [int(w) for w in (args.workers or size["workers"]).split(",")]
+    if "limits" in sections:
+        results["limits"] = {
+            "clients": args.clients,
+            "pgbench_tps": await asyncio.to_thread(limits.pgbench_tps, url, args.clients, size["limit_seconds"]),
+            "insert_per_second": round(await limits.insert_loop_rate(url, args.clients, size["limit_seconds"]), 1),
+            "bare_engine": await limits.bare_engine_rate(url, args.clients, workflows),
+        }
+    if "throughput" in sections:
+        results["throughput"] = [await throughput.run_throughput(url, workflows, w, args.concurrency) for w in workers]
+    if "scale" in sections:
+        empty = await asyncio.to_thread(scale.claim_query_ms, url)
+        await asyncio.to_thread(scale.fill, url, size["finished"], size["waiting"])
+        full = await asyncio.to_thread(scale.claim_query_ms, url)
+        loaded = await throughput.run_throughput(url, workflows, min(2, max(workers)), args.concurrency)
+        results["scale"] = {
+            "finished_instances": size["finished"],
+            "waiting_instances": size["waiting"],
+            "claim_empty": empty,
+            "claim_loaded": full,
+            "throughput_loaded": loaded,
+        }
+    if "long" in sections:
+        results["long"] = await long.run_long(url, *size["long"])
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    size = QUICK if args.quick else FULL
+    name = f"kenning_bench_{uuid.uuid4().hex[:8]}"
+    started = time.time()
+    with postgres_server(args.database_url or os.environ.get("KENNING_TEST_DATABASE_URL") or None) as server:
+        with psycopg.connect(with_database(server, "postgres"), autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        url = with_database(server, name)
+        try:
+            migrate(url)
+            results = asyncio.run(_run_sections(url, args, size))
+        finally:
+            with psycopg.connect(with_database(server, "postgres"), autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    report = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "configuration": "quick" if args.quick else "full",
+        "duration_seconds": round(time.time() - started, 1),
+        **results,
+    }
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2))
+    print(render(report))  # noqa: T201 - the report is this command's output
+    _log.info("bench.written", output=str(output))
+    return 0

@@ -1,0 +1,83 @@
+"""Real Kenning processes for the benchmark, started the way compose starts them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import psutil
+
+
+class Fleet:
+    """Processes with their logs in files; all stopped on exit."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self.log_dir = Path(tempfile.mkdtemp(prefix="kenning-bench-"))
+        self.procs: list[tuple[psutil.Popen, Path]] = []
+
+    def spawn(self, args: Sequence[str], ready: str, env: dict[str, str] | None = None) -> psutil.Popen:
+        log = self.log_dir / f"{args[0]}-{len(self.procs)}.log"
+        full_env = {
+            **os.environ,
+            "KENNING_DATABASE_URL": self.database_url,
+            "KENNING_LOG_FORMAT": "json",
+            "KENNING_LOG_LEVEL": "info",
+            **(env or {}),
+        }
+        with open(log, "wb") as out:
+            proc = psutil.Popen(
+                [sys.executable, "-m", "kenning", *args], env=full_env, stdout=out, stderr=subprocess.STDOUT
+            )
+        self.procs.append((proc, log))
+        deadline = time.monotonic() + 60
+        while ready not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"kenning {args[0]} did not start:\n{log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.02)
+        return proc
+
+    def cpu_seconds(self, procs: Sequence[psutil.Popen]) -> float:
+        total = 0.0
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
+
+    def stop(self) -> None:
+        for proc, _ in self.procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(signal.SIGTERM)
+        for proc, _ in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except psutil.TimeoutExpired:
+                proc.kill()
+        self.procs.clear()
+
+
+@contextlib.contextmanager
+def fleet(database_url: str) -> Iterator[Fleet]:
+    running = Fleet(database_url)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def postgres_cpu_seconds() -> float | None:
+    """CPU of every local ``postgres`` process, or None when the server is not local."""
+    total, found = 0.0, False
+    for proc in psutil.process_iter(["name", "cpu_times"]):
+        if proc.info["name"] in ("postgres", "postmaster") and proc.info["cpu_times"] is not None:
+            found = True
+            total += proc.info["cpu_times"].user + proc.info["cpu_times"].system
+    return total if found else None

@@ -1,0 +1,69 @@
+"""Scale: the claim query and throughput with many finished and waiting instances present."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+
+from kenning.bench.limits import CLAIM
+
+
+def fill(url: str, finished: int, waiting: int) -> None:
+    """Bulk-load finished instances (with history) and instances waiting on events/timers."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO kenning_instances (id, workflow_name, status, result, finished_at, run_count) "
+            "SELECT 'done-' || g, 'bench_old', 'completed', '{\"result\": 1}', now(), 1 "
+            "FROM generate_series(1, %s) g",
+            (finished,),
+        )
+        conn.execute(
+            "INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload) "
+            "SELECT 'done-' || g, 'bump:1', 'ActivityCompleted', 'bump', '{\"result\": 1}' "
+            "FROM generate_series(1, %s) g",
+            (finished,),
+        )
+        conn.execute(
+            "INSERT INTO kenning_instances (id, workflow_name, status, run_count) "
+            "SELECT 'wait-' || g, 'bench_old', CASE WHEN g % 2 = 0 THEN 'waiting_for_event' "
+            "ELSE 'waiting_for_timer' END, 1 FROM generate_series(1, %s) g",
+            (waiting,),
+        )
+        conn.execute(
+            "INSERT INTO kenning_event_subscriptions (instance_id, step_id, step_name, event_type) "
+            "SELECT 'wait-' || g, 'wait_event_x:1', 'wait_event:x', 'x' FROM generate_series(2, %s, 2) g",
+            (waiting,),
+        )
+        conn.execute(
+            "INSERT INTO kenning_timers (instance_id, step_id, step_name, due_at) "
+            "SELECT 'wait-' || g, 'wait_timer:1', 'wait_timer', now() + interval '30 days' "
+            "FROM generate_series(1, %s, 2) g",
+            (waiting,),
+        )
+        conn.execute("VACUUM ANALYZE")
+
+
+def claim_query_ms(url: str, repeats: int = 50) -> dict[str, Any]:
+    """Median time of the claim statement when nothing is claimable (it must not scan)."""
+    timings = []
+    with psycopg.connect(url) as conn:
+        for _ in range(repeats):
+            started = time.perf_counter()
+            conn.execute(
+                CLAIM,
+                {"owner": "probe", "names": ["bench_three"], "limit": 10, "lease_seconds": 30.0, "now": None},
+            ).fetchall()
+            conn.rollback()
+            timings.append((time.perf_counter() - started) * 1000)
+        plan = "\n".join(
+            str(r[0])
+            for r in conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS) " + CLAIM,
+                {"owner": "probe", "names": ["bench_three"], "limit": 10, "lease_seconds": 30.0, "now": None},
+            ).fetchall()
+        )
+        conn.rollback()
+    timings.sort()
+    return {"claim_ms_median": round(timings[len(timings) // 2], 3), "uses_partial_index": "claimable" in plan}

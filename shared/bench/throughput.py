@@ -1,0 +1,94 @@
+"""Throughput: N three-activity workflows started through the client, run by W worker
+processes; workflows/s, steps/s, commits per workflow and CPU per workflow."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+
+from kenning.bench.limits import commits
+from kenning.bench.processes import fleet, postgres_cpu_seconds
+from kenning.bench.workflows import bench_three
+from kenning.client import Client
+
+APP = "kenning.bench.workflows"
+
+
+async def _reset(url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(
+            "DELETE FROM kenning_history WHERE instance_id IN "
+            "(SELECT id FROM kenning_instances WHERE workflow_name = 'bench_three')"
+        )
+        await conn.execute("DELETE FROM kenning_instances WHERE workflow_name = 'bench_three'")
+        await conn.execute("VACUUM ANALYZE kenning_instances")
+        await conn.execute("VACUUM ANALYZE kenning_history")
+
+
+async def _wait_completed(url: str, total: int, timeout: float) -> int:
+    """Poll until ``total`` bench instances completed; returns the polls made (their
+    commits are subtracted from the count)."""
+    polls = 0
+    deadline = time.monotonic() + timeout
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while True:
+            polls += 1
+            cur = await conn.execute(
+                "SELECT count(*) FROM kenning_instances WHERE workflow_name = 'bench_three' AND status = 'completed'"
+            )
+            row = await cur.fetchone()
+            if row is not None and row[0] >= total:
+                return polls
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {row[0] if row else 0} of {total} workflows completed in {timeout} s")
+            await asyncio.sleep(0.02)
+
+
+async def run_throughput(url: str, workflows: int, workers: int, concurrency: int) -> dict[str, Any]:
+    await _reset(url)
+    with fleet(url) as running:
+        procs = [
+            running.spawn(
+                ["worker", "--app", APP, "--no-migrate", "--concurrency", str(concurrency)],
+                ready="worker.started",
+            )
+            for _ in range(workers)
+        ]
+        await asyncio.sleep(0.5)  # let them connect and LISTEN
+        cpu_before = running.cpu_seconds(procs)
+        pg_before = postgres_cpu_seconds()
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            commits_before = await commits(conn, settle=True)
+        started = time.monotonic()
+        async with Client(url) as client:
+            queue = list(range(workflows))
+
+            async def starter() -> None:
+                while queue:
+                    await client.start(bench_three, value=queue.pop())
+
+            await asyncio.gather(*(starter() for _ in range(4)))
+            polls = await _wait_completed(url, workflows, timeout=max(120.0, workflows / 5))
+        elapsed = time.monotonic() - started
+        cpu = running.cpu_seconds(procs) - cpu_before
+        pg_after = postgres_cpu_seconds()
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            commits_after = await commits(conn, settle=True)
+    # subtract the monitor's own polls and the two counter reads; worker heartbeats and
+    # idle polls stay in: they are part of what running Kenning costs
+    kenning_commits = commits_after - commits_before - polls - 1
+    return {
+        "workers": workers,
+        "workflows": workflows,
+        "seconds": round(elapsed, 3),
+        "workflows_per_second": round(workflows / elapsed, 1),
+        "steps_per_second": round(3 * workflows / elapsed, 1),
+        "commits_per_workflow": round(kenning_commits / workflows, 2),
+        "worker_cpu_ms_per_workflow": round(1000 * cpu / workflows, 3),
+        "postgres_cpu_ms_per_workflow": (
+            round(1000 * (pg_after - pg_before) / workflows, 3) if pg_before is not None and pg_after else None
+        ),
+    }

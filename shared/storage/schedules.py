@@ -1,0 +1,68 @@
+"""SQL for scheduled (cron) workflows: starting the instance of one tick.
+
+Exactly once per tick comes from the instances' unique ``(workflow_name,
+idempotency_key)`` index: every scheduler inserts the same key for the same tick and all
+but one insert do nothing. No table of its own.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+class TickOutcome(enum.Enum):
+    STARTED = "started"  # this call inserted the tick's instance
+    EXISTS = "exists"  # another scheduler (or an earlier call) already had
+    BEFORE_SCHEDULE = "before_schedule"  # the tick predates the workflow's first sighting
+
+
+# A tick is started only if it is not older than the workflow's first definition row:
+# a schedule deployed at 15:00 does not start the 00:00 tick of that day, while a tick
+# missed because every scheduler was down is started when one comes back.
+_SCHEDULE_START_TICK = text(
+    """
+    WITH first_seen AS (
+        SELECT min(created_at) AS at FROM kenning_workflow_definitions WHERE workflow_name = :name
+    ), inserted AS (
+        INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at)
+        SELECT :id, :name, :hash, '{}', :key, now()
+        FROM first_seen
+        WHERE first_seen.at <= CAST(:tick AS timestamptz)
+        ON CONFLICT DO NOTHING
+        RETURNING id
+    )
+    SELECT (SELECT count(*) FROM inserted) > 0,
+           coalesce(first_seen.at <= CAST(:tick AS timestamptz), false),
+           (SELECT pg_notify('kenning_instances', '') IS NULL FROM inserted)
+    FROM first_seen
+    """
+)
+
+
+async def schedule_start_tick(
+    conn: AsyncConnection,
+    *,
+    instance_id: str,
+    workflow_name: str,
+    source_hash: str,
+    tick: datetime,
+    idempotency_key: str,
+) -> TickOutcome:
+    """Insert the runnable instance of ``tick`` unless it exists, and wake the workers.
+
+    The workflow's definition must have been recorded (``definition_upsert``) first: its
+    earliest ``created_at`` is when the schedule was first seen.
+    """
+    row = (
+        await conn.execute(
+            _SCHEDULE_START_TICK,
+            {"id": instance_id, "name": workflow_name, "hash": source_hash, "tick": tick, "key": idempotency_key},
+        )
+    ).one()
+    if row[0]:
+        return TickOutcome.STARTED
+    return TickOutcome.EXISTS if row[1] else TickOutcome.BEFORE_SCHEDULE
