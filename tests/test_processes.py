@@ -12,26 +12,9 @@ import pytest
 
 from kenning import Client
 from kenning.db import Database
-from tests.support import ProcessPool, eventually, executions
+from tests.support import ProcessPool, check_invariants, eventually, executions
 
 APP = "tests.apps.core"
-
-
-def check_invariants(sql: psycopg.Connection[tuple[object, ...]]) -> None:
-    """The SQL invariant checker run after every multi-process test."""
-    dup = sql.execute(
-        "SELECT instance_id, step_id, count(*) FROM kenning_history GROUP BY 1, 2 HAVING count(*) > 1"
-    ).fetchall()
-    assert dup == [], f"steps recorded twice: {dup}"
-    orphan = sql.execute(
-        "SELECT id FROM kenning_instances WHERE status IN ('running', 'compensating') AND lease_token IS NULL"
-    ).fetchall()
-    assert orphan == [], f"running without a lease: {orphan}"
-    finished_with_lease = sql.execute(
-        "SELECT id FROM kenning_instances WHERE status IN ('completed', 'failed', 'cancelled') "
-        "AND (lease_token IS NOT NULL OR available_at IS NOT NULL)"
-    ).fetchall()
-    assert finished_with_lease == [], f"finished but still leased: {finished_with_lease}"
 
 
 async def test_two_worker_processes_race_for_200_instances(

@@ -23,8 +23,7 @@ from tests.scheduler_support import (
     spawn_scheduler,
     statuses,
 )
-from tests.support import ProcessPool, eventually, executions
-from tests.test_processes import check_invariants
+from tests.support import ProcessPool, check_invariants, eventually, executions
 
 
 def all_in(sql: Sql, status: str, count: int, workflow: str | None = None) -> bool:

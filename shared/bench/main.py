@@ -33,11 +33,11 @@ FULL = {
     "samples": 200,
 }
 QUICK = {
-    "workflows": 60,
+    "workflows": 30,
     "workers": "1,2",
-    "finished": 2000,
-    "waiting": 200,
-    "long": (10, 50),
+    "finished": 1000,
+    "waiting": 100,
+    "long": (5, 20),
     "limit_seconds": 1.0,
     "samples": 10,
 }
