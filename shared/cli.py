@@ -24,6 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "instances": ("kenning.commands.instances", "list, show, cancel and retry workflow instances"),
     "start": ("kenning.commands.start", "start a workflow instance"),
     "send": ("kenning.commands.send", "post a CloudEvent to the ingress"),
+    "sink": ("kenning.commands.sink", "a local CloudEvents receiver that logs what it gets"),
+    "healthcheck": ("kenning.commands.healthcheck", "container healthcheck: an HTTP URL or a health file"),
     "bench": ("kenning.bench.main", "measure throughput and latency against limits from the same run"),
     "relayer": ("kenning.relayer.main", "publish outbox events to the broker as CloudEvents"),
     "outbox": ("kenning.relayer.cli", "list outbox events and retry dead-lettered ones"),

@@ -12,6 +12,7 @@ from kenning.app import App
 from kenning.appload import load_app
 from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
 from kenning.db import connect
+from kenning.health import heartbeat
 from kenning.migrate import migrate
 from kenning.scheduler.scheduler import Scheduler, SchedulerSettings
 from kenning.schedules import scheduled_workflows
@@ -31,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "--listen", default=True, type=bool, help="wake on LISTEN/NOTIFY (else poll only)")
     add_option(parser, "--migrate", default=True, type=bool, help="bring the schema up to date at start")
     add_option(parser, "--scheduler-id", default="", help="name in logs (default host-pid-random)")
+    add_option(parser, "--health-file", default="", help="touched every 5 s while alive (for healthchecks)")
     add_logging_options(parser)
 
 
@@ -50,7 +52,8 @@ async def _serve(args: argparse.Namespace, app: App | None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, scheduler.stop)
     try:
-        await scheduler.run()
+        async with heartbeat(args.health_file):
+            await scheduler.run()
     finally:
         await database.dispose()
 

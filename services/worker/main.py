@@ -11,6 +11,7 @@ import structlog
 from kenning.appload import load_app
 from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
 from kenning.db import connect
+from kenning.health import heartbeat
 from kenning.migrate import migrate
 from kenning.worker.worker import Worker, WorkerSettings
 
@@ -39,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "--listen", default=True, type=bool, help="wake on LISTEN/NOTIFY (else poll only)")
     add_option(parser, "--migrate", default=True, type=bool, help="bring the schema up to date at start")
     add_option(parser, "--worker-id", default="", help="name in leases and logs (default host-pid-random)")
+    add_option(parser, "--health-file", default="", help="touched every 5 s while alive (for healthchecks)")
     add_logging_options(parser)
 
 
@@ -62,7 +64,8 @@ async def _serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop)
     try:
-        await worker.run()
+        async with heartbeat(args.health_file):
+            await worker.run()
     finally:
         await database.dispose()
 

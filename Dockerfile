@@ -1,0 +1,20 @@
+# One image for every Kenning process; the command picks the service:
+#   docker run IMAGE worker | ingress | scheduler | relayer | migrate | sink
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY shared shared
+COPY services services
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 KENNING_LOG_FORMAT=json
+RUN useradd --create-home --uid 10001 kenning
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+WORKDIR /app
+# The example application; mount or COPY your own modules and set KENNING_APP.
+COPY examples examples
+USER kenning
+ENTRYPOINT ["kenning"]
+CMD ["worker"]
