@@ -22,6 +22,7 @@ from kenning.errors import (
 )
 from kenning.events import ReceivedEvent, wait_event
 from kenning.hooks import HooksBase, WorkflowHooks
+from kenning.outbox import send_event_transactional
 from kenning.retry import RetryPolicy
 from kenning.timers import wait_timer, wait_until
 from kenning.workflow import Workflow, workflow
@@ -52,6 +53,7 @@ __all__ = [
     "compensation",
     "on_failure",
     "register_compensation",
+    "send_event_transactional",
     "wait_event",
     "wait_timer",
     "wait_until",

@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "send": ("kenning.commands.send", "post a CloudEvent to the ingress"),
     "sink": ("kenning.commands.sink", "a local CloudEvents receiver that logs what it gets"),
     "healthcheck": ("kenning.commands.healthcheck", "container healthcheck: an HTTP URL or a health file"),
+    "up": ("kenning.up.main", "run the whole stack locally (embedded PostgreSQL unless one is configured)"),
     "bench": ("kenning.bench.main", "measure throughput and latency against limits from the same run"),
     "relayer": ("kenning.relayer.main", "publish outbox events to the broker as CloudEvents"),
     "outbox": ("kenning.relayer.cli", "list outbox events and retry dead-lettered ones"),

@@ -7,7 +7,17 @@ from typing import assert_type
 import pydantic
 
 import kenning
-from kenning import Activity, RetryPolicy, Workflow, WorkflowContext, activity, workflow
+from kenning import (
+    Activity,
+    ReceivedEvent,
+    RetryPolicy,
+    Workflow,
+    WorkflowContext,
+    activity,
+    send_event_transactional,
+    wait_event,
+    workflow,
+)
 
 
 class Receipt(pydantic.BaseModel):
@@ -24,10 +34,20 @@ def tax(ctx: WorkflowContext, receipt: Receipt) -> float:
     return receipt.total * 0.2
 
 
+@activity
+async def announce(ctx: WorkflowContext, receipt: Receipt) -> str:
+    event_id = await send_event_transactional(ctx, "receipt.issued", "tests/typing", receipt)
+    assert_type(event_id, str)
+    return event_id
+
+
 @workflow(event_handler=True)
 async def checkout(ctx: WorkflowContext, amounts: list[int]) -> float:
     receipt = await total(ctx, amounts)
     assert_type(receipt, Receipt)
+    await announce(ctx, receipt)
+    confirmation = await wait_event(ctx, "receipt.confirmed", timeout_seconds=60, match={"total": receipt.total})
+    assert_type(confirmation, ReceivedEvent)
     return await tax(ctx, receipt)
 
 

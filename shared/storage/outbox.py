@@ -1,0 +1,336 @@
+"""SQL for the transactional outbox: insert (in an activity's transaction), claim, lease,
+outcomes, retention and the operator's list and retry.
+
+Row states: ``pending`` -> ``publishing`` (claimed under a lease) -> ``published`` or
+``failed`` (dead letter), or back to ``pending`` with the next attempt time. ``available_at``
+is the next attempt time while pending and the lease expiry while publishing, so one
+index serves the claim and an expired lease is reclaimed by the normal claim. Every write
+after the claim names the lease token (fencing). The database clock is the only clock;
+``now`` parameters exist so tests can move time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+_NOW = "coalesce(CAST(:now AS timestamptz), now())"
+
+OUTBOX_STATUSES = ("pending", "publishing", "published", "failed")
+
+_COLUMNS = """
+    CAST(o.id AS text), o.instance_id, o.event_type, o.source, o.subject, o.content_type, o.data,
+    o.data_bytes, o.extensions, o.status, o.attempts, o.available_at, o.lease_owner, o.last_error,
+    o.last_attempt_at, o.created_seq, o.created_at, o.published_at
+"""
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: str
+    instance_id: str | None
+    event_type: str
+    source: str
+    subject: str | None
+    content_type: str | None
+    data: Any  # JSON, or None when the event has no data or bytes data
+    data_bytes: bytes | None
+    extensions: dict[str, Any]
+    status: str
+    attempts: int
+    available_at: datetime
+    lease_owner: str | None
+    last_error: str | None
+    last_attempt_at: datetime | None
+    created_seq: int
+    created_at: datetime
+    published_at: datetime | None
+
+
+def _row(row: Sequence[Any]) -> OutboxRow:
+    values = list(row)
+    if values[7] is not None:
+        values[7] = bytes(values[7])
+    values[8] = dict(values[8] or {})
+    return OutboxRow(*values)
+
+
+@dataclass(frozen=True)
+class OutboxOutcome:
+    """What one delivery attempt decided for a claimed row."""
+
+    id: str
+    status: Literal["published", "pending", "failed"]
+    error: str | None = None
+    retry_in: float = 0.0  # seconds until the next attempt, for ``pending``
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status, "error": self.error, "retry_in": self.retry_in}
+
+
+_OUTBOX_INSERT = text(
+    """
+    WITH inserted AS (
+        INSERT INTO kenning_outbox
+            (id, instance_id, event_type, source, subject, content_type, data, data_bytes, extensions)
+        VALUES (CAST(:id AS uuid), :instance_id, :event_type, :source, :subject, :content_type,
+                CAST(:data AS jsonb), :data_bytes, CAST(:extensions AS jsonb))
+        RETURNING id
+    )
+    SELECT pg_notify('kenning_outbox', '') IS NULL FROM inserted
+    """
+)
+
+
+async def outbox_insert(
+    conn: AsyncConnection,
+    *,
+    event_id: str,
+    instance_id: str | None,
+    event_type: str,
+    source: str,
+    subject: str | None = None,
+    content_type: str | None = None,
+    data_json: str | None = None,
+    data_bytes: bytes | None = None,
+    extensions: dict[str, Any] | None = None,
+) -> None:
+    """Insert a pending event in ``conn``'s transaction and wake relayers at its commit.
+
+    ``data_json`` is JSON text (NULL for no data); ``data_bytes`` carries binary data.
+    """
+    await conn.execute(
+        _OUTBOX_INSERT,
+        {
+            "id": event_id,
+            "instance_id": instance_id,
+            "event_type": event_type,
+            "source": source,
+            "subject": subject,
+            "content_type": content_type,
+            "data": data_json,
+            "data_bytes": data_bytes,
+            "extensions": json.dumps(extensions or {}),
+        },
+    )
+
+
+_OUTBOX_CLAIM = text(
+    f"""
+    WITH candidates AS (
+        SELECT o.id FROM kenning_outbox AS o
+        WHERE o.status IN ('pending', 'publishing')
+          AND o.available_at <= {_NOW}
+          -- creation order per instance: only the oldest undelivered event of an instance
+          -- is claimable; published and dead-lettered (failed) events do not hold it back.
+          AND (o.instance_id IS NULL OR NOT EXISTS (
+                SELECT 1 FROM kenning_outbox AS earlier
+                WHERE earlier.instance_id = o.instance_id
+                  AND earlier.created_seq < o.created_seq
+                  AND earlier.status IN ('pending', 'publishing')))
+        ORDER BY o.available_at, o.created_seq
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE kenning_outbox AS o
+    SET status = 'publishing',
+        lease_token = CAST(:token AS uuid),
+        lease_owner = :owner,
+        available_at = {_NOW} + make_interval(secs => :lease_seconds),
+        attempts = o.attempts + 1,
+        last_attempt_at = {_NOW}
+    FROM candidates
+    WHERE o.id = candidates.id
+    RETURNING {_COLUMNS}
+    """
+)
+
+
+async def outbox_claim_pending(
+    conn: AsyncConnection,
+    *,
+    owner: str,
+    token: str,
+    limit: int,
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> list[OutboxRow]:
+    """Claim up to ``limit`` due events under lease ``token`` in one round trip, oldest
+    first, at most one per workflow instance (its oldest undelivered one).
+
+    Due means pending and its next attempt time reached, or publishing under an expired
+    lease (a relayer that died): expired leases are reclaimed here, not by a sweeper.
+    Each claim counts as an attempt.
+    """
+    result = await conn.execute(
+        _OUTBOX_CLAIM,
+        {"owner": owner, "token": token, "limit": limit, "lease_seconds": lease_seconds, "now": now},
+    )
+    return sorted((_row(tuple(r)) for r in result), key=lambda r: r.created_seq)
+
+
+_OUTBOX_EXTEND_LEASE = text(
+    f"""
+    UPDATE kenning_outbox
+    SET available_at = {_NOW} + make_interval(secs => :lease_seconds)
+    WHERE id = ANY(CAST(:ids AS uuid[])) AND lease_token = CAST(:token AS uuid) AND status = 'publishing'
+    """
+)
+
+
+async def outbox_extend_lease(
+    conn: AsyncConnection, token: str, ids: Sequence[str], lease_seconds: float, now: datetime | None = None
+) -> int:
+    """Extend the lease on those of ``ids`` still held under ``token``; returns how many."""
+    params = {"ids": list(ids), "token": token, "lease_seconds": lease_seconds, "now": now}
+    result = await conn.execute(_OUTBOX_EXTEND_LEASE, params)
+    return int(result.rowcount)
+
+
+_OUTBOX_RECORD_OUTCOMES = text(
+    f"""
+    WITH outcome AS (
+        SELECT * FROM jsonb_to_recordset(CAST(:outcomes AS jsonb))
+            AS x(id uuid, status text, error text, retry_in float8)
+    )
+    UPDATE kenning_outbox AS o
+    SET status = x.status,
+        lease_token = NULL,
+        published_at = CASE WHEN x.status = 'published' THEN {_NOW} ELSE o.published_at END,
+        -- the next attempt time, or for a final outcome the time it was reached
+        available_at = {_NOW} + make_interval(secs => CASE WHEN x.status = 'pending' THEN x.retry_in ELSE 0 END),
+        last_error = coalesce(x.error, o.last_error)
+    FROM outcome AS x
+    WHERE o.id = x.id AND o.lease_token = CAST(:token AS uuid) AND o.status = 'publishing'
+    RETURNING CAST(o.id AS text)
+    """
+)
+
+
+async def outbox_record_outcomes(
+    conn: AsyncConnection, token: str, outcomes: Sequence[OutboxOutcome], now: datetime | None = None
+) -> set[str]:
+    """Record a batch's outcomes (published, next attempt, dead letter) in one statement,
+    fenced by the lease token; returns the ids written. A missing id means the lease was
+    lost and another relayer owns the row now."""
+    if not outcomes:
+        return set()
+    payload = json.dumps([o.to_json() for o in outcomes])
+    result = await conn.execute(_OUTBOX_RECORD_OUTCOMES, {"token": token, "outcomes": payload, "now": now})
+    return {row[0] for row in result}
+
+
+_OUTBOX_RELEASE = text(
+    """
+    WITH released AS (
+        UPDATE kenning_outbox
+        SET status = 'pending', lease_token = NULL, available_at = now(), attempts = greatest(attempts - 1, 0)
+        WHERE lease_token = CAST(:token AS uuid) AND status = 'publishing'
+          AND id = ANY(CAST(:ids AS uuid[]))
+        RETURNING id
+    )
+    SELECT count(*), CASE WHEN count(*) > 0 THEN pg_notify('kenning_outbox', '') IS NULL END FROM released
+    """
+)
+
+
+async def outbox_release(conn: AsyncConnection, token: str, ids: Sequence[str]) -> int:
+    """Hand back claimed rows that were not attempted (shutdown), uncounted, due now."""
+    if not ids:
+        return 0
+    row = (await conn.execute(_OUTBOX_RELEASE, {"token": token, "ids": list(ids)})).first()
+    return 0 if row is None else int(row[0])
+
+
+_OUTBOX_NEXT_AVAILABLE = text(
+    f"""
+    SELECT extract(epoch FROM min(available_at) - {_NOW})
+    FROM kenning_outbox WHERE status IN ('pending', 'publishing') AND available_at > {_NOW}
+    """
+)
+
+
+async def outbox_seconds_until_next(conn: AsyncConnection, now: datetime | None = None) -> float | None:
+    """Seconds until the next event that is not yet due becomes due (a retry back-off or a
+    lease expiring), or None. Events due already but not claimed are held back by an
+    earlier event of their instance, or are being claimed by another relayer."""
+    row = (await conn.execute(_OUTBOX_NEXT_AVAILABLE, {"now": now})).first()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+_OUTBOX_DELETE_PUBLISHED = text(
+    f"""
+    WITH doomed AS (
+        SELECT id FROM kenning_outbox
+        WHERE status = 'published' AND published_at < {_NOW} - make_interval(secs => :retention)
+        ORDER BY published_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM kenning_outbox AS o USING doomed WHERE o.id = doomed.id
+    """
+)
+
+
+async def outbox_delete_published(
+    conn: AsyncConnection, *, retention_seconds: float, limit: int, now: datetime | None = None
+) -> int:
+    """Delete up to ``limit`` events published more than ``retention_seconds`` ago."""
+    result = await conn.execute(_OUTBOX_DELETE_PUBLISHED, {"retention": retention_seconds, "limit": limit, "now": now})
+    return int(result.rowcount)
+
+
+_OUTBOX_LIST = text(
+    f"""
+    SELECT {_COLUMNS}
+    FROM kenning_outbox AS o
+    WHERE (CAST(:status AS text) IS NULL OR o.status = :status)
+      AND (CAST(:instance_id AS text) IS NULL OR o.instance_id = :instance_id)
+    ORDER BY o.created_seq DESC
+    LIMIT :limit
+    """
+)
+
+
+async def outbox_list(
+    conn: AsyncConnection, *, status: str | None = None, instance_id: str | None = None, limit: int = 50
+) -> list[OutboxRow]:
+    """Events newest first, optionally of one status or one instance."""
+    result = await conn.execute(_OUTBOX_LIST, {"status": status, "instance_id": instance_id, "limit": limit})
+    return [_row(tuple(r)) for r in result]
+
+
+_OUTBOX_STATUSES = text("SELECT CAST(id AS text), status FROM kenning_outbox WHERE id = ANY(CAST(:ids AS uuid[]))")
+
+
+async def outbox_statuses(conn: AsyncConnection, ids: Sequence[str]) -> dict[str, str]:
+    """The status of each of ``ids`` that exists."""
+    if not ids:
+        return {}
+    return {row[0]: row[1] for row in await conn.execute(_OUTBOX_STATUSES, {"ids": list(ids)})}
+
+
+_OUTBOX_RETRY_FAILED = text(
+    """
+    WITH retried AS (
+        UPDATE kenning_outbox
+        SET status = 'pending', attempts = 0, available_at = now(), lease_token = NULL
+        WHERE status = 'failed' AND (CAST(:all_failed AS boolean) OR id = ANY(CAST(:ids AS uuid[])))
+        RETURNING CAST(id AS text) AS id
+    )
+    SELECT id, pg_notify('kenning_outbox', '') IS NULL FROM retried
+    """
+)
+
+
+async def outbox_retry_failed(conn: AsyncConnection, ids: Sequence[str] | None) -> list[str]:
+    """Put dead-lettered events back to pending with a fresh attempt count, due now;
+    ``ids=None`` means every failed event. Returns the ids retried."""
+    params = {"all_failed": ids is None, "ids": list(ids or [])}
+    return sorted(row[0] for row in await conn.execute(_OUTBOX_RETRY_FAILED, params))

@@ -1,0 +1,1 @@
+"""``kenning up``: the whole stack as local OS processes, in one command."""

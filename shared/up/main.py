@@ -1,0 +1,145 @@
+"""``kenning up``: PostgreSQL (embedded unless ``KENNING_DATABASE_URL`` is set), migrations,
+then ingress, workers, scheduler, relayer (and a local sink) as separate OS processes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+
+from kenning.config import add_logging_options, add_option, positive_int
+from kenning.embedded import embedded_postgres, with_database
+from kenning.migrate import migrate
+from kenning.up.supervisor import ChildSpec, Supervisor, wait_all_ready
+
+EXAMPLE_APP = "examples.orders"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_option(parser, "--database-url", default="", help="use this database instead of an embedded one")
+    add_option(parser, "--app", default=EXAMPLE_APP, help="modules defining workflows (default: the order example)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="worker processes (default 2)")
+    add_option(parser, "--port", default=8000, type=positive_int, help="ingress port")
+    add_option(parser, "--host", default="127.0.0.1", help="ingress address")
+    add_option(parser, "--broker-url", default="", help="where the relayer publishes (default: a local sink)")
+    add_option(parser, "--sink-port", default=9000, type=positive_int, help="port of the local sink")
+    add_option(parser, "--data-dir", default=".kenning", help="embedded database and logs live here")
+    add_logging_options(parser)
+
+
+def say(line: str) -> None:
+    sys.stdout.write(f"kenning up: {line}\n")
+    sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def _database(args: argparse.Namespace, data_dir: Path) -> Iterator[str]:
+    if args.database_url:
+        say("postgres   using KENNING_DATABASE_URL")
+        yield args.database_url
+        return
+    with embedded_postgres(data_dir / "pgdata") as server:
+        with psycopg.connect(with_database(server, "postgres"), autocommit=True) as admin:
+            exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = 'kenning'").fetchone()
+            if not exists:
+                admin.execute("CREATE DATABASE kenning")
+        say(f"postgres   ready (embedded, data in {data_dir / 'pgdata'})")
+        yield with_database(server, "kenning")
+
+
+def _children(args: argparse.Namespace, data_dir: Path) -> list[ChildSpec]:
+    ingress_url = f"http://{args.host}:{args.port}"
+    broker = args.broker_url or f"http://127.0.0.1:{args.sink_port}/"
+    specs = [
+        ChildSpec(
+            "ingress",
+            ["ingress", "--host", args.host, "--port", str(args.port)],
+            ready_url=f"{ingress_url}/readyz",
+            describe=f"POST CloudEvents to {ingress_url}/",
+        ),
+        *(
+            ChildSpec(
+                f"worker-{n}",
+                ["worker", "--app", args.app, "--health-file", str(data_dir / f"worker-{n}.ok")],
+                health_file=str(data_dir / f"worker-{n}.ok"),
+            )
+            for n in range(1, args.workers + 1)
+        ),
+        ChildSpec(
+            "scheduler",
+            ["scheduler", "--app", args.app, "--health-file", str(data_dir / "scheduler.ok")],
+            health_file=str(data_dir / "scheduler.ok"),
+        ),
+        ChildSpec(
+            "relayer",
+            ["relayer", "--broker-url", broker, "--health-file", str(data_dir / "relayer.ok")],
+            health_file=str(data_dir / "relayer.ok"),
+            describe=f"publishing to {broker}",
+        ),
+    ]
+    if not args.broker_url:
+        specs.insert(
+            0,
+            ChildSpec(
+                "sink",
+                ["sink", "--sink-port", str(args.sink_port)],
+                ready_url=f"http://127.0.0.1:{args.sink_port}/healthz",
+                describe=f"logs relayed events (log: {data_dir / 'logs' / 'sink.log'})",
+            ),
+        )
+    return specs
+
+
+async def _serve(args: argparse.Namespace, database_url: str, data_dir: Path) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    env = {
+        **os.environ,
+        "KENNING_DATABASE_URL": database_url,
+        "KENNING_MIGRATE": "false",
+        "KENNING_LOG_FORMAT": "json",
+        "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
+    for name in ("KENNING_WORKERS", "KENNING_PORT", "KENNING_HOST"):
+        env.pop(name, None)  # `up`'s own settings, not the children's
+    logs = data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    supervisor = Supervisor(env, logs, say)
+    for spec in _children(args, data_dir):
+        supervisor.start(spec)
+    watcher = asyncio.create_task(supervisor.watch(stop))
+    try:
+        if await wait_all_ready(supervisor, timeout=120, stop=stop):
+            ingress = f"http://{args.host}:{args.port}"
+            say(f"all {len(supervisor.children)} processes ready; Ctrl-C stops everything")
+            say(
+                f"try:  kenning send order.created --ingress-url {ingress} --data "
+                '\'{"order_id": "o-1", "items": [{"sku": "book", "qty": 1}], "amount": 42}\''
+            )
+            say(f"      curl {ingress}/instances/<instance id>   |   kenning instances list")
+        await stop.wait()
+    finally:
+        say("stopping")
+        await supervisor.stop_all()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with _database(args, data_dir) as database_url:
+        revision = migrate(database_url)
+        say(f"migrate    schema at revision {revision}")
+        return asyncio.run(_serve(args, database_url, data_dir))

@@ -1,0 +1,130 @@
+"""compose.yaml and the Dockerfile: valid, complete, and unable to drift from the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from kenning.cli import SUBCOMMANDS, build_parser
+from tests.support import REPO_ROOT
+
+SCHEMA = json.loads((REPO_ROOT / "tests" / "schemas" / "compose-spec.json").read_text())
+COMPOSE: dict[str, Any] = yaml.safe_load((REPO_ROOT / "compose.yaml").read_text())
+SERVICES: dict[str, Any] = COMPOSE["services"]
+KENNING_SERVICES = ("ingress", "worker", "scheduler", "relayer")
+
+
+def resolve(value: str) -> str:
+    """``${VAR:-default}`` as compose would expand it with VAR unset."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+
+
+def test_compose_file_is_valid_against_the_compose_specification() -> None:
+    # the spec's $schema is draft-07's URL spelled without "#", which jsonschema does not
+    # recognise by name: pick the validator explicitly rather than let it guess
+    jsonschema.Draft7Validator.check_schema(SCHEMA)
+    errors = sorted(jsonschema.Draft7Validator(SCHEMA).iter_errors(COMPOSE), key=str)
+    assert errors == [], "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+    broken = {**COMPOSE, "services": {**SERVICES, "worker": {**SERVICES["worker"], "restart": 5}}}
+    assert list(jsonschema.Draft7Validator(SCHEMA).iter_errors(broken)), "the schema check can fail"
+
+
+def test_compose_runs_the_whole_stack_with_health_and_order() -> None:
+    assert set(SERVICES) >= {"postgres", "migrate", *KENNING_SERVICES}
+    postgres = SERVICES["postgres"]
+    assert "healthcheck" in postgres and any(v.startswith("pgdata:") for v in postgres["volumes"])
+    assert "pgdata" in COMPOSE["volumes"]
+    assert SERVICES["migrate"]["command"] == ["migrate"] and SERVICES["migrate"]["restart"] == "no"
+    for name in KENNING_SERVICES:
+        service = SERVICES[name]
+        assert service["restart"] == "unless-stopped", name
+        assert "healthcheck" in service, name
+        assert service["depends_on"]["postgres"]["condition"] == "service_healthy", name
+        assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
+        assert "KENNING_DATABASE_URL" in service["environment"], name
+    assert SERVICES["ingress"]["ports"] == ["8000:8000"]
+    # scalable with --scale worker=N: no fixed name, no published port
+    assert "container_name" not in SERVICES["worker"] and "ports" not in SERVICES["worker"]
+
+
+def _commands(service: dict[str, Any]) -> list[list[str]]:
+    found = []
+    if "command" in service:
+        found.append([resolve(a) for a in service["command"]])
+    test = service.get("healthcheck", {}).get("test", [])
+    if test and test[0] == "CMD" and test[1] == "kenning":
+        found.append(test[2:])
+    if test and test[0] == "CMD-SHELL" and "kenning " in test[1]:
+        found.append(shlex.split(test[1].split("kenning ", 1)[1]))
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SERVICES if n != "postgres"))
+def test_every_command_and_variable_compose_uses_exists_in_the_cli(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = SERVICES[name]
+    for key in list(os.environ):
+        if key.startswith("KENNING_"):
+            monkeypatch.delenv(key)
+    environment = {k: resolve(str(v)) for k, v in (service.get("environment") or {}).items()}
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
+    commands = _commands(service)
+    assert commands, f"{name} runs no kenning command"
+    for argv in commands:
+        assert argv[0] in SUBCOMMANDS, f"{name}: unknown subcommand {argv[0]!r}"
+        parser, _ = build_parser(argv)
+        parser.parse_args(argv)  # exits 2 (fails the test) on an unknown flag or bad value
+    # every KENNING_* variable must be a flag of the service's own command
+    main_command = commands[0]
+    parser, _ = build_parser(main_command)
+    (commands_action,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    subparser = commands_action.choices[main_command[0]]
+    flags = {opt for action in subparser._actions for opt in action.option_strings if opt.startswith("--")}
+    known = {"KENNING_" + f[2:].replace("-", "_").upper() for f in flags}
+    unknown = sorted(k for k in environment if k.startswith("KENNING_") and k not in known)
+    assert unknown == [], f"{name}: compose sets variables no flag of `kenning {main_command[0]}` reads: {unknown}"
+
+
+def test_dockerfile_is_one_slim_non_root_image() -> None:
+    text = (REPO_ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
+    assert re.search(r"^USER kenning$", text, re.M)
+    assert 'ENTRYPOINT ["kenning"]' in text
+    for name in ("ingress", "worker", "scheduler", "relayer", "migrate", "sink"):
+        assert SERVICES[name].get("build") == "." or SERVICES[name].get("image") == "kenning:local", name
+
+
+def test_the_wheel_the_image_installs_holds_every_process(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO_ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("kenning-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for module in (
+        "kenning/__init__.py",
+        "kenning/py.typed",
+        "kenning/worker/main.py",
+        "kenning/ingress/main.py",
+        "kenning/scheduler/main.py",
+        "kenning/relayer/main.py",
+        "kenning/migrations/env.py",
+        "kenning/migrations/versions/0001_initial.py",
+        "kenning/storage/instances.py",
+        "kenning/commands/send.py",
+    ):
+        assert module in names, module
