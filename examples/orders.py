@@ -75,7 +75,10 @@ async def reserve_inventory(ctx: WorkflowContext, order_id: str, items: list[Ite
 async def request_payment(ctx: WorkflowContext, order: OrderCreated) -> str:
     # Published by the relayer if and only if this activity commits.
     return await send_event_transactional(
-        ctx, "payment.requested", "examples/orders", {"order_id": order.order_id, "amount": order.amount},
+        ctx,
+        "payment.requested",
+        "examples/orders",
+        {"order_id": order.order_id, "amount": order.amount},
         subject=order.order_id,
     )
 
@@ -105,7 +108,10 @@ async def order_saga(ctx: WorkflowContext, order: OrderCreated) -> dict[str, str
     await reserve_inventory(ctx, order.order_id, order.items)
     await request_payment(ctx, order)
     payment = await wait_event(
-        ctx, "payment.completed", timeout_seconds=PAYMENT_TIMEOUT, model=PaymentCompleted,
+        ctx,
+        "payment.completed",
+        timeout_seconds=PAYMENT_TIMEOUT,
+        model=PaymentCompleted,
         match={"order_id": order.order_id},
     )
     if payment.data.status != "approved":

@@ -18,10 +18,15 @@ from kenning import serialization
 from kenning.context import WorkflowContext
 from kenning.errors import EventTimeoutError
 from kenning.storage import subscriptions as subscriptions_sql
+from kenning.storage.inbox import StoredEvent
 
 EVENT_RECEIVED = "EventReceived"
 EVENT_TIMEOUT = "EventTimeout"
 INSTANCE_EXTENSION = "kenninginstanceid"
+# CloudEvents 1.0 context attributes; every other attribute is an extension.
+STANDARD_ATTRIBUTES = frozenset(
+    {"id", "source", "type", "specversion", "datacontenttype", "dataschema", "subject", "time"}
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,36 @@ class ReceivedEvent:
     datacontenttype: str | None = None
     subject: str | None = None
     extensions: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        """``event["type"]``, ``event["data"]``, ``event["myextension"]``: the SDK's
+        ``CloudEvent`` access that Edda's ``on_event`` handlers use."""
+        if name in ("type", "source", "id", "time", "datacontenttype", "subject", "data"):
+            return getattr(self, name)
+        if name == "specversion":
+            return "1.0"
+        return self.extensions[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+
+def event_from_inbox(stored: StoredEvent) -> ReceivedEvent:
+    """The ``ReceivedEvent`` of an inbox row, as handlers and waiting workflows see it."""
+    attributes = stored.attributes
+    return ReceivedEvent(
+        data=stored.data_bytes if stored.data_bytes is not None else stored.data,
+        type=stored.event_type,
+        source=stored.source,
+        id=stored.event_id,
+        time=attributes.get("time"),
+        datacontenttype=attributes.get("datacontenttype"),
+        subject=attributes.get("subject"),
+        extensions={k: v for k, v in attributes.items() if k not in STANDARD_ATTRIBUTES},
+    )
 
 
 def event_history_payload(event: ReceivedEvent) -> tuple[dict[str, Any], bytes | None]:
@@ -85,11 +120,16 @@ async def wait_event(
 ) -> ReceivedEvent:
     """Wait, durably and without holding a worker, for a CloudEvent of ``event_type``.
 
-    ``match`` restricts it to events whose data has these top-level fields and values.
-    ``since`` also accepts a matching event that arrived before the workflow subscribed:
-    seconds or a ``timedelta`` back from now, or a point in time. ``timeout_seconds``
-    raises ``EventTimeoutError`` here, which the workflow may catch. ``model`` turns the
-    data into that pydantic model. ``event_id`` is an explicit step id.
+    ``match`` restricts it to events whose data has these top-level fields and values
+    (JSON containment); without it any event of the type is taken (Edda's broadcast). An
+    event with the ``kenninginstanceid`` extension is only taken by that instance.
+
+    By default only events received after the workflow subscribed are taken. ``since``
+    also takes one received earlier, back to that point: seconds or a ``timedelta`` back
+    from now, or a point in time (the oldest such event this instance has not taken yet,
+    while the inbox keeps it). ``timeout_seconds`` raises ``EventTimeoutError`` here,
+    which the workflow may catch. ``model`` turns the data into that pydantic model.
+    ``event_id`` is an explicit step id.
     """
     if timeout_seconds is not None and timeout_seconds < 0:
         raise ValueError(f"wait_event timeout must not be negative, got {timeout_seconds}")

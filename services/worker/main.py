@@ -13,6 +13,7 @@ from kenning.config import add_database_options, add_logging_options, add_option
 from kenning.db import connect
 from kenning.health import heartbeat
 from kenning.migrate import migrate
+from kenning.worker.inbox import add_inbox_arguments, inbox_settings_from_args
 from kenning.worker.worker import Worker, WorkerSettings
 
 
@@ -41,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "--migrate", default=True, type=bool, help="bring the schema up to date at start")
     add_option(parser, "--worker-id", default="", help="name in leases and logs (default host-pid-random)")
     add_option(parser, "--health-file", default="", help="touched every 5 s while alive (for healthchecks)")
+    add_inbox_arguments(parser)
     add_logging_options(parser)
 
 
@@ -58,6 +60,7 @@ async def _serve(args: argparse.Namespace) -> None:
             shutdown_grace_seconds=args.shutdown_grace_seconds,
             listen=args.listen,
             worker_id=args.worker_id,
+            inbox=inbox_settings_from_args(args),
         ),
     )
     loop = asyncio.get_running_loop()

@@ -12,7 +12,7 @@ import contextlib
 import os
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -24,7 +24,8 @@ from kenning.replay import Replayer
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord
-from kenning.storage.tables import CHANNEL_INSTANCES
+from kenning.storage.tables import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS
+from kenning.worker.inbox import InboxProcessor, InboxSettings
 
 _log = structlog.get_logger("kenning.worker")
 
@@ -38,6 +39,7 @@ class WorkerSettings:
     shutdown_grace_seconds: float = 30.0
     listen: bool = True
     worker_id: str = ""
+    inbox: InboxSettings = field(default_factory=InboxSettings)
 
 
 def default_worker_id() -> str:
@@ -55,26 +57,45 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self.log = _log.bind(worker_id=self.worker_id)
+        self.inbox = InboxProcessor(
+            database,
+            app,
+            self.settings.inbox,
+            worker_id=self.worker_id,
+            poll_interval=self.settings.poll_interval,
+            lease_seconds=self.settings.lease_seconds,
+        )
 
     def stop(self) -> None:
         """Stop claiming; in-flight runs get the grace period to finish (SIGTERM)."""
         self._stopping.set()
         self._wake.set()
+        self.inbox.stop()
 
     def _notify(self, channel: str) -> None:
-        self._wake.set()
+        if channel in (CHANNEL_INBOX, CHANNEL_SUBSCRIPTIONS):
+            self.inbox.wake()
+        else:
+            self._wake.set()
 
     async def run(self) -> None:
         if not self.workflow_names:
             self.log.warning("worker.no_workflows", hint="--app must name the modules that define workflows")
-        listener = Listener(self.database.url, [CHANNEL_INSTANCES], self._notify) if self.settings.listen else None
+        channels = [CHANNEL_INSTANCES]
+        if self.settings.inbox.enabled:
+            channels += [CHANNEL_INBOX, CHANNEL_SUBSCRIPTIONS]
+        listener = Listener(self.database.url, channels, self._notify) if self.settings.listen else None
         if listener is not None:
             await listener.start()
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="kenning-heartbeat")
+        inbox = asyncio.create_task(self.inbox.run(), name="kenning-inbox") if self.settings.inbox.enabled else None
         self.log.info("worker.started", workflows=self.workflow_names, concurrency=self.settings.concurrency)
         try:
             await self._claim_loop()
         finally:
+            self.inbox.stop()
+            if inbox is not None:
+                await inbox  # it finishes the row in hand and gives the rest back
             await self._drain()
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -113,7 +134,8 @@ class Worker:
         return min(self.settings.poll_interval, max(until, 0.001))
 
     async def _claim(self, limit: int) -> int:
-        async with self.database.engine.begin() as conn:
+        # Autocommit: the claim is one statement (its own transaction), the loads are reads.
+        async with self.database.autocommit.connect() as conn:
             claimed = await instances_sql.instance_claim_runnable(
                 conn,
                 owner=self.worker_id,

@@ -27,7 +27,7 @@ def fill(url: str, finished: int, waiting: int) -> None:
         )
         conn.execute(
             "INSERT INTO kenning_instances (id, workflow_name, status, run_count) "
-            "SELECT 'wait-' || g, 'bench_old', CASE WHEN g % 2 = 0 THEN 'waiting_for_event' "
+            "SELECT 'wait-' || g, 'bench_old', CASE WHEN g %% 2 = 0 THEN 'waiting_for_event' "
             "ELSE 'waiting_for_timer' END, 1 FROM generate_series(1, %s) g",
             (waiting,),
         )

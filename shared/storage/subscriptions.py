@@ -2,18 +2,23 @@
 
 Registering a subscription and releasing the lease are one fenced statement (design
 invariant 3). Delivery and timeouts both lock the subscription row and delete it in the
-transaction that records the outcome, so exactly one of them wins.
+transaction that records the outcome, so exactly one of them wins. Delivery matches
+subscriptions to an event (type, ``match`` containment, addressed instance, the ``since``
+window) and, once per new subscription, looks for an event already in the inbox.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from kenning.storage.inbox import StoredEvent, stored_event
 from kenning.storage.records import SuspendOutcome
 
 _SUBSCRIPTION_REGISTER_AND_SUSPEND = text(
@@ -82,3 +87,205 @@ async def subscription_register_and_suspend(
     if row is None:
         return SuspendOutcome.LEASE_LOST
     return SuspendOutcome.CANCELLED if row[0] else SuspendOutcome.SUSPENDED
+
+
+# ------------------------------------------------------------------ delivery
+#
+# A subscription takes an event of its type when the event was received at or after
+# coalesce(since, created_at), its data contains ``match`` (any data when match is NULL),
+# the event is addressed to no instance or to this one, and this instance has not recorded
+# the same (source, id) yet. Delivery locks the subscription and the instance with NOWAIT:
+# a row held by a concurrent delivery, timeout or cancel raises LockNotAvailable, and the
+# caller retries the event shortly instead of waiting (no deadlocks, nothing skipped).
+
+_DELIVER_TAIL = """
+    locked AS (
+        SELECT i.id FROM kenning_instances AS i JOIN chosen ON chosen.instance_id = i.id
+        WHERE i.status = 'waiting_for_event'
+        FOR UPDATE OF i NOWAIT
+    ), woken AS (
+        UPDATE kenning_instances AS i
+        SET status = 'pending', available_at = now(), updated_at = now()
+        FROM locked
+        WHERE i.id = locked.id
+        RETURNING i.id, i.workflow_name
+    ), recorded AS (
+        INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload, payload_bytes)
+        SELECT chosen.instance_id, chosen.step_id, 'EventReceived', chosen.step_name,
+               CAST(:payload AS jsonb), :payload_bytes
+        FROM chosen JOIN woken ON woken.id = chosen.instance_id
+        ON CONFLICT DO NOTHING
+        RETURNING instance_id, step_id
+    ), unsubscribed AS (
+        DELETE FROM kenning_event_subscriptions AS s USING woken WHERE s.instance_id = woken.id
+        RETURNING s.instance_id
+    )
+    SELECT woken.id, woken.workflow_name, recorded.step_id, pg_notify('kenning_instances', '') IS NULL
+    FROM woken JOIN recorded ON recorded.instance_id = woken.id
+"""
+
+_SUBSCRIPTION_DELIVER_EVENT = text(
+    """
+    WITH candidates AS (
+        SELECT s.instance_id, s.step_id, s.step_name, s.created_at
+        FROM kenning_event_subscriptions AS s
+        WHERE s.event_type = :event_type
+          AND (CAST(:target AS text) IS NULL OR s.instance_id = CAST(:target AS text))
+          AND (s.match IS NULL OR CAST(:data AS jsonb) @> s.match)
+          AND CAST(:received_at AS timestamptz) >= coalesce(s.since, s.created_at)
+          AND NOT EXISTS (
+              SELECT 1 FROM kenning_history AS h
+              WHERE h.instance_id = s.instance_id AND h.kind = 'EventReceived'
+                AND h.payload ->> 'source' = :source AND h.payload ->> 'id' = :event_id)
+        FOR UPDATE OF s NOWAIT
+    ), chosen AS (
+        SELECT DISTINCT ON (instance_id) instance_id, step_id, step_name
+        FROM candidates
+        ORDER BY instance_id, created_at, step_id
+    ),"""
+    + _DELIVER_TAIL
+)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    instance_id: str
+    workflow_name: str
+    step_id: str
+
+
+async def subscription_deliver_event(
+    conn: AsyncConnection,
+    *,
+    event_type: str,
+    source: str,
+    event_id: str,
+    received_at: datetime,
+    data: Any,
+    target_instance_id: str | None,
+    payload: dict[str, Any],
+    payload_bytes: bytes | None,
+) -> list[Delivery]:
+    """Deliver one event to every subscription that takes it, in the caller's transaction:
+    record ``EventReceived`` (``payload``) at the subscription's step, delete the
+    instance's subscriptions and make it runnable, waking workers (design invariant 3).
+
+    ``data`` is the event's JSON data for ``match`` (None for binary data).
+    Raises ``LockNotAvailable`` (wrapped by SQLAlchemy) if a subscription or instance it
+    needs is locked by another transaction."""
+    result = await conn.execute(
+        _SUBSCRIPTION_DELIVER_EVENT,
+        {
+            "event_type": event_type,
+            "target": target_instance_id,
+            "data": json.dumps(data) if data is not None else None,
+            "received_at": received_at,
+            "source": source,
+            "event_id": event_id,
+            "payload": json.dumps(payload),
+            "payload_bytes": payload_bytes,
+        },
+    )
+    return [Delivery(instance_id=r[0], workflow_name=r[1], step_id=r[2]) for r in result]
+
+
+_SUBSCRIPTION_CLAIM_UNCHECKED = text(
+    """
+    WITH fresh AS (
+        SELECT instance_id, step_id, event_type, match, since, created_at
+        FROM kenning_event_subscriptions
+        WHERE checked_at IS NULL
+        ORDER BY created_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    SELECT fresh.instance_id, fresh.step_id,
+           e.id, e.kind, e.source, e.event_id, e.event_type, e.instance_id, e.attributes, e.data,
+           e.data_bytes, e.received_at
+    FROM fresh
+    LEFT JOIN LATERAL (
+        SELECT x.* FROM kenning_inbox AS x
+        WHERE x.kind = 'event' AND x.event_type = fresh.event_type AND x.status <> 'failed'
+          AND x.received_at >= coalesce(fresh.since, fresh.created_at)
+          AND (x.instance_id IS NULL OR x.instance_id = fresh.instance_id)
+          AND (fresh.match IS NULL OR x.data @> fresh.match)
+          AND NOT EXISTS (
+              SELECT 1 FROM kenning_history AS h
+              WHERE h.instance_id = fresh.instance_id AND h.kind = 'EventReceived'
+                AND h.payload ->> 'source' = x.source AND h.payload ->> 'id' = x.event_id)
+        ORDER BY x.received_at, x.id
+        LIMIT 1
+    ) AS e ON true
+    """
+)
+
+
+@dataclass(frozen=True)
+class UncheckedSubscription:
+    instance_id: str
+    step_id: str
+    event: StoredEvent | None  # the oldest inbox event it takes, if any
+
+
+async def subscription_claim_unchecked(conn: AsyncConnection, *, limit: int) -> list[UncheckedSubscription]:
+    """Lock up to ``limit`` subscriptions no worker has checked yet (``SKIP LOCKED``),
+    each with the oldest event already in the inbox (pending or processed) that it takes.
+
+    This covers events received in the ``since`` window before the workflow subscribed,
+    and the race where an event was processed while the subscription was not yet
+    committed."""
+    result = await conn.execute(_SUBSCRIPTION_CLAIM_UNCHECKED, {"limit": limit})
+    return [
+        UncheckedSubscription(
+            instance_id=r[0], step_id=r[1], event=stored_event(tuple(r)[2:]) if r[2] is not None else None
+        )
+        for r in result
+    ]
+
+
+_SUBSCRIPTION_DELIVER_TO = text(
+    """
+    WITH chosen AS (
+        SELECT instance_id, step_id, step_name FROM kenning_event_subscriptions
+        WHERE instance_id = :instance_id AND step_id = :step_id
+        FOR UPDATE NOWAIT
+    ),"""
+    + _DELIVER_TAIL
+)
+
+
+async def subscription_deliver_to(
+    conn: AsyncConnection, *, instance_id: str, step_id: str, payload: dict[str, Any], payload_bytes: bytes | None
+) -> Delivery | None:
+    """Deliver an event (``payload``) to one subscription, as ``subscription_deliver_event``
+    does; None if the subscription or its waiting instance is gone."""
+    row = (
+        await conn.execute(
+            _SUBSCRIPTION_DELIVER_TO,
+            {
+                "instance_id": instance_id,
+                "step_id": step_id,
+                "payload": json.dumps(payload),
+                "payload_bytes": payload_bytes,
+            },
+        )
+    ).first()
+    return None if row is None else Delivery(instance_id=row[0], workflow_name=row[1], step_id=row[2])
+
+
+_SUBSCRIPTION_MARK_CHECKED = text(
+    """
+    UPDATE kenning_event_subscriptions AS s SET checked_at = now()
+    FROM unnest(CAST(:instance_ids AS text[]), CAST(:step_ids AS text[])) AS k(instance_id, step_id)
+    WHERE s.instance_id = k.instance_id AND s.step_id = k.step_id
+    """
+)
+
+
+async def subscription_mark_checked(conn: AsyncConnection, keys: Sequence[tuple[str, str]]) -> None:
+    """Record that these subscriptions found no earlier event: from now on only events
+    processed after them can satisfy them, which the normal delivery does."""
+    if keys:
+        await conn.execute(
+            _SUBSCRIPTION_MARK_CHECKED, {"instance_ids": [k[0] for k in keys], "step_ids": [k[1] for k in keys]}
+        )

@@ -1,0 +1,418 @@
+"""The worker's inbox loop: CloudEvents and cancellations from the inbox to workflows.
+
+Rows are claimed in batches (``FOR UPDATE SKIP LOCKED``, a fencing claim token) and each
+is processed in one transaction that first marks it processed, then runs the app's
+``on_event`` handlers, starts the ``event_handler`` workflows named like the event type
+(idempotently: the instance's key is derived from the event's ``(source, id)``), and
+delivers the event to the subscriptions that take it (design invariant 3). A row whose
+processing raises is retried with back-off and parked as ``failed`` after the maximum
+attempts; it never blocks the rows behind it. The loop also gives each new subscription
+the chance to take an event already in the inbox (``wait_event(since=...)``), and deletes
+processed rows after the retention period.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import inspect
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from kenning import serialization
+from kenning.app import App
+from kenning.config import add_option, positive_float, positive_int
+from kenning.db import Database
+from kenning.errors import TerminalError
+from kenning.events import ReceivedEvent, event_from_inbox, event_history_payload
+from kenning.storage import inbox as inbox_sql
+from kenning.storage import instances as instances_sql
+from kenning.storage import subscriptions as subscriptions_sql
+from kenning.storage.inbox import ClaimedRow
+from kenning.workflow import Workflow
+
+_log = structlog.get_logger("kenning.worker.inbox")
+
+# A lock held by a concurrent delivery, timeout or cancel (NOWAIT), a deadlock or a
+# serialization failure: retry the row shortly, without counting an attempt.
+_CONFLICTS = frozenset({"55P03", "40P01", "40001"})
+_CLEANUP_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class InboxSettings:
+    enabled: bool = True
+    batch_size: int = 100
+    max_attempts: int = 8
+    retry_seconds: float = 1.0  # first back-off, doubled per attempt
+    max_retry_seconds: float = 300.0
+    retention_seconds: float = 86400.0  # processed rows kept for duplicates and since=
+    cleanup_interval_seconds: float = 60.0
+    conflict_retry_seconds: float = 0.05
+    cancel_lock_wait_seconds: float = 0.1
+
+
+def add_inbox_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``kenning worker`` flags of the inbox loop."""
+    add_option(parser, "--inbox", default=True, type=bool, help="process the inbox (CloudEvents, cancellations)")
+    add_option(parser, "--inbox-batch-size", default=100, type=positive_int, help="inbox rows claimed at once")
+    add_option(
+        parser, "--inbox-max-attempts", default=8, type=positive_int, help="attempts before a row is parked failed"
+    )
+    add_option(parser, "--inbox-retry-seconds", default=1.0, type=positive_float, help="first retry back-off, doubled")
+    add_option(parser, "--inbox-max-retry-seconds", default=300.0, type=positive_float, help="longest back-off")
+    add_option(
+        parser,
+        "--inbox-retention-seconds",
+        default=86400.0,
+        type=positive_float,
+        help="keep processed rows this long (duplicate detection, wait_event since=)",
+    )
+    add_option(
+        parser, "--inbox-cleanup-interval", default=60.0, type=positive_float, help="seconds between retention sweeps"
+    )
+
+
+def inbox_settings_from_args(args: argparse.Namespace) -> InboxSettings:
+    return InboxSettings(
+        enabled=args.inbox,
+        batch_size=args.inbox_batch_size,
+        max_attempts=args.inbox_max_attempts,
+        retry_seconds=args.inbox_retry_seconds,
+        max_retry_seconds=args.inbox_max_retry_seconds,
+        retention_seconds=args.inbox_retention_seconds,
+        cleanup_interval_seconds=args.inbox_cleanup_interval,
+    )
+
+
+def event_start_key(source: str, event_id: str) -> str:
+    """The idempotency key of an instance an event starts: one instance per event."""
+    return "cloudevent:" + json.dumps([source, event_id], ensure_ascii=False)
+
+
+def _is_conflict(error: BaseException) -> bool:
+    return isinstance(error, DBAPIError) and getattr(error.orig, "sqlstate", None) in _CONFLICTS
+
+
+class InboxProcessor:
+    def __init__(
+        self,
+        database: Database,
+        app: App,
+        settings: InboxSettings,
+        *,
+        worker_id: str,
+        poll_interval: float,
+        lease_seconds: float,
+    ) -> None:
+        self.database = database
+        self.app = app
+        self.settings = settings
+        self.poll_interval = poll_interval
+        self.lease_seconds = lease_seconds
+        self.log = _log.bind(worker_id=worker_id)
+        self.starters: dict[str, list[Workflow[Any]]] = {}
+        for wf in app.registry.workflows.values():
+            if wf.event_handler:
+                self.starters.setdefault(wf.name, []).append(wf)
+        self._known_definitions: set[tuple[str, str]] = set()
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Finish the row in hand, give the rest of the batch back, and return."""
+        self._stopping.set()
+        self._wake.set()
+
+    # ---------------------------------------------------------------- the loop
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_cleanup = loop.time()
+        self.log.info("inbox.started", handlers=sorted(self.app.event_handlers), starters=sorted(self.starters))
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                busy = await self._process_batch()
+                busy = await self._catch_up() or busy
+                if loop.time() >= next_cleanup:
+                    await self._cleanup()
+                    next_cleanup = loop.time() + self.settings.cleanup_interval_seconds
+                sleep_for = 0.0 if busy else await self._seconds_until_next()
+            except Exception as error:  # database down: keep trying, never crash the worker
+                self.log.warning("inbox.loop_failed", error=repr(error))
+                sleep_for = min(self.poll_interval, 1.0)
+            if sleep_for > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=sleep_for)
+        self.log.info("inbox.stopped")
+
+    async def _seconds_until_next(self) -> float:
+        async with self.database.autocommit.connect() as conn:
+            until = await inbox_sql.inbox_seconds_until_next(conn)
+        if until is None:
+            return self.poll_interval
+        return min(self.poll_interval, max(until, 0.001))
+
+    async def _process_batch(self) -> bool:
+        """Claim and process one batch; True if it was full (more may be waiting).
+
+        The claim commits first (it counts the attempt). Events without handlers are then
+        processed together in one transaction, one commit for all; if any of them raises
+        or meets a lock, that transaction rolls back and every row is processed alone,
+        in a transaction of its own, where a failure is recorded against that row only.
+        """
+        async with self.database.autocommit.connect() as conn:  # one statement, committed at once
+            claimed = await inbox_sql.inbox_claim_pending(
+                conn, limit=self.settings.batch_size, lease_seconds=self.lease_seconds
+            )
+        rows = await self._process_together(claimed) if len(claimed) > 1 else claimed
+        for position, row in enumerate(rows):
+            if self._stopping.is_set():
+                rest = [(r.event.inbox_id, r.claim_token) for r in rows[position:]]
+                async with self.database.autocommit.connect() as conn:
+                    await inbox_sql.inbox_release(conn, rest)
+                self.log.info("inbox.released", rows=len(rest))
+                return False
+            await self._process(row)
+        return len(claimed) == self.settings.batch_size
+
+    async def _process_together(self, claimed: list[ClaimedRow]) -> list[ClaimedRow]:
+        """Process the events of a batch that only start workflows and wake waiting ones
+        in one transaction; returns the rows left to process one by one (events with
+        ``on_event`` handlers, which must not run again because another event failed,
+        cancellations, rows out of attempts, or all of them if the transaction failed)."""
+        together = [
+            r
+            for r in claimed
+            if r.kind == "event"
+            and r.attempts <= self.settings.max_attempts
+            and not self.app.event_handlers.get(r.event.event_type)
+        ]
+        grouped = {r.event.inbox_id for r in together}
+        alone = [r for r in claimed if r.event.inbox_id not in grouped]
+        if len(together) < 2 or self._stopping.is_set():
+            return claimed
+        started: list[tuple[str, str]] = []
+        try:
+            async with self.database.engine.begin() as conn:
+                marked = await inbox_sql.inbox_mark_processed(
+                    conn, [(r.event.inbox_id, r.claim_token) for r in together]
+                )
+                for row in together:
+                    log = self._row_log(row)
+                    if row.event.inbox_id not in marked:
+                        log.warning("inbox.claim_lost")
+                        continue
+                    await self._apply_event(conn, row, log, started)
+        except Exception as error:
+            self.log.debug("inbox.batch_retried_alone", rows=len(together), error=repr(error))
+            return claimed
+        self._known_definitions.update(started)
+        return alone
+
+    # ---------------------------------------------------------------- one row
+
+    def _row_log(self, row: ClaimedRow) -> Any:
+        stored = row.event
+        log = self.log.bind(inbox_id=stored.inbox_id, event_type=stored.event_type, source=stored.source)
+        return log.bind(event_id=stored.event_id)
+
+    async def _process(self, row: ClaimedRow) -> None:
+        stored = row.event
+        log = self._row_log(row)
+        if row.attempts > self.settings.max_attempts:
+            # The claim counts attempts, so a row whose processing killed its worker every
+            # time ends here instead of looping for ever.
+            message = f"gave up after {row.attempts - 1} attempts; the last one never finished (worker died?)"
+            await self._record_failure(row, log, message, park=True)
+            return
+        started: list[tuple[str, str]] = []
+        try:
+            async with self.database.engine.begin() as conn:
+                if not await inbox_sql.inbox_mark_processed(conn, [(stored.inbox_id, row.claim_token)]):
+                    log.warning("inbox.claim_lost")
+                    return
+                if row.kind == "cancel":
+                    await self._apply_cancel(conn, row, log)
+                else:
+                    await self._apply_event(conn, row, log, started)
+        except Exception as error:
+            if _is_conflict(error):
+                log.debug("inbox.lock_conflict", error=str(getattr(error, "orig", error)))
+                async with self.database.autocommit.connect() as conn:
+                    await inbox_sql.inbox_release(
+                        conn, [(stored.inbox_id, row.claim_token)], self.settings.conflict_retry_seconds
+                    )
+                return
+            await self._record_failure(
+                row, log, f"{type(error).__name__}: {error}", park=isinstance(error, TerminalError)
+            )
+            return
+        self._known_definitions.update(started)
+
+    async def _record_failure(self, row: ClaimedRow, log: Any, message: str, *, park: bool) -> None:
+        try:
+            async with self.database.autocommit.connect() as conn:
+                outcome = await inbox_sql.inbox_record_failure(
+                    conn,
+                    row.event.inbox_id,
+                    row.claim_token,
+                    error=message,
+                    max_attempts=self.settings.max_attempts,
+                    retry_seconds=self.settings.retry_seconds,
+                    max_retry_seconds=self.settings.max_retry_seconds,
+                    park=park,
+                )
+        except Exception as error:  # the claim's lease expires and another claim retries it
+            log.warning("inbox.failure_not_recorded", error=repr(error), failure=message)
+            return
+        if outcome is None:
+            log.warning("inbox.claim_lost", failure=message)
+        elif outcome[0] == "failed":
+            log.error("inbox.failed", attempts=row.attempts, error=message)
+        else:
+            log.warning("inbox.retry", attempts=row.attempts, delay=round(outcome[1], 3), error=message)
+
+    async def _apply_cancel(self, conn: AsyncConnection, row: ClaimedRow, log: Any) -> None:
+        instance_id = row.event.instance_id or ""
+        # A running instance's row stays locked while its step's write is pending: do not
+        # stall the loop on it, retry shortly instead (a lock conflict).
+        await inbox_sql.inbox_limit_lock_wait(conn, self.settings.cancel_lock_wait_seconds)
+        outcome = await instances_sql.instance_request_cancel(conn, instance_id)
+        if outcome is None:
+            log.info("instance.cancel_unknown", instance_id=instance_id)
+        else:
+            log.info("instance.cancel_requested", instance_id=instance_id, status=outcome[0], applied=outcome[1])
+
+    async def _apply_event(
+        self, conn: AsyncConnection, row: ClaimedRow, log: Any, started: list[tuple[str, str]]
+    ) -> None:
+        stored = row.event
+        event = event_from_inbox(stored)
+        handlers = self.app.event_handlers.get(stored.event_type, [])
+        for handler in handlers:
+            await self._call_handler(conn, handler, event)
+        for wf in self.starters.get(stored.event_type, []):
+            await self._start(conn, wf, event, log, started)
+        payload, payload_bytes = event_history_payload(event)
+        deliveries = await subscriptions_sql.subscription_deliver_event(
+            conn,
+            event_type=stored.event_type,
+            source=stored.source,
+            event_id=stored.event_id,
+            received_at=stored.received_at,
+            data=stored.data if stored.data_bytes is None else None,
+            target_instance_id=stored.instance_id,
+            payload=payload,
+            payload_bytes=payload_bytes,
+        )
+        for delivery in deliveries:
+            log.debug(
+                "event.delivered",
+                instance_id=delivery.instance_id,
+                workflow=delivery.workflow_name,
+                step=delivery.step_id,
+            )
+        log.debug("event.processed", handlers=len(handlers), delivered=len(deliveries), attempts=row.attempts)
+
+    async def _call_handler(self, conn: AsyncConnection, handler: Callable[..., Any], event: ReceivedEvent) -> None:
+        """``handler(event)``; a handler with a ``session`` parameter also gets a session in
+        the row's transaction, so its writes commit with the row marked processed."""
+        if "session" not in inspect.signature(handler).parameters:
+            await handler(event)
+            return
+        session = AsyncSession(bind=conn, join_transaction_mode="create_savepoint", expire_on_commit=False)
+        try:
+            await handler(event, session=session)
+            await session.commit()  # releases the savepoint; the row's transaction commits it
+        finally:
+            await session.close()
+
+    async def _start(
+        self, conn: AsyncConnection, wf: Workflow[Any], event: ReceivedEvent, log: Any, started: list[tuple[str, str]]
+    ) -> None:
+        input_json = event.data if isinstance(event.data, dict) else {}
+        try:
+            inspect.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))
+        except (TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
+            raise TerminalError(f"event data is not valid input for workflow {wf.name!r}: {error}") from None
+        if (wf.name, wf.source_hash) not in self._known_definitions:
+            await instances_sql.definition_upsert(conn, wf.name, wf.source_hash, wf.source)
+            started.append((wf.name, wf.source_hash))
+        instance_id, created = await instances_sql.instance_insert(
+            conn,
+            instance_id=f"{wf.name}-{uuid.uuid4().hex}",
+            workflow_name=wf.name,
+            source_hash=wf.source_hash,
+            input_json=input_json,
+            idempotency_key=event_start_key(event.source, event.id),
+        )
+        log.debug("workflow.started_by_event", instance_id=instance_id, workflow=wf.name, created=created)
+
+    # ---------------------------------------------------------------- subscriptions and cleanup
+
+    async def _catch_up(self) -> bool:
+        """Offer each new subscription the oldest event already in the inbox that it takes
+        (the ``since`` window, or an event processed while it was being committed)."""
+        limit = self.settings.batch_size
+        async with self.database.engine.begin() as conn:
+            unchecked = await subscriptions_sql.subscription_claim_unchecked(conn, limit=limit)
+            checked: list[tuple[str, str]] = []
+            for sub in unchecked:
+                key = (sub.instance_id, sub.step_id)
+                if sub.event is None:
+                    checked.append(key)
+                    continue
+                payload, payload_bytes = event_history_payload(event_from_inbox(sub.event))
+                try:
+                    async with conn.begin_nested():
+                        delivery = await subscriptions_sql.subscription_deliver_to(
+                            conn,
+                            instance_id=sub.instance_id,
+                            step_id=sub.step_id,
+                            payload=payload,
+                            payload_bytes=payload_bytes,
+                        )
+                except DBAPIError as error:
+                    if not _is_conflict(error):
+                        raise
+                    continue  # left unchecked: the next round tries again
+                if delivery is None:
+                    checked.append(key)
+                else:
+                    self.log.debug(
+                        "event.delivered",
+                        instance_id=delivery.instance_id,
+                        workflow=delivery.workflow_name,
+                        step=delivery.step_id,
+                        inbox_id=sub.event.inbox_id,
+                        event_type=sub.event.event_type,
+                        earlier=True,
+                    )
+            await subscriptions_sql.subscription_mark_checked(conn, checked)
+        return len(unchecked) == limit
+
+    async def _cleanup(self) -> None:
+        total = 0
+        while not self._stopping.is_set():
+            async with self.database.autocommit.connect() as conn:
+                deleted = await inbox_sql.inbox_delete_processed(
+                    conn, retention_seconds=self.settings.retention_seconds, limit=_CLEANUP_BATCH
+                )
+            total += deleted
+            if deleted < _CLEANUP_BATCH:
+                break
+        if total:
+            self.log.info("inbox.cleaned", deleted=total, retention_seconds=self.settings.retention_seconds)

@@ -1,0 +1,342 @@
+"""SQL for the inbox: CloudEvents and cancellation requests on their way to workflows.
+
+The ingress inserts rows (one statement per request, a batch all or nothing) and
+notifies; workers claim them in batches (``FOR UPDATE SKIP LOCKED``), each claim with a
+token that fences the later writes, and process every row in one transaction that starts
+by marking it processed. Processed rows are kept for the retention period: they answer
+duplicates by ``(source, id)`` and ``wait_event(since=...)``.
+
+The database clock is the only clock; ``now`` parameters exist so tests can move time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+_NOW = "coalesce(CAST(:now AS timestamptz), now())"
+
+CANCEL_SOURCE = "kenning.ingress"
+CANCEL_TYPE = "kenning.cancel"
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """A CloudEvent accepted by the ingress: ``data`` is JSON (or a text string), or the
+    event has ``data_bytes``; ``attributes`` holds every context attribute."""
+
+    source: str
+    event_id: str
+    event_type: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+    data: Any = None
+    data_bytes: bytes | None = None
+    instance_id: str | None = None  # the kenninginstanceid extension
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An inbox row's CloudEvent as a worker reads it."""
+
+    inbox_id: int
+    source: str
+    event_id: str
+    event_type: str
+    instance_id: str | None
+    attributes: dict[str, Any]
+    data: Any
+    data_bytes: bytes | None
+    received_at: datetime
+
+
+@dataclass(frozen=True)
+class ClaimedRow:
+    kind: str  # 'event' or 'cancel'
+    attempts: int  # including this one
+    claim_token: str
+    event: StoredEvent
+
+
+_INBOX_INSERT_EVENTS = text(
+    """
+    WITH incoming AS (
+        SELECT * FROM unnest(
+            CAST(:sources AS text[]), CAST(:event_ids AS text[]), CAST(:event_types AS text[]),
+            CAST(:instance_ids AS text[]), CAST(:attributes AS text[]), CAST(:data AS text[]),
+            CAST(:data_bytes AS bytea[])
+        ) WITH ORDINALITY AS e(source, event_id, event_type, instance_id, attributes, data, data_bytes, position)
+    ), inserted AS (
+        INSERT INTO kenning_inbox (kind, source, event_id, event_type, instance_id, attributes, data, data_bytes)
+        SELECT 'event', source, event_id, event_type, instance_id, CAST(attributes AS jsonb), CAST(data AS jsonb),
+               data_bytes
+        FROM incoming
+        ORDER BY position
+        ON CONFLICT DO NOTHING
+        RETURNING source, event_id
+    )
+    SELECT source, event_id, pg_notify('kenning_inbox', '') IS NULL FROM inserted
+    """
+)
+
+
+async def inbox_insert_events(conn: AsyncConnection, events: Sequence[NewEvent]) -> list[bool]:
+    """Store ``events`` in one statement and wake workers. Returns, per event, whether it
+    was stored (False: a duplicate by ``(source, id)``, also within the batch)."""
+    if not events:
+        return []
+    params = {
+        "sources": [e.source for e in events],
+        "event_ids": [e.event_id for e in events],
+        "event_types": [e.event_type for e in events],
+        "instance_ids": [e.instance_id for e in events],
+        "attributes": [json.dumps(e.attributes, ensure_ascii=False) for e in events],
+        "data": [
+            None if e.data_bytes is not None or e.data is None else json.dumps(e.data, ensure_ascii=False)
+            for e in events
+        ],
+        "data_bytes": [e.data_bytes for e in events],
+    }
+    stored = {(row[0], row[1]) for row in await conn.execute(_INBOX_INSERT_EVENTS, params)}
+    result = []
+    for event in events:
+        key = (event.source, event.event_id)
+        result.append(key in stored)
+        stored.discard(key)  # a second copy in the same batch is a duplicate
+    return result
+
+
+_INBOX_INSERT_CANCEL = text(
+    """
+    WITH target AS (
+        SELECT id FROM kenning_instances WHERE id = :instance_id
+    ), inserted AS (
+        INSERT INTO kenning_inbox (kind, source, event_id, event_type, instance_id)
+        SELECT 'cancel', :source, CAST(gen_random_uuid() AS text), :event_type, id FROM target
+        RETURNING id
+    )
+    SELECT id, pg_notify('kenning_inbox', '') IS NULL FROM inserted
+    """
+)
+
+
+async def inbox_insert_cancel(conn: AsyncConnection, instance_id: str) -> bool:
+    """Store a cancellation request for ``instance_id`` and wake workers; False (nothing
+    stored) for an unknown instance. Requests are not deduplicated: applying one twice
+    is harmless."""
+    row = (
+        await conn.execute(
+            _INBOX_INSERT_CANCEL, {"instance_id": instance_id, "source": CANCEL_SOURCE, "event_type": CANCEL_TYPE}
+        )
+    ).first()
+    return row is not None
+
+
+_INBOX_CHECK_READY = text("SELECT 1 FROM kenning_inbox LIMIT 1")
+
+
+async def inbox_check_ready(conn: AsyncConnection) -> None:
+    """Raises unless the database answers and the inbox table exists."""
+    await conn.execute(_INBOX_CHECK_READY)
+
+
+_COLUMNS = """x.id, x.kind, x.source, x.event_id, x.event_type, x.instance_id, x.attributes, x.data,
+              x.data_bytes, x.received_at, x.attempts, CAST(x.claim_token AS text)"""
+
+_INBOX_CLAIM_PENDING = text(
+    f"""
+    WITH batch AS (
+        SELECT id FROM kenning_inbox
+        WHERE status = 'pending' AND available_at <= {_NOW}
+        ORDER BY available_at, id
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE kenning_inbox AS x
+    SET attempts = x.attempts + 1,
+        claim_token = gen_random_uuid(),
+        available_at = {_NOW} + make_interval(secs => :lease_seconds)
+    FROM batch
+    WHERE x.id = batch.id
+    RETURNING {_COLUMNS}
+    """
+)
+
+
+def stored_event(row: Sequence[Any]) -> StoredEvent:
+    """The event of a row selected with the inbox columns in their usual order."""
+    return StoredEvent(
+        inbox_id=row[0],
+        source=row[2],
+        event_id=row[3],
+        event_type=row[4],
+        instance_id=row[5],
+        attributes=dict(row[6] or {}),
+        data=row[7],
+        data_bytes=bytes(row[8]) if row[8] is not None else None,
+        received_at=row[9],
+    )
+
+
+async def inbox_claim_pending(
+    conn: AsyncConnection, *, limit: int, lease_seconds: float, now: datetime | None = None
+) -> list[ClaimedRow]:
+    """Claim up to ``limit`` due rows, oldest first, in one round trip.
+
+    The claim counts an attempt and holds the row for ``lease_seconds``: a worker that
+    dies holding it leaves it to the next claim after that, with the attempt counted, so
+    an event that kills its worker every time is parked after the maximum attempts.
+    """
+    result = await conn.execute(_INBOX_CLAIM_PENDING, {"limit": limit, "lease_seconds": lease_seconds, "now": now})
+    rows = sorted(result, key=lambda r: int(r[0]))
+    return [ClaimedRow(kind=r[1], attempts=r[10], claim_token=r[11], event=stored_event(r)) for r in rows]
+
+
+_INBOX_MARK_PROCESSED = text(
+    """
+    UPDATE kenning_inbox AS x
+    SET status = 'processed', processed_at = now(), claim_token = NULL
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS r(id, token)
+    WHERE x.id = r.id AND x.claim_token = r.token AND x.status = 'pending'
+    RETURNING x.id
+    """
+)
+
+
+async def inbox_mark_processed(conn: AsyncConnection, claims: Sequence[tuple[int, str]]) -> set[int]:
+    """First statement of the processing transaction: mark the claimed rows processed,
+    locking them until commit. Returns the ids marked; a row missing was reclaimed by
+    another worker after its lease ran out and is not ours any more."""
+    if not claims:
+        return set()
+    result = await conn.execute(
+        _INBOX_MARK_PROCESSED, {"ids": [c[0] for c in claims], "tokens": [c[1] for c in claims]}
+    )
+    return {int(row[0]) for row in result}
+
+
+_LIMIT_LOCK_WAIT = text("SELECT set_config('lock_timeout', :timeout, true)")
+
+
+async def inbox_limit_lock_wait(conn: AsyncConnection, seconds: float) -> None:
+    """``SET LOCAL lock_timeout`` for the rest of this transaction: a lock held longer
+    raises ``LockNotAvailable`` instead of stalling the inbox loop."""
+    await conn.execute(_LIMIT_LOCK_WAIT, {"timeout": f"{max(1, round(seconds * 1000))}ms"})
+
+
+_INBOX_RECORD_FAILURE = text(
+    """
+    UPDATE kenning_inbox
+    SET status = CASE WHEN :park OR attempts >= :max_attempts THEN 'failed' ELSE 'pending' END,
+        processed_at = CASE WHEN :park OR attempts >= :max_attempts THEN now() END,
+        available_at = now() + make_interval(
+            secs => least(:retry_seconds * power(2, greatest(attempts - 1, 0)), :max_retry_seconds)),
+        last_error = :error,
+        claim_token = NULL
+    WHERE id = :id AND claim_token = CAST(:token AS uuid)
+    RETURNING status, extract(epoch FROM available_at - now())
+    """
+)
+
+
+async def inbox_record_failure(
+    conn: AsyncConnection,
+    inbox_id: int,
+    token: str,
+    *,
+    error: str,
+    max_attempts: int,
+    retry_seconds: float,
+    max_retry_seconds: float,
+    park: bool = False,
+) -> tuple[str, float] | None:
+    """After a failed attempt: back off (``retry_seconds`` doubled per attempt, capped),
+    or park the row as ``failed`` after ``max_attempts`` (at once with ``park``).
+    Returns (new status, seconds until the retry), or None if the claim was lost."""
+    row = (
+        await conn.execute(
+            _INBOX_RECORD_FAILURE,
+            {
+                "id": inbox_id,
+                "token": token,
+                "error": error[:4000],
+                "max_attempts": max_attempts,
+                "retry_seconds": retry_seconds,
+                "max_retry_seconds": max_retry_seconds,
+                "park": park,
+            },
+        )
+    ).first()
+    return None if row is None else (str(row[0]), float(row[1]))
+
+
+_INBOX_RELEASE = text(
+    """
+    WITH released AS (
+        UPDATE kenning_inbox AS x
+        SET attempts = greatest(x.attempts - 1, 0), claim_token = NULL,
+            available_at = now() + make_interval(secs => :delay)
+        FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS r(id, token)
+        WHERE x.id = r.id AND x.claim_token = r.token AND x.status = 'pending'
+        RETURNING x.id
+    )
+    SELECT id, pg_notify('kenning_inbox', '') IS NULL FROM released
+    """
+)
+
+
+async def inbox_release(conn: AsyncConnection, claims: Sequence[tuple[int, str]], delay_seconds: float = 0.0) -> int:
+    """Give claimed rows back without counting the attempt (shutdown, or a lock held by a
+    concurrent delivery), due again after ``delay_seconds``; wakes workers."""
+    if not claims:
+        return 0
+    result = await conn.execute(
+        _INBOX_RELEASE,
+        {"ids": [c[0] for c in claims], "tokens": [c[1] for c in claims], "delay": delay_seconds},
+    )
+    return len(result.fetchall())
+
+
+_INBOX_NEXT_AVAILABLE = text(
+    f"SELECT extract(epoch FROM min(available_at) - {_NOW}) FROM kenning_inbox WHERE status = 'pending'"
+)
+
+
+async def inbox_seconds_until_next(conn: AsyncConnection, now: datetime | None = None) -> float | None:
+    """Seconds until the next pending row is due (negative: already due), or None."""
+    row = (await conn.execute(_INBOX_NEXT_AVAILABLE, {"now": now})).first()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+_INBOX_DELETE_PROCESSED = text(
+    f"""
+    WITH expired AS (
+        SELECT id FROM kenning_inbox
+        WHERE status = 'processed' AND processed_at < {_NOW} - make_interval(secs => :retention_seconds)
+        ORDER BY processed_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ), deleted AS (
+        DELETE FROM kenning_inbox AS x USING expired WHERE x.id = expired.id RETURNING 1
+    )
+    SELECT count(*) FROM deleted
+    """
+)
+
+
+async def inbox_delete_processed(
+    conn: AsyncConnection, *, retention_seconds: float, limit: int, now: datetime | None = None
+) -> int:
+    """Delete up to ``limit`` rows processed more than ``retention_seconds`` ago; parked
+    (``failed``) rows stay for operators. Returns how many were deleted."""
+    row = (
+        await conn.execute(
+            _INBOX_DELETE_PROCESSED, {"retention_seconds": retention_seconds, "limit": limit, "now": now}
+        )
+    ).first()
+    return int(row[0]) if row is not None else 0
