@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -50,12 +50,12 @@ class Database:
 
     url: str
     engine: AsyncEngine
+    # The same pool in autocommit mode: a single-statement write is one round trip (no
+    # BEGIN, no COMMIT) and still its own transaction.
+    autocommit: AsyncEngine = field(init=False)
 
-    @property
-    def autocommit(self) -> AsyncEngine:
-        """The same pool in autocommit mode: a single-statement write is one round trip
-        (no BEGIN, no COMMIT) and still its own transaction."""
-        return self.engine.execution_options(isolation_level="AUTOCOMMIT")
+    def __post_init__(self) -> None:
+        self.autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def dispose(self) -> None:
         await self.engine.dispose()
