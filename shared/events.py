@@ -151,8 +151,9 @@ async def wait_event(
     elif since is not None:
         since_seconds = float(since)
     await replayer.suspend(
-        lambda conn: subscriptions_sql.subscription_register_and_suspend(
+        lambda conn, folded: subscriptions_sql.subscription_register_and_suspend(
             conn,
+            folded=folded,
             instance_id=replayer.instance_id,
             token=replayer.token,
             step_id=step_id,

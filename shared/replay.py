@@ -30,7 +30,13 @@ from kenning.registry import qualified_name
 from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
-from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord, SuspendOutcome
+from kenning.storage.records import (
+    ClaimedInstance,
+    CompensationRecord,
+    FoldedWrites,
+    HistoryRecord,
+    SuspendOutcome,
+)
 
 if TYPE_CHECKING:
     from kenning.activity import Activity
@@ -61,6 +67,11 @@ class PendingRecord:
     payload: Any
     payload_bytes: bytes | None = None
     clear_attempts: bool = False
+
+    @property
+    def foldable(self) -> bool:
+        """Whether a folding statement can carry it (bytes and attempt resets cannot)."""
+        return self.payload_bytes is None and not self.clear_attempts
 
     def as_json(self) -> dict[str, Any]:
         return {"step_id": self.step_id, "kind": self.kind, "step_name": self.step_name, "payload": self.payload}
@@ -231,14 +242,21 @@ class Replayer:
             await self._flush_locked()
             return await self._autocommit(statement)
 
-    async def suspend(self, statement: Callable[[AsyncConnection], Awaitable[SuspendOutcome]]) -> NoReturn:
+    async def suspend(
+        self, statement: Callable[[AsyncConnection, FoldedWrites], Awaitable[SuspendOutcome]]
+    ) -> NoReturn:
         """Give the lease back while the instance waits (event, timer).
 
         ``statement`` registers what it waits for and releases the lease in one fenced
-        transaction, refusing when cancellation was requested: a cancel that races a
-        suspend is applied, never overwritten (Edda 0.1.0 lost it).
+        statement, together with the step recorded just before (folded) and refusing when
+        cancellation was requested: a cancel that races a suspend is applied, never
+        overwritten (Edda 0.1.0 lost it).
         """
-        outcome = await self.write_now(statement)
+        async with self.write_lock:
+            folded = await self._take_folded()
+            outcome = await self._autocommit(lambda conn: statement(conn, folded))
+            if outcome is not SuspendOutcome.LEASE_LOST:
+                self.unsaved_compensations = []
         if outcome is SuspendOutcome.CANCELLED:
             self.cancel_requested = True
             self.raise_if_cancelled()
@@ -246,6 +264,17 @@ class Replayer:
             raise LeaseLostError(f"lease on {self.instance_id} was lost before it could suspend")
         self.log.debug("instance.suspended")
         raise Suspended()
+
+    async def _take_folded(self) -> FoldedWrites:
+        """The deferred record and unsaved compensations, for a statement that folds them
+        in (call with ``write_lock`` held; rare record shapes are written first)."""
+        if self.pending is not None and not self.pending.foldable:
+            await self._flush_locked()
+        record, self.pending = self.pending, None
+        return FoldedWrites(
+            pending_steps=[] if record is None else [record.as_json()],
+            compensations=[c.to_json() for c in self.unsaved_compensations],
+        )
 
     async def record_now(self, **fields: Any) -> None:
         """A fenced history write committed at once (failures, compensation records)."""
@@ -472,15 +501,9 @@ class Replayer:
                 TerminalError(f"workflow {self.workflow_name} returned a value that cannot be recorded: {error}")
             )
         async with self.write_lock:
-            if self.pending is not None and (self.pending.payload_bytes is not None or self.pending.clear_attempts):
-                await self._flush_locked()  # rare shapes the folded statement does not carry
-            last, self.pending = self.pending, None
-            final_step = None if last is None else last.as_json()
-            compensations = [c.to_json() for c in self.unsaved_compensations]
+            folded = await self._take_folded()
             done = await self._autocommit(
-                lambda conn: instances_sql.instance_complete(
-                    conn, self.instance_id, self.token, payload, final_step=final_step, compensations=compensations
-                )
+                lambda conn: instances_sql.instance_complete(conn, self.instance_id, self.token, payload, folded)
             )
         if not done:
             raise LeaseLostError(f"lease on {self.instance_id} was lost before completion")

@@ -24,8 +24,9 @@ async def _wait(
         return
     await replayer.before_new_step(step_id, step_name, flush=False)
     await replayer.suspend(
-        lambda conn: timers_sql.timer_register_and_suspend(
+        lambda conn, folded: timers_sql.timer_register_and_suspend(
             conn,
+            folded=folded,
             instance_id=replayer.instance_id,
             token=replayer.token,
             step_id=step_id,

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from kenning.storage.fencing import LEASE_FENCE, SAVE_COMPENSATIONS
 from kenning.storage.records import CompensationRecord, HistoryRecord
 
 _HISTORY_LOAD = text(
@@ -48,24 +49,12 @@ async def history_load(conn: AsyncConnection, instance_ids: Sequence[str]) -> di
 
 
 _HISTORY_RECORD_STEP = text(
-    """
-    WITH fence AS (
-        SELECT id, cancel_requested FROM kenning_instances
-        WHERE id = :id AND lease_token = CAST(:token AS uuid)
-        FOR UPDATE
-    ), recorded AS (
+    f"""
+    WITH {LEASE_FENCE}, recorded AS (
         INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload, payload_bytes)
         SELECT fence.id, :step_id, :kind, :step_name, CAST(:payload AS jsonb), :payload_bytes FROM fence
         RETURNING 1
-    ), saved AS (
-        INSERT INTO kenning_compensations
-            (instance_id, comp_id, position, function_name, args, kwargs, retry_policy)
-        SELECT fence.id, c.comp_id, c.position, c.function_name, c.args, c.kwargs, c.retry_policy
-        FROM fence, jsonb_to_recordset(CAST(:compensations AS jsonb)) AS c(
-            comp_id text, position integer, function_name text, args jsonb, kwargs jsonb, retry_policy jsonb)
-        ON CONFLICT DO NOTHING
-        RETURNING 1
-    )
+    ), {SAVE_COMPENSATIONS}
     SELECT fence.cancel_requested FROM fence, recorded
     """
 )

@@ -15,7 +15,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from kenning.storage.records import ClaimedInstance, InstanceRow
+from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
+from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow
 
 _NOW = "coalesce(CAST(:now AS timestamptz), now())"
 
@@ -199,30 +200,12 @@ async def instance_heartbeat(conn: AsyncConnection, tokens: Sequence[str], lease
 
 
 _INSTANCE_COMPLETE = text(
-    """
-    WITH fence AS (
-        SELECT id FROM kenning_instances
-        WHERE id = :id AND lease_token = CAST(:token AS uuid)
-        FOR UPDATE
-    ), final_step AS (
-        -- the workflow's last step, folded into its completion: one statement, one commit
-        INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload)
-        SELECT fence.id, s.step_id, s.kind, s.step_name, s.payload
-        FROM fence, jsonb_to_recordset(CAST(:final_step AS jsonb)) AS s(
-            step_id text, kind text, step_name text, payload jsonb)
-        RETURNING 1
-    ), saved AS (
-        INSERT INTO kenning_compensations
-            (instance_id, comp_id, position, function_name, args, kwargs, retry_policy)
-        SELECT fence.id, c.comp_id, c.position, c.function_name, c.args, c.kwargs, c.retry_policy
-        FROM fence, jsonb_to_recordset(CAST(:compensations AS jsonb)) AS c(
-            comp_id text, position integer, function_name text, args jsonb, kwargs jsonb, retry_policy jsonb)
-        ON CONFLICT DO NOTHING
-        RETURNING 1
-    )
+    f"""
+    -- the workflow's last step is folded into its completion: one statement, one commit
+    WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}
     UPDATE kenning_instances AS i
     SET status = 'completed', result = CAST(:result AS jsonb), lease_token = NULL, lease_owner = NULL,
-        available_at = NULL, attempts = '{}', finished_at = now(), updated_at = now()
+        available_at = NULL, attempts = '{{}}', finished_at = now(), updated_at = now()
     FROM fence
     WHERE i.id = fence.id
     RETURNING i.id
@@ -231,22 +214,10 @@ _INSTANCE_COMPLETE = text(
 
 
 async def instance_complete(
-    conn: AsyncConnection,
-    instance_id: str,
-    token: str,
-    result: Any,
-    *,
-    final_step: dict[str, Any] | None = None,
-    compensations: list[dict[str, Any]] | None = None,
+    conn: AsyncConnection, instance_id: str, token: str, result: Any, folded: FoldedWrites | None = None
 ) -> bool:
     """Complete a leased instance, recording its last step in the same statement."""
-    params = {
-        "id": instance_id,
-        "token": token,
-        "result": json.dumps(result),
-        "final_step": json.dumps([final_step] if final_step else []),
-        "compensations": json.dumps(compensations or []),
-    }
+    params = {"id": instance_id, "token": token, "result": json.dumps(result), **(folded or FoldedWrites()).params()}
     row = (await conn.execute(_INSTANCE_COMPLETE, params)).first()
     return row is not None
 
@@ -276,21 +247,14 @@ async def instance_finish(
 
 
 _INSTANCE_BEGIN_COMPENSATING = text(
-    """
-    WITH fenced AS (
-        UPDATE kenning_instances
-        SET status = 'compensating', error = coalesce(CAST(:error AS jsonb), error), updated_at = now()
-        WHERE id = :id AND lease_token = CAST(:token AS uuid)
-        RETURNING id
-    ), saved AS (
-        INSERT INTO kenning_compensations
-            (instance_id, comp_id, position, function_name, args, kwargs, retry_policy)
-        SELECT fenced.id, c.comp_id, c.position, c.function_name, c.args, c.kwargs, c.retry_policy
-        FROM fenced, jsonb_to_recordset(CAST(:compensations AS jsonb)) AS c(
-            comp_id text, position integer, function_name text, args jsonb, kwargs jsonb, retry_policy jsonb)
-        ON CONFLICT DO NOTHING
-        RETURNING 1
-    )
+    f"""
+    WITH {LEASE_FENCE}, fenced AS (
+        UPDATE kenning_instances AS i
+        SET status = 'compensating', error = coalesce(CAST(:error AS jsonb), i.error), updated_at = now()
+        FROM fence
+        WHERE i.id = fence.id
+        RETURNING i.id
+    ), {SAVE_COMPENSATIONS}
     SELECT count(*) FROM fenced
     """
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -79,3 +80,15 @@ class SuspendOutcome(enum.Enum):
     SUSPENDED = "suspended"  # registered what it waits for and released the lease
     CANCELLED = "cancelled"  # cancellation was requested: nothing registered, lease kept
     LEASE_LOST = "lease_lost"  # another worker holds the instance: nothing written
+
+
+@dataclass(frozen=True)
+class FoldedWrites:
+    """What a fenced statement writes on the side: the step recorded just before it (a
+    suspend or completion after an activity) and compensations registered since."""
+
+    pending_steps: list[dict[str, Any]] = field(default_factory=list)
+    compensations: list[dict[str, Any]] = field(default_factory=list)
+
+    def params(self) -> dict[str, str]:
+        return {"pending_step": json.dumps(self.pending_steps), "compensations": json.dumps(self.compensations)}

@@ -18,23 +18,13 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
 from kenning.storage.inbox import StoredEvent, stored_event
-from kenning.storage.records import SuspendOutcome
+from kenning.storage.records import FoldedWrites, SuspendOutcome
 
 _SUBSCRIPTION_REGISTER_AND_SUSPEND = text(
-    """
-    WITH fence AS (
-        SELECT id, cancel_requested FROM kenning_instances
-        WHERE id = :id AND lease_token = CAST(:token AS uuid)
-        FOR UPDATE
-    ), suspended AS (
-        UPDATE kenning_instances AS i
-        SET status = 'waiting_for_event', lease_token = NULL, lease_owner = NULL, available_at = NULL,
-            updated_at = now()
-        FROM fence
-        WHERE i.id = fence.id AND NOT fence.cancel_requested
-        RETURNING i.id
-    ), registered AS (
+    f"""
+    WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}, {suspend_as("waiting_for_event")}, registered AS (
         INSERT INTO kenning_event_subscriptions
             (instance_id, step_id, step_name, event_type, match, since, timeout_at)
         SELECT id, :step_id, :step_name, :event_type, CAST(:match AS jsonb),
@@ -64,6 +54,7 @@ async def subscription_register_and_suspend(
     since_at: datetime | None,
     since_seconds: float | None,
     timeout_seconds: float | None,
+    folded: FoldedWrites | None = None,
 ) -> SuspendOutcome:
     """Subscribe to ``event_type`` (optionally only events whose data matches ``match``,
     and also those received since ``since_*``), time out after ``timeout_seconds`` on the
@@ -81,6 +72,7 @@ async def subscription_register_and_suspend(
                 "since_at": since_at,
                 "since_seconds": since_seconds,
                 "timeout_seconds": timeout_seconds,
+                **(folded or FoldedWrites()).params(),
             },
         )
     ).first()

@@ -12,22 +12,12 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from kenning.storage.records import SuspendOutcome
+from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
+from kenning.storage.records import FoldedWrites, SuspendOutcome
 
 _TIMER_REGISTER_AND_SUSPEND = text(
-    """
-    WITH fence AS (
-        SELECT id, cancel_requested FROM kenning_instances
-        WHERE id = :id AND lease_token = CAST(:token AS uuid)
-        FOR UPDATE
-    ), suspended AS (
-        UPDATE kenning_instances AS i
-        SET status = 'waiting_for_timer', lease_token = NULL, lease_owner = NULL, available_at = NULL,
-            updated_at = now()
-        FROM fence
-        WHERE i.id = fence.id AND NOT fence.cancel_requested
-        RETURNING i.id
-    ), registered AS (
+    f"""
+    WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}, {suspend_as("waiting_for_timer")}, registered AS (
         INSERT INTO kenning_timers (instance_id, step_id, step_name, due_at)
         SELECT id, :step_id, :step_name,
                coalesce(CAST(:due_at AS timestamptz), now() + make_interval(secs => CAST(:delay AS float8)))
@@ -50,6 +40,7 @@ async def timer_register_and_suspend(
     step_name: str,
     due_at: datetime | None = None,
     delay_seconds: float | None = None,
+    folded: FoldedWrites | None = None,
 ) -> SuspendOutcome:
     """Register a timer due at ``due_at``, or ``delay_seconds`` from now on the database
     clock, and release the lease, in one fenced statement; wakes the scheduler."""
@@ -63,6 +54,7 @@ async def timer_register_and_suspend(
                 "step_name": step_name,
                 "due_at": due_at,
                 "delay": delay_seconds,
+                **(folded or FoldedWrites()).params(),
             },
         )
     ).first()
