@@ -141,6 +141,9 @@ _SUBSCRIPTION_TIMEOUT_FIRE_DUE = text(
         FROM kenning_event_subscriptions AS s
         JOIN kenning_instances AS i ON i.id = s.instance_id
         WHERE s.timeout_at IS NOT NULL AND s.timeout_at <= {_NOW}
+          -- with since=, an event already in the inbox beats the timeout: wait for the
+          -- worker's one-time catch-up check before timing the subscription out
+          AND (s.since IS NULL OR s.checked_at IS NOT NULL)
         ORDER BY s.timeout_at, s.instance_id, s.step_id
         LIMIT :limit
         FOR UPDATE OF s, i SKIP LOCKED

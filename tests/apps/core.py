@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from kenning import (
     App,
+    EventTimeoutError,
     HooksBase,
     RetryExhaustedError,
     RetryPolicy,
@@ -338,3 +339,14 @@ async def awaits_payment(ctx: WorkflowContext, order_id: str) -> str:
     await reserve(ctx, "sku7", 1)
     event = await wait_event(ctx, "payment.completed", timeout_seconds=600, match={"order_id": order_id})
     return str(event.data)
+
+
+@workflow
+async def early_reply(ctx: WorkflowContext, order_id: str) -> object:
+    """The reply is already in the inbox when the workflow subscribes, and the timeout is
+    zero: with since= the event must win."""
+    try:
+        event = await wait_event(ctx, "reply.sent", timeout_seconds=0, since=60, match={"order_id": order_id})
+    except EventTimeoutError:
+        return "timed out"
+    return event.data["n"]

@@ -1,0 +1,41 @@
+"""Races between a wait's outcomes: an event already received versus a zero timeout."""
+
+from __future__ import annotations
+
+import psycopg
+
+from kenning import Client
+from kenning.db import Database
+from kenning.storage import timers as timers_sql
+from kenning.storage.inbox import NewEvent, inbox_insert_events
+from kenning.worker.inbox import InboxSettings
+from tests.apps import core
+from tests.support import check_invariants, eventually, running_worker
+
+
+async def test_event_received_before_a_zero_timeout_wait_is_delivered_not_timed_out(
+    database: Database, sql: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    async with database.autocommit.connect() as conn:
+        await inbox_insert_events(
+            conn, [NewEvent(source="tests", event_id="r-1", event_type="reply.sent", data={"order_id": "o-5", "n": 7})]
+        )
+    async with Client(database=database) as client:
+        # a worker that runs workflows but does not look at the inbox yet
+        async with running_worker(database, core.app, inbox=InboxSettings(enabled=False)):
+            started = await client.start(core.early_reply, order_id="o-5")
+
+            def waiting() -> bool:
+                row = sql.execute("SELECT status FROM kenning_instances WHERE id = %s", (started.instance_id,))
+                return row.fetchone() == ("waiting_for_event",)
+
+            await eventually(waiting, timeout=10)
+        # its timeout is due at once, but the reply is already in the inbox: a scheduler
+        # pass now must leave the subscription to the worker's catch-up check
+        async with database.autocommit.connect() as conn:
+            assert await timers_sql.subscription_timeout_fire_due(conn, limit=10) == []
+        async with running_worker(database, core.app):
+            assert await client.result(started.instance_id, timeout=15) == 7
+    kinds = sql.execute("SELECT kind FROM kenning_history WHERE instance_id = %s", (started.instance_id,)).fetchall()
+    assert kinds == [("EventReceived",)]
+    check_invariants(sql)
