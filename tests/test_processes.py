@@ -25,7 +25,9 @@ async def test_two_worker_processes_race_for_200_instances(
     side_channel: str,
 ) -> None:
     env = {"KENNING_TEST_SIDE_CHANNEL": side_channel}
-    workers = [processes.worker(database_url, APP, "--concurrency", "16", env=env) for _ in range(2)]
+    workers = [
+        processes.worker(database_url, APP, "--concurrency", "16", "--log-level", "debug", env=env) for _ in range(2)
+    ]
     async with Client(database=database) as client:
         ids = [(await client.start("three_steps", value=n)).instance_id for n in range(200)]
 
@@ -33,18 +35,14 @@ async def test_two_worker_processes_race_for_200_instances(
             row = sql.execute("SELECT count(*) FROM kenning_instances WHERE status = 'completed'").fetchone()
             return row == (200,)
 
-        await eventually(done, timeout=60, message="200 instances completed")
+        await eventually(done, timeout=180, message="200 instances completed")
     counts = executions(side_channel)
     for instance_id in ids:
         for step in ("step_one", "step_two", "step_three"):
             assert counts[f"{step} {instance_id}"] == 1
-    owners = sql.execute(
-        "SELECT count(DISTINCT lease_owner) FROM kenning_history h JOIN kenning_instances i ON i.id = h.instance_id"
-    ).fetchone()
-    assert owners is not None
-    # both processes took part (their ids appear in the logs as claimers)
-    claimed_by = [processes.log_of(w).count("worker.started") for w in workers]
-    assert claimed_by == [1, 1]
+    # both processes took part, and together they claimed each instance once
+    claimed = [processes.log_of(w).count('"instance.claimed"') for w in workers]
+    assert all(n > 0 for n in claimed) and sum(claimed) == 200, claimed
     check_invariants(sql)
 
 
@@ -63,7 +61,7 @@ async def test_killed_worker_is_finished_by_another_after_lease_expiry(
     async with Client(database=database) as client:
         started = await client.start("slow_three", value=1)
         key = f"step_two {started.instance_id}"
-        await eventually(lambda: executions(side_channel)[key] == 1, timeout=20, message="step two started")
+        await eventually(lambda: executions(side_channel)[key] == 1, timeout=60, message="step two started")
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
         block.unlink()
@@ -91,13 +89,13 @@ async def test_stalled_worker_cannot_write_after_takeover(
     async with Client(database=database) as client:
         started = await client.start("slow_three", value=2)
         key = f"step_two {started.instance_id}"
-        await eventually(lambda: executions(side_channel)[key] == 1, timeout=20)
+        await eventually(lambda: executions(side_channel)[key] == 1, timeout=60)
         stale.send_signal(signal.SIGSTOP)  # stalls past its lease, like a long GC pause
         block.unlink()
         processes.worker(database_url, APP, "--lease-seconds", "1", env=env)
         assert await client.result(started.instance_id, timeout=30) == 3
         stale.send_signal(signal.SIGCONT)  # wakes up, finishes step two, tries to record it
-        await eventually(lambda: "instance.lease_lost" in processes.log_of(stale), timeout=20)
+        await eventually(lambda: "instance.lease_lost" in processes.log_of(stale), timeout=60)
     rows = sql.execute(
         "SELECT step_id FROM kenning_history WHERE instance_id = %s ORDER BY seq", (started.instance_id,)
     ).fetchall()
@@ -117,7 +115,7 @@ async def test_crash_during_compensation_is_finished_by_another_worker(
     first = processes.worker(database_url, APP, "--lease-seconds", "1", env=env)
     async with Client(database=database) as client:
         started = await client.start("saga", amount=3, fail=True)
-        await eventually(lambda: first.poll() is not None, timeout=20, message="worker died in refund")
+        await eventually(lambda: first.poll() is not None, timeout=60, message="worker died in refund")
         assert (await client.status(started.instance_id)).status == "compensating"
         processes.worker(database_url, APP, "--lease-seconds", "1", env=env)
         with pytest.raises(Exception, match="failed"):
@@ -151,7 +149,7 @@ async def test_sigterm_releases_in_flight_instances_and_exits_zero(
     worker = processes.worker(database_url, APP, "--shutdown-grace-seconds", "0.5", "--lease-seconds", "60", env=env)
     async with Client(database=database) as client:
         started = await client.start("slow_three", value=1)
-        await eventually(lambda: executions(side_channel)[f"step_two {started.instance_id}"] == 1, timeout=20)
+        await eventually(lambda: executions(side_channel)[f"step_two {started.instance_id}"] == 1, timeout=60)
         worker.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(worker.wait, 15) == 0
         row = sql.execute(
@@ -160,7 +158,7 @@ async def test_sigterm_releases_in_flight_instances_and_exits_zero(
         assert row == ("pending", None)  # released: no need to wait 60 s for the lease
         block.unlink()
         processes.worker(database_url, APP, env=env)
-        assert await client.result(started.instance_id, timeout=20) == 1
+        assert await client.result(started.instance_id, timeout=60) == 1
     check_invariants(sql)
 
 
