@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from kenning.bench import targets
+from kenning.bench.main import SECTIONS, section_list
+from kenning.bench.stats import percentile
 from tests.support import REPO_ROOT
+
+TARGET_NAMES = {
+    "workflows_per_second_2_workers",
+    "share_of_bare_engine",
+    "commits_per_workflow",
+    "commit_rate_share_of_pgbench",
+    "throughput_rises_with_workers",
+    "event_p99_ms",
+    "timer_p99_ms",
+    "timer_never_early",
+    "ingress_events_per_second",
+    "ingress_share_of_insert_limit",
+    "flat_at_scale",
+    "linear_long_activities",
+    "linear_long_events",
+}
+
+
+def _ordered_percentiles(section: dict[str, Any], prefix: str = "") -> None:
+    assert 0 <= section[f"{prefix}p50_ms"] <= section[f"{prefix}p99_ms"] <= section[f"{prefix}max_ms"]
 
 
 def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path) -> None:
@@ -36,6 +63,8 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
     )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(output.read_text())
+    assert report["sections"] == list(SECTIONS)
+    assert len(report["machine"]["load_average_at_start"]) == 3
     limits = report["limits"]
     assert limits["insert_per_second"] > 0
     assert limits["pgbench_tps"] is None or limits["pgbench_tps"] > 0
@@ -52,6 +81,84 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
         assert row["workflows"] == 20 and row["workflows_per_second"] > 0
         # three steps and a start at the least; a broken fold or claim would show here
         assert 3.0 <= row["commits_per_workflow"] < 12
+
+    event = report["event_latency"]
+    assert event["samples"] == 10
+    _ordered_percentiles(event)
+    assert event["min_ms"] > 0  # the activity cannot start before the POST was sent
+    _ordered_percentiles(event["post_response"])
+
+    timer = report["timer_lateness"]
+    assert timer["samples"] == 10 and timer["timer_seconds"] == 0.2
+    _ordered_percentiles(timer)
+    assert timer["early"] == 0 and timer["min_ms"] >= 0  # never early: a correctness check
+
+    ingress = report["ingress"]
+    assert ingress["clients"] == 8 and ingress["ingress_workers"] == 2
+    assert ingress["accepted"] > 0 and ingress["rejected"] == 0 and ingress["events_per_second"] > 0
+    _ordered_percentiles(ingress, "response_")
+    assert ingress["insert_limit_per_second"] == limits["insert_per_second"]
+    assert ingress["share_of_insert_limit"] > 0
+    assert set(ingress["cpu_ms_per_event"]) == {"ingress", "client", "postgres_backends"}
+    assert ingress["cpu_ms_per_event"]["ingress"] > 0
+    assert ingress["new_database_sessions"] is None or ingress["new_database_sessions"] >= 0
+
     assert report["scale"]["claim_loaded"]["uses_partial_index"] is True
     assert set(report["long"]["ms_per_step"]) == {"5", "20"}
-    assert "workers  wf/s" in done.stdout and "long workflows" in done.stdout
+    chain = report["events_long"]
+    assert set(chain["events"]) == set(chain["ms_per_event"]) == {"4", "10"}
+    assert chain["growth_ratio"] > 0
+
+    found = report["targets"]
+    assert set(found) == TARGET_NAMES
+    for name, target in found.items():
+        assert set(target) == {"target", "value", "met"} and target["target"]
+        if name == "commit_rate_share_of_pgbench" and limits["pgbench_tps"] is None:
+            assert target["met"] is None
+        else:  # every section ran, so every target was judged
+            assert target["met"] in (True, False), name
+    assert found["timer_never_early"]["met"] is True
+
+    for heading in ("workers  wf/s", "event POST -> next activity", "timer lateness", "ingress (8 clients", "targets"):
+        assert heading in done.stdout, heading
+    assert "long workflows" in done.stdout and "event chains" in done.stdout
+
+
+def _report(rate_two: float, early: int) -> dict[str, Any]:
+    row = {
+        "workflows_per_second": rate_two,
+        "commits_per_workflow": 4.0,
+        "worker_cpu_ms_per_workflow": 2.0,
+        "postgres_cpu_ms_per_workflow": 1.0,
+    }
+    return {
+        "machine": {"cpus": 2},
+        "limits": {"pgbench_tps": 1000.0, "insert_per_second": 2000.0, "bare_engine": {"workflows_per_second": 400}},
+        "throughput": [{**row, "workers": 1, "workflows_per_second": 100.0}, {**row, "workers": 2}],
+        "timer_lateness": {"p99_ms": 10.0, "early": early},
+    }
+
+
+def test_targets_are_computed_from_the_run() -> None:
+    met = targets.evaluate(_report(rate_two=300.0, early=0))
+    assert met["workflows_per_second_2_workers"]["met"] is True
+    assert met["share_of_bare_engine"] == {**met["share_of_bare_engine"], "value": 0.75, "met": True}
+    assert met["commit_rate_share_of_pgbench"]["value"] == 1.2
+    assert met["throughput_rises_with_workers"]["met"] is True
+    assert met["timer_never_early"]["met"] is True and met["timer_p99_ms"]["met"] is True
+    assert met["event_p99_ms"]["met"] is None  # section not run: not judged
+
+    missed = targets.evaluate(_report(rate_two=100.0, early=1))
+    assert missed["workflows_per_second_2_workers"]["met"] is False
+    assert missed["share_of_bare_engine"]["met"] is False
+    assert missed["timer_never_early"]["met"] is False
+    # no gain from the second worker while the CPUs were 15 % busy: not saturated, so missed
+    assert missed["throughput_rises_with_workers"]["met"] is False
+
+
+def test_sections_are_checked_and_percentiles_are_nearest_rank() -> None:
+    assert section_list("event, timer") == ["event", "timer"]
+    with pytest.raises(argparse.ArgumentTypeError, match="bogus"):
+        section_list("limits,bogus")
+    assert percentile([float(v) for v in range(1, 201)], 99) == 198.0
+    assert percentile([5.0], 50) == 5.0

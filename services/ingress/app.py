@@ -71,8 +71,10 @@ class Ingress:
         timeout = self.settings.database_timeout
         engine = create_async_engine(
             sqlalchemy_url(self.settings.database_url),
-            pool_size=5,
-            max_overflow=20,
+            # overflow connections are closed on return: size the pool for the load so
+            # requests reuse connections instead of opening one each
+            pool_size=20,
+            max_overflow=10,
             pool_timeout=timeout,
             pool_recycle=1800,
             connect_args={"connect_timeout": max(2, round(timeout))},

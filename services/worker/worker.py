@@ -55,6 +55,9 @@ class Worker:
         self.workflow_names = sorted(app.registry.workflows)
         self._running: dict[str, asyncio.Task[None]] = {}  # lease token -> run
         self._wake = asyncio.Event()
+        # Whether another claim may find work: set by NOTIFY and polls, and after a claim
+        # that filled every free slot; a finished run frees a slot but brings no new work.
+        self._work_likely = True
         self._stopping = asyncio.Event()
         self.log = _log.bind(worker_id=self.worker_id)
         self.inbox = InboxProcessor(
@@ -76,6 +79,7 @@ class Worker:
         if channel in (CHANNEL_INBOX, CHANNEL_SUBSCRIPTIONS):
             self.inbox.wake()
         else:
+            self._work_likely = True
             self._wake.set()
 
     async def run(self) -> None:
@@ -105,27 +109,40 @@ class Worker:
             self.log.info("worker.stopped")
 
     async def _claim_loop(self) -> None:
+        # Claims are batched: the NOTIFYs of many starts and the ends of many runs coalesce
+        # into one claim of every free slot, so empty claims do not cost a commit per start
+        # per worker. Saturated (the last claim filled every slot), it refills a quarter of
+        # its slots at a time.
+        claim_spacing = min(0.005, self.settings.poll_interval)
+        refill_at = max(1, self.settings.concurrency // 4)
+        saturated = False
         while not self._stopping.is_set():
             self._wake.clear()
             free = self.settings.concurrency - len(self._running)
             sleep_for = self.settings.poll_interval
-            if free > 0 and self.workflow_names:
+            wanted = self._work_likely and free > 0 and (not saturated or free >= refill_at)
+            if wanted and self.workflow_names:
+                self._work_likely = False
                 try:
                     claimed = await self._claim(free)
                 except Exception as error:  # database down: keep trying, never crash the loop
                     self.log.warning("worker.claim_failed", error=repr(error))
-                    claimed, sleep_for = 0, min(self.settings.poll_interval, 1.0)
-                else:
-                    if claimed == free:
-                        continue
-                    if claimed == 0:
-                        sleep_for = await self._seconds_until_next()
-            with contextlib.suppress(TimeoutError):
+                    claimed, sleep_for, self._work_likely = 0, min(self.settings.poll_interval, 1.0), True
+                saturated = claimed == free
+                if saturated:
+                    self._work_likely = True
+                elif claimed == 0:
+                    sleep_for = await self._seconds_until_next()
+            try:
                 await asyncio.wait_for(self._wake.wait(), timeout=max(sleep_for, 0.001))
+            except TimeoutError:
+                self._work_likely, saturated = True, False  # a poll, or the next run-after time
+                continue
+            await asyncio.sleep(claim_spacing)  # let more wake-ups arrive: one claim for all
 
     async def _seconds_until_next(self) -> float:
         try:
-            async with self.database.engine.connect() as conn:
+            async with self.database.autocommit.connect() as conn:
                 until = await instances_sql.instance_seconds_until_next(conn, self.workflow_names)
         except Exception:
             return self.settings.poll_interval

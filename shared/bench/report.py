@@ -1,4 +1,5 @@
-"""The benchmark's table: each result beside the limit it is measured against."""
+"""The benchmark's table: each result beside the limit it is measured against, then
+every target of issue 7 and whether this run met it."""
 
 from __future__ import annotations
 
@@ -11,46 +12,71 @@ def _ratio(value: float | None, limit: float | None) -> str:
     return f"{100 * value / limit:.0f}%"
 
 
-def render(report: dict[str, Any]) -> str:
-    lines = [
-        f"Kenning benchmark ({report['configuration']}, {report['machine']['cpus']} CPUs, "
-        f"{report['duration_seconds']} s)"
+def _limits(lim: dict[str, Any]) -> list[str]:
+    bare = lim["bare_engine"]
+    return [
+        "",
+        f"limits ({lim['clients']} clients): pgbench -N {lim['pgbench_tps']} TPS; single-row insert "
+        f"{lim['insert_per_second']}/s; bare engine {bare['workflows_per_second']:.0f} wf/s at "
+        f"{bare['commits_per_workflow']:.2f} commits/wf",
     ]
-    lim = report.get("limits") or {}
-    bare = (lim.get("bare_engine") or {}).get("workflows_per_second")
-    pgbench = lim.get("pgbench_tps")
-    if lim:
+
+
+def _throughput(rows: list[dict[str, Any]], bare: float | None, pgbench: float | None) -> list[str]:
+    lines = [
+        "",
+        "workers  wf/s    steps/s  commits/wf  worker CPU ms/wf  PG CPU ms/wf  vs bare  commit rate vs pgbench",
+    ]
+    for r in rows:
+        commit_rate = r["workflows_per_second"] * r["commits_per_workflow"]
+        lines.append(
+            f"{r['workers']:>7}  {r['workflows_per_second']:>6}  {r['steps_per_second']:>7}  "
+            f"{r['commits_per_workflow']:>10}  {r['worker_cpu_ms_per_workflow']:>16}  "
+            f"{r['postgres_cpu_ms_per_workflow'] or '-':>12}  {_ratio(r['workflows_per_second'], bare):>7}  "
+            f"{_ratio(commit_rate, pgbench):>6}"
+        )
+    return lines
+
+
+def _latencies(report: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    machine_cpus = report["machine"]["cpus"]
+    event = report.get("event_latency")
+    if event:
+        post = event["post_response"]
         lines += [
             "",
-            f"limits ({lim['clients']} clients): pgbench -N {pgbench} TPS; single-row insert "
-            f"{lim['insert_per_second']}/s; bare engine {bare:.0f} wf/s at "
-            f"{lim['bare_engine']['commits_per_workflow']:.2f} commits/wf",
+            f"event POST -> next activity ({event['samples']} samples): p50 {event['p50_ms']} ms, "
+            f"p99 {event['p99_ms']} ms, max {event['max_ms']} ms (POST answered: p50 {post['p50_ms']} ms, "
+            f"p99 {post['p99_ms']} ms)",
         ]
-    rows = report.get("throughput") or []
-    if rows:
+    timer = report.get("timer_lateness")
+    if timer:
         lines += [
             "",
-            "workers  wf/s    steps/s  commits/wf  worker CPU ms/wf  PG CPU ms/wf  vs bare  commit rate vs pgbench",
+            f"timer lateness ({timer['samples']} timers of {timer['timer_seconds']} s): p50 {timer['p50_ms']} ms, "
+            f"p99 {timer['p99_ms']} ms, max {timer['max_ms']} ms, min {timer['min_ms']} ms, early {timer['early']}",
         ]
-        for r in rows:
-            commit_rate = r["workflows_per_second"] * r["commits_per_workflow"]
-            lines.append(
-                f"{r['workers']:>7}  {r['workflows_per_second']:>6}  {r['steps_per_second']:>7}  "
-                f"{r['commits_per_workflow']:>10}  {r['worker_cpu_ms_per_workflow']:>16}  "
-                f"{r['postgres_cpu_ms_per_workflow'] or '-':>12}  {_ratio(r['workflows_per_second'], bare):>7}  "
-                f"{_ratio(commit_rate, pgbench):>6}"
-            )
-    for key, label in (("event_latency", "event POST -> next activity"), ("timer_lateness", "timer lateness")):
-        section = report.get(key)
-        if section:
-            lines += ["", f"{label}: " + ", ".join(f"{k} {v}" for k, v in section.items())]
     ingress = report.get("ingress")
     if ingress:
+        cpu = ingress["cpu_ms_per_event"]
         lines += [
             "",
-            f"ingress: {ingress.get('events_per_second')} events/s, p99 {ingress.get('p99_ms')} ms, "
-            f"{_ratio(ingress.get('events_per_second'), lim.get('insert_per_second'))} of the insert limit",
+            f"ingress ({ingress['clients']} clients, {ingress['ingress_workers']} uvicorn workers, "
+            f"{ingress['seconds']} s): {ingress['events_per_second']} events/s, "
+            f"{_ratio(ingress['events_per_second'], ingress['insert_limit_per_second'])} of the insert limit "
+            f"({ingress['insert_limit_per_second']}/s); response p50 {ingress['response_p50_ms']} ms, "
+            f"p99 {ingress['response_p99_ms']} ms; {ingress['rejected']} not accepted",
+            f"  CPU ms per event: ingress {cpu['ingress']}, load client {cpu['client']}, "
+            f"PostgreSQL backends {cpu['postgres_backends']}; "
+            f"{ingress['new_database_sessions']} database connections opened meanwhile; ingress + PostgreSQL "
+            f"CPU alone would allow {ingress['server_cpu_capacity_per_second']} events/s on {machine_cpus} CPUs",
         ]
+    return lines
+
+
+def _shapes(report: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
     sc = report.get("scale")
     if sc:
         lines += [
@@ -66,4 +92,46 @@ def render(report: dict[str, Any]) -> str:
             "",
             f"long workflows: ms per step {lg['ms_per_step']}, growth ratio {lg['growth_ratio']} (1.0 = linear)",
         ]
+    chain = report.get("events_long")
+    if chain:
+        lines += [
+            "",
+            f"event chains: total s {chain['events']}, ms per event from the first wait {chain['ms_per_event']}, "
+            f"growth ratio {chain['growth_ratio']} (1.0 = linear)",
+        ]
+    return lines
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(
+            f"{k} {_value(v) if not isinstance(v, dict) else '(' + _value(v) + ')'}" for k, v in value.items()
+        )
+    return str(value)
+
+
+def _targets(found: dict[str, Any]) -> list[str]:
+    lines = ["", "targets (issue 7)"]
+    for name, t in found.items():
+        verdict = {True: "met", False: "MISSED", None: "not run"}[t["met"]]
+        lines.append(f"  {verdict:<7}  {name}: {t['target']} (this run: {_value(t['value'])})")
+    return lines
+
+
+def render(report: dict[str, Any]) -> str:
+    machine = report["machine"]
+    lines = [
+        f"Kenning benchmark ({report['configuration']}, {machine['cpus']} CPUs, "
+        f"{report['duration_seconds']} s, load average {machine.get('load_average_at_start')} at start)"
+    ]
+    lim = report.get("limits") or {}
+    if lim:
+        lines += _limits(lim)
+    rows = report.get("throughput") or []
+    if rows:
+        bare = (lim.get("bare_engine") or {}).get("workflows_per_second")
+        lines += _throughput(rows, bare, lim.get("pgbench_tps"))
+    lines += _latencies(report) + _shapes(report)
+    if report.get("targets"):
+        lines += _targets(report["targets"])
     return "\n".join(lines)

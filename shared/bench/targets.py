@@ -1,0 +1,173 @@
+"""Issue 7's targets, each checked against this run's own measurements (never typed in):
+``{"target": what it asks, "value": what this run measured, "met": True/False, or None
+when the sections it needs were not run}``."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+MIN_WORKFLOWS_PER_SECOND = 250.0  # with 2 worker processes
+MIN_SHARE_OF_BARE_ENGINE = 0.5
+MAX_COMMITS_PER_WORKFLOW = 5.0
+MIN_SHARE_OF_PGBENCH = 0.5  # workflows/s x commits/workflow over pgbench -N TPS
+MIN_SCALING_GAIN = 1.05  # a worker count up must add 5 % ...
+SATURATED_CPU_SHARE = 0.8  # ... unless the CPUs were already this busy
+MAX_EVENT_P99_MS = 50.0
+MAX_TIMER_P99_MS = 50.0
+MIN_INGRESS_PER_SECOND = 2000.0
+MIN_SHARE_OF_INSERT_LIMIT = 0.6
+MAX_CLAIM_GROWTH = 2.0  # loaded claim time over empty (or +1 ms, whichever is larger)
+MIN_LOADED_THROUGHPUT_SHARE = 0.8
+MAX_GROWTH_RATIO = 1.5  # per-step time, long over short workflow (quadratic would be ~5-10)
+
+Target = dict[str, Any]
+
+
+def _target(text: str, value: Any, met: bool | None) -> Target:
+    return {"target": text, "value": value, "met": met}
+
+
+def _row(report: dict[str, Any], workers: int) -> dict[str, Any] | None:
+    return next((r for r in report.get("throughput") or [] if r["workers"] == workers), None)
+
+
+def cpu_busy_share(row: dict[str, Any], cpus: int) -> float | None:
+    """Share of all CPUs that the workers and PostgreSQL used during a throughput run."""
+    pg = row.get("postgres_cpu_ms_per_workflow")
+    if pg is None:
+        return None
+    ms_per_second = (row["worker_cpu_ms_per_workflow"] + pg) * row["workflows_per_second"]
+    return round(float(ms_per_second) / 1000 / cpus, 2)
+
+
+def _throughput_targets(report: dict[str, Any]) -> dict[str, Target]:
+    limits = report.get("limits") or {}
+    bare = (limits.get("bare_engine") or {}).get("workflows_per_second")
+    pgbench = limits.get("pgbench_tps")
+    two = _row(report, 2)
+    rate = two["workflows_per_second"] if two else None
+    rows = report.get("throughput") or []
+    commits = max((r["commits_per_workflow"] for r in rows), default=None)
+    commit_rate = rate * two["commits_per_workflow"] if two and rate else None
+    targets = {
+        "workflows_per_second_2_workers": _target(
+            f">= {MIN_WORKFLOWS_PER_SECOND:.0f} workflows/s with 2 worker processes",
+            rate,
+            None if rate is None else rate >= MIN_WORKFLOWS_PER_SECOND,
+        ),
+        "share_of_bare_engine": _target(
+            f">= {MIN_SHARE_OF_BARE_ENGINE:.0%} of the bare engine's workflows/s (2 workers)",
+            round(rate / bare, 3) if rate and bare else None,
+            None if not rate or not bare else rate / bare >= MIN_SHARE_OF_BARE_ENGINE,
+        ),
+        "commits_per_workflow": _target(
+            f"<= {MAX_COMMITS_PER_WORKFLOW:.0f} commits per 3-activity workflow (worst worker count)",
+            commits,
+            None if commits is None else commits <= MAX_COMMITS_PER_WORKFLOW,
+        ),
+        "commit_rate_share_of_pgbench": _target(
+            f"workflows/s x commits/workflow >= {MIN_SHARE_OF_PGBENCH:.0%} of pgbench -N TPS (2 workers)",
+            round(commit_rate / pgbench, 3) if commit_rate and pgbench else None,
+            None if not commit_rate or not pgbench else commit_rate / pgbench >= MIN_SHARE_OF_PGBENCH,
+        ),
+    }
+    cpus = int((report.get("machine") or {}).get("cpus") or 1)
+    curve = sorted(rows, key=lambda r: r["workers"])
+    steps: list[bool] = []
+    for low, high in pairwise(curve):
+        busy = cpu_busy_share(low, cpus)
+        gained = high["workflows_per_second"] >= MIN_SCALING_GAIN * low["workflows_per_second"]
+        steps.append(gained or (busy is not None and busy >= SATURATED_CPU_SHARE))
+    targets["throughput_rises_with_workers"] = _target(
+        f"each added worker count gains >= {MIN_SCALING_GAIN - 1:.0%} workflows/s "
+        f"unless the CPUs were already >= {SATURATED_CPU_SHARE:.0%} busy",
+        {
+            str(r["workers"]): {"workflows_per_second": r["workflows_per_second"], "cpu_busy": cpu_busy_share(r, cpus)}
+            for r in curve
+        }
+        or None,
+        all(steps) if steps else None,
+    )
+    return targets
+
+
+def _latency_targets(report: dict[str, Any]) -> dict[str, Target]:
+    event = report.get("event_latency")
+    timer = report.get("timer_lateness")
+    ingress = report.get("ingress")
+    share = ingress.get("share_of_insert_limit") if ingress else None
+    return {
+        "event_p99_ms": _target(
+            f"event POST -> resumed activity p99 < {MAX_EVENT_P99_MS:.0f} ms",
+            event["p99_ms"] if event else None,
+            None if not event else event["p99_ms"] < MAX_EVENT_P99_MS,
+        ),
+        "timer_p99_ms": _target(
+            f"timer lateness p99 < {MAX_TIMER_P99_MS:.0f} ms",
+            timer["p99_ms"] if timer else None,
+            None if not timer else timer["p99_ms"] < MAX_TIMER_P99_MS,
+        ),
+        "timer_never_early": _target(
+            "no timer fired before its due time",
+            timer["early"] if timer else None,
+            None if not timer else timer["early"] == 0,
+        ),
+        "ingress_events_per_second": _target(
+            f">= {MIN_INGRESS_PER_SECOND:.0f} events/s accepted by the ingress",
+            ingress["events_per_second"] if ingress else None,
+            None if not ingress else ingress["events_per_second"] >= MIN_INGRESS_PER_SECOND,
+        ),
+        "ingress_share_of_insert_limit": _target(
+            f"ingress >= {MIN_SHARE_OF_INSERT_LIMIT:.0%} of the single-row insert limit",
+            share,
+            None if share is None else share >= MIN_SHARE_OF_INSERT_LIMIT,
+        ),
+    }
+
+
+def _shape_targets(report: dict[str, Any]) -> dict[str, Target]:
+    scale = report.get("scale")
+    flat: bool | None = None
+    value: dict[str, Any] | None = None
+    if scale:
+        empty = scale["claim_empty"]["claim_ms_median"]
+        loaded = scale["claim_loaded"]["claim_ms_median"]
+        workers = scale["throughput_loaded"]["workers"]
+        baseline = _row(report, workers)
+        share = (
+            round(scale["throughput_loaded"]["workflows_per_second"] / baseline["workflows_per_second"], 3)
+            if baseline
+            else None
+        )
+        value = {"claim_ms_empty": empty, "claim_ms_loaded": loaded, "throughput_share_loaded": share}
+        flat = (
+            loaded <= max(MAX_CLAIM_GROWTH * empty, empty + 1.0)
+            and bool(scale["claim_loaded"]["uses_partial_index"])
+            and (share is None or share >= MIN_LOADED_THROUGHPUT_SHARE)
+        )
+    long = report.get("long")
+    chain = report.get("events_long")
+    return {
+        "flat_at_scale": _target(
+            f"claim time <= {MAX_CLAIM_GROWTH:.0f}x (or +1 ms) and throughput >= "
+            f"{MIN_LOADED_THROUGHPUT_SHARE:.0%} with the tables loaded",
+            value,
+            flat,
+        ),
+        "linear_long_activities": _target(
+            f"ms per activity, long over short workflow <= {MAX_GROWTH_RATIO}",
+            long["growth_ratio"] if long else None,
+            None if not long else long["growth_ratio"] <= MAX_GROWTH_RATIO,
+        ),
+        "linear_long_events": _target(
+            f"ms per awaited event, long over short chain <= {MAX_GROWTH_RATIO}",
+            chain["growth_ratio"] if chain else None,
+            None if not chain else chain["growth_ratio"] <= MAX_GROWTH_RATIO,
+        ),
+    }
+
+
+def evaluate(report: dict[str, Any]) -> dict[str, Target]:
+    """Every target of issue 7 against ``report`` (the sections this run measured)."""
+    return {**_throughput_targets(report), **_latency_targets(report), **_shape_targets(report)}
