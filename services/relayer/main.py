@@ -13,6 +13,7 @@ from kenning.config import add_database_options, add_logging_options, add_option
 from kenning.db import connect
 from kenning.errors import ConfigurationError
 from kenning.health import heartbeat
+from kenning.loop import run as run_loop
 from kenning.migrate import migrate
 from kenning.relayer.settings import CONTENT_MODES, RelayerSettings
 
@@ -104,5 +105,5 @@ def run(args: argparse.Namespace) -> int:
     if args.migrate:
         migrate(args.database_url)
     structlog.get_logger("kenning.relayer").info("relayer.starting", broker_url=settings.broker_url)
-    asyncio.run(_serve(settings, args.database_url, args.health_file))
+    run_loop(_serve(settings, args.database_url, args.health_file))
     return 0

@@ -13,6 +13,7 @@ from kenning.appload import load_app
 from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
 from kenning.db import connect
 from kenning.health import heartbeat
+from kenning.loop import run as run_loop
 from kenning.migrate import migrate
 from kenning.scheduler.scheduler import Scheduler, SchedulerSettings
 from kenning.schedules import scheduled_workflows
@@ -65,5 +66,5 @@ def run(args: argparse.Namespace) -> int:
     if args.migrate:
         migrate(args.database_url)
     structlog.get_logger("kenning.scheduler").info("scheduler.starting", app=args.app or None)
-    asyncio.run(_serve(args, app))
+    run_loop(_serve(args, app))
     return 0

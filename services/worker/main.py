@@ -12,6 +12,7 @@ from kenning.appload import load_app
 from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
 from kenning.db import connect
 from kenning.health import heartbeat
+from kenning.loop import run as run_loop
 from kenning.migrate import migrate
 from kenning.worker.inbox import add_inbox_arguments, inbox_settings_from_args
 from kenning.worker.worker import Worker, WorkerSettings
@@ -77,5 +78,5 @@ def run(args: argparse.Namespace) -> int:
     if args.migrate:
         migrate(args.database_url)
     structlog.get_logger("kenning.worker").info("worker.starting", app=args.app)
-    asyncio.run(_serve(args))
+    run_loop(_serve(args))
     return 0
