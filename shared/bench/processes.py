@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,6 +72,7 @@ def fleet(database_url: str) -> Iterator[Fleet]:
         yield running
     finally:
         running.stop()
+    shutil.rmtree(running.log_dir, ignore_errors=True)  # kept when the block failed, for its logs
 
 
 def postgres_cpu_seconds() -> float | None:
