@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
@@ -25,6 +25,11 @@ class StepTransaction:
         self._engine = engine
         self._session: AsyncSession | None = None
         self._connection: AsyncConnection | None = None
+        self._after_commit: list[Callable[[], Awaitable[None]]] = []
+
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Run ``callback`` once this transaction has committed (never on rollback)."""
+        self._after_commit.append(callback)
 
     @property
     def session(self) -> AsyncSession:
@@ -55,8 +60,12 @@ class StepTransaction:
                 await self._connection.commit()
         finally:
             await self.close()
+        callbacks, self._after_commit = self._after_commit, []
+        for callback in callbacks:
+            await callback()
 
     async def rollback(self) -> None:
+        self._after_commit = []  # rolled back: nothing happened to report
         try:
             if self._session is not None:
                 await self._session.rollback()

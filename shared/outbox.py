@@ -158,7 +158,8 @@ async def send_event_transactional(
         extensions=checked_extensions,
     )
     _log.debug("outbox.event_recorded", event_id=event_id, event_type=event_type, instance_id=replayer.instance_id)
-    await call_hook(replayer.app.hooks, "on_event_sent", event_type, event_source, event_data)
+    # reported once the activity's transaction has committed, never for a rolled-back one
+    step.after_commit(lambda: call_hook(replayer.app.hooks, "on_event_sent", event_type, event_source, event_data))
     return event_id
 
 

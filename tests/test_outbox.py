@@ -80,6 +80,9 @@ async def test_rolled_back_attempts_leave_no_event_and_the_committed_one_leaves_
     # two attempts sent an event and raised: both rolled back with their order row
     assert [(r["id"], r["data"]) for r in rows] == [(event_id, {"order_id": "o-2", "attempt": 3})]
     assert sql.execute("SELECT id, attempt FROM app_orders").fetchall() == [("o-2", 3)]
+    # on_event_sent reports the committed event only, not the two rolled back
+    reported = [d for _, _, d in app.hooks.sent if isinstance(d, dict) and d.get("order_id") == "o-2"]
+    assert reported == [{"order_id": "o-2", "attempt": 3}]
 
 
 async def test_an_activity_that_fails_for_good_leaves_no_event(
