@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 import psycopg
@@ -180,7 +181,11 @@ async def test_claim_uses_the_due_index_with_many_published_events(
             "FOR UPDATE SKIP LOCKED"
         ).fetchall()
     )
-    assert "kenning_outbox_due" in plan and "kenning_outbox_instance_order" in plan, plan
+    # every scan, the per-instance order check included, goes through a partial index over
+    # undelivered rows only; which of the two the planner picks for the check varies
+    scans = re.findall(r"(Seq Scan|Index Scan using \w+|Index Only Scan using \w+|Bitmap Index Scan on \w+)", plan)
+    assert "Index Scan using kenning_outbox_due" in scans, plan
+    assert all(s.endswith(("kenning_outbox_due", "kenning_outbox_instance_order")) for s in scans), plan
 
 
 def test_retry_schedule_backs_off_exponentially_with_bounded_jitter() -> None:
