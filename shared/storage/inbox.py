@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-_NOW = "coalesce(CAST(:now AS timestamptz), now())"
+from kenning.storage.clock import NOW, seconds_or_none
 
 CANCEL_SOURCE = "kenning.ingress"
 CANCEL_TYPE = "kenning.cancel"
@@ -152,7 +152,7 @@ _INBOX_CLAIM_PENDING = text(
     f"""
     WITH batch AS (
         SELECT id FROM kenning_inbox
-        WHERE status = 'pending' AND available_at <= {_NOW}
+        WHERE status = 'pending' AND available_at <= {NOW}
         ORDER BY available_at, id
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -160,7 +160,7 @@ _INBOX_CLAIM_PENDING = text(
     UPDATE kenning_inbox AS x
     SET attempts = x.attempts + 1,
         claim_token = gen_random_uuid(),
-        available_at = {_NOW} + make_interval(secs => :lease_seconds)
+        available_at = {NOW} + make_interval(secs => :lease_seconds)
     FROM batch
     WHERE x.id = batch.id
     RETURNING {_COLUMNS}
@@ -303,21 +303,21 @@ async def inbox_release(conn: AsyncConnection, claims: Sequence[tuple[int, str]]
 
 
 _INBOX_NEXT_AVAILABLE = text(
-    f"SELECT extract(epoch FROM min(available_at) - {_NOW}) FROM kenning_inbox WHERE status = 'pending'"
+    f"SELECT extract(epoch FROM min(available_at) - {NOW}) FROM kenning_inbox WHERE status = 'pending'"
 )
 
 
 async def inbox_seconds_until_next(conn: AsyncConnection, now: datetime | None = None) -> float | None:
     """Seconds until the next pending row is due (negative: already due), or None."""
     row = (await conn.execute(_INBOX_NEXT_AVAILABLE, {"now": now})).first()
-    return None if row is None or row[0] is None else float(row[0])
+    return seconds_or_none(row)
 
 
 _INBOX_DELETE_PROCESSED = text(
     f"""
     WITH expired AS (
         SELECT id FROM kenning_inbox
-        WHERE status = 'processed' AND processed_at < {_NOW} - make_interval(secs => :retention_seconds)
+        WHERE status = 'processed' AND processed_at < {NOW} - make_interval(secs => :retention_seconds)
         ORDER BY processed_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED

@@ -15,10 +15,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
 from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow
-
-_NOW = "coalesce(CAST(:now AS timestamptz), now())"
 
 _DEFINITION_UPSERT = text(
     """
@@ -84,7 +83,7 @@ _INSTANCE_CLAIM = text(
     WITH candidates AS (
         SELECT id FROM kenning_instances
         WHERE status IN ('pending', 'running', 'compensating')
-          AND available_at <= {_NOW}
+          AND available_at <= {NOW}
           AND workflow_name = ANY(:names)
         ORDER BY available_at
         LIMIT :limit
@@ -94,10 +93,10 @@ _INSTANCE_CLAIM = text(
     SET status = CASE WHEN i.status = 'pending' THEN 'running' ELSE i.status END,
         lease_owner = :owner,
         lease_token = gen_random_uuid(),
-        available_at = {_NOW} + make_interval(secs => :lease_seconds),
+        available_at = {NOW} + make_interval(secs => :lease_seconds),
         run_count = i.run_count + 1,
-        started_at = coalesce(i.started_at, {_NOW}),
-        updated_at = {_NOW}
+        started_at = coalesce(i.started_at, {NOW}),
+        updated_at = {NOW}
     FROM candidates
     WHERE i.id = candidates.id
     RETURNING i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
@@ -147,7 +146,7 @@ async def instance_claim_runnable(
 
 _INSTANCE_NEXT_AVAILABLE = text(
     f"""
-    SELECT extract(epoch FROM min(available_at) - {_NOW})
+    SELECT extract(epoch FROM min(available_at) - {NOW})
     FROM kenning_instances
     WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names)
     """
@@ -159,7 +158,7 @@ async def instance_seconds_until_next(
 ) -> float | None:
     """Seconds until the next instance becomes claimable (negative: already due)."""
     row = (await conn.execute(_INSTANCE_NEXT_AVAILABLE, {"names": list(workflow_names), "now": now})).first()
-    return None if row is None or row[0] is None else float(row[0])
+    return seconds_or_none(row)
 
 
 _INSTANCE_HEARTBEAT = text(

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-_NOW = "coalesce(CAST(:now AS timestamptz), now())"
+from kenning.storage.clock import NOW, seconds_or_none
 
 OUTBOX_STATUSES = ("pending", "publishing", "published", "failed")
 
@@ -126,7 +126,7 @@ _OUTBOX_CLAIM = text(
     WITH candidates AS (
         SELECT o.id FROM kenning_outbox AS o
         WHERE o.status IN ('pending', 'publishing')
-          AND o.available_at <= {_NOW}
+          AND o.available_at <= {NOW}
           -- creation order per instance: only the oldest undelivered event of an instance
           -- is claimable; published and dead-lettered (failed) events do not hold it back.
           AND (o.instance_id IS NULL OR NOT EXISTS (
@@ -142,9 +142,9 @@ _OUTBOX_CLAIM = text(
     SET status = 'publishing',
         lease_token = CAST(:token AS uuid),
         lease_owner = :owner,
-        available_at = {_NOW} + make_interval(secs => :lease_seconds),
+        available_at = {NOW} + make_interval(secs => :lease_seconds),
         attempts = o.attempts + 1,
-        last_attempt_at = {_NOW}
+        last_attempt_at = {NOW}
     FROM candidates
     WHERE o.id = candidates.id
     RETURNING {_COLUMNS}
@@ -178,7 +178,7 @@ async def outbox_claim_pending(
 _OUTBOX_EXTEND_LEASE = text(
     f"""
     UPDATE kenning_outbox
-    SET available_at = {_NOW} + make_interval(secs => :lease_seconds)
+    SET available_at = {NOW} + make_interval(secs => :lease_seconds)
     WHERE id = ANY(CAST(:ids AS uuid[])) AND lease_token = CAST(:token AS uuid) AND status = 'publishing'
     """
 )
@@ -202,9 +202,9 @@ _OUTBOX_RECORD_OUTCOMES = text(
     UPDATE kenning_outbox AS o
     SET status = x.status,
         lease_token = NULL,
-        published_at = CASE WHEN x.status = 'published' THEN {_NOW} ELSE o.published_at END,
+        published_at = CASE WHEN x.status = 'published' THEN {NOW} ELSE o.published_at END,
         -- the next attempt time, or for a final outcome the time it was reached
-        available_at = {_NOW} + make_interval(secs => CASE WHEN x.status = 'pending' THEN x.retry_in ELSE 0 END),
+        available_at = {NOW} + make_interval(secs => CASE WHEN x.status = 'pending' THEN x.retry_in ELSE 0 END),
         last_error = coalesce(x.error, o.last_error)
     FROM outcome AS x
     WHERE o.id = x.id AND o.lease_token = CAST(:token AS uuid) AND o.status = 'publishing'
@@ -250,8 +250,8 @@ async def outbox_release(conn: AsyncConnection, token: str, ids: Sequence[str]) 
 
 _OUTBOX_NEXT_AVAILABLE = text(
     f"""
-    SELECT extract(epoch FROM min(available_at) - {_NOW})
-    FROM kenning_outbox WHERE status IN ('pending', 'publishing') AND available_at > {_NOW}
+    SELECT extract(epoch FROM min(available_at) - {NOW})
+    FROM kenning_outbox WHERE status IN ('pending', 'publishing') AND available_at > {NOW}
     """
 )
 
@@ -261,14 +261,14 @@ async def outbox_seconds_until_next(conn: AsyncConnection, now: datetime | None 
     lease expiring), or None. Events due already but not claimed are held back by an
     earlier event of their instance, or are being claimed by another relayer."""
     row = (await conn.execute(_OUTBOX_NEXT_AVAILABLE, {"now": now})).first()
-    return None if row is None or row[0] is None else float(row[0])
+    return seconds_or_none(row)
 
 
 _OUTBOX_DELETE_PUBLISHED = text(
     f"""
     WITH doomed AS (
         SELECT id FROM kenning_outbox
-        WHERE status = 'published' AND published_at < {_NOW} - make_interval(secs => :retention)
+        WHERE status = 'published' AND published_at < {NOW} - make_interval(secs => :retention)
         ORDER BY published_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED

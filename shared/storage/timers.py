@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from kenning.storage.clock import NOW
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
 from kenning.storage.records import FoldedWrites, SuspendOutcome
 
@@ -65,8 +66,6 @@ async def timer_register_and_suspend(
 
 # ---------------------------------------------------------------------- the scheduler's side
 
-_NOW = "coalesce(CAST(:now AS timestamptz), now())"
-
 
 @dataclass(frozen=True)
 class FiredWait:
@@ -90,7 +89,7 @@ _TIMER_FIRE_DUE = text(
                i.status = 'waiting_for_timer' AS waiting
         FROM kenning_timers AS t
         JOIN kenning_instances AS i ON i.id = t.instance_id
-        WHERE t.due_at <= {_NOW}
+        WHERE t.due_at <= {NOW}
         ORDER BY t.due_at, t.instance_id, t.step_id
         LIMIT :limit
         FOR UPDATE OF t, i SKIP LOCKED
@@ -140,7 +139,7 @@ _SUBSCRIPTION_TIMEOUT_FIRE_DUE = text(
                i.status = 'waiting_for_event' AS waiting
         FROM kenning_event_subscriptions AS s
         JOIN kenning_instances AS i ON i.id = s.instance_id
-        WHERE s.timeout_at IS NOT NULL AND s.timeout_at <= {_NOW}
+        WHERE s.timeout_at IS NOT NULL AND s.timeout_at <= {NOW}
           -- with since=, an event already in the inbox beats the timeout: wait for the
           -- worker's one-time catch-up check before timing the subscription out
           AND (s.since IS NULL OR s.checked_at IS NOT NULL)
@@ -198,7 +197,7 @@ _TIMER_NEXT_DUE = text(
                (SELECT min(due_at) FROM kenning_timers),
                (SELECT min(timeout_at) FROM kenning_event_subscriptions WHERE timeout_at IS NOT NULL)
            ) - clock.now)
-    FROM (SELECT {_NOW} AS now) AS clock
+    FROM (SELECT {NOW} AS now) AS clock
     """
 )
 
