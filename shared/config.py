@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -74,3 +76,8 @@ def add_database_options(parser: argparse.ArgumentParser) -> None:
 def add_logging_options(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "--log-level", default="info", choices=("debug", "info", "warning", "error"), help="log level")
     add_option(parser, "--log-format", default="auto", choices=("auto", "json", "console"), help="log format")
+
+
+def process_id(prefix: str = "") -> str:
+    """``[prefix-]host-pid-random``: the default name of a process in leases and logs."""
+    return f"{prefix}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +20,7 @@ from typing import Any
 import httpx
 import structlog
 
+from kenning.config import process_id
 from kenning.db import Database
 from kenning.listener import Listener
 from kenning.relayer.publish import RetrySchedule, deliver
@@ -33,17 +32,13 @@ from kenning.storage.tables import CHANNEL_OUTBOX
 _log = structlog.get_logger("kenning.relayer")
 
 
-def default_relayer_id() -> str:
-    return f"relayer-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
 class Relayer:
     def __init__(
         self, database: Database, settings: RelayerSettings, *, transport: httpx.AsyncBaseTransport | None = None
     ) -> None:
         self.database = database
         self.settings = settings
-        self.relayer_id = settings.relayer_id or default_relayer_id()
+        self.relayer_id = settings.relayer_id or process_id("relayer-")
         self.schedule = RetrySchedule(settings.max_attempts, settings.retry_initial_seconds, settings.retry_max_seconds)
         self._transport = transport
         self._client: httpx.AsyncClient | None = None

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +19,7 @@ from datetime import datetime
 import structlog
 
 from kenning.app import App
+from kenning.config import process_id
 from kenning.db import Database
 from kenning.listener import Listener
 from kenning.scheduler.cron_ticks import CronTicker
@@ -46,15 +44,11 @@ class SchedulerSettings:
     scheduler_id: str = ""
 
 
-def default_scheduler_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
 class Scheduler:
     def __init__(self, database: Database, app: App | None = None, settings: SchedulerSettings | None = None) -> None:
         self.database = database
         self.settings = settings or SchedulerSettings()
-        self.scheduler_id = self.settings.scheduler_id or default_scheduler_id()
+        self.scheduler_id = self.settings.scheduler_id or process_id()
         self.log = _log.bind(scheduler_id=self.scheduler_id)
         workflows = scheduled_workflows(app.registry) if app is not None else []
         self.cron = CronTicker(database, workflows, self.log)

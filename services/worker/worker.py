@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from kenning.app import App
+from kenning.config import process_id
 from kenning.db import Database
 from kenning.listener import Listener
 from kenning.replay import Replayer
@@ -42,16 +40,12 @@ class WorkerSettings:
     inbox: InboxSettings = field(default_factory=InboxSettings)
 
 
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
 class Worker:
     def __init__(self, database: Database, app: App, settings: WorkerSettings | None = None) -> None:
         self.database = database
         self.app = app
         self.settings = settings or WorkerSettings()
-        self.worker_id = self.settings.worker_id or default_worker_id()
+        self.worker_id = self.settings.worker_id or process_id()
         self.workflow_names = sorted(app.registry.workflows)
         self._running: dict[str, asyncio.Task[None]] = {}  # lease token -> run
         self._wake = asyncio.Event()
