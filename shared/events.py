@@ -9,7 +9,6 @@ defined here, in one place, for the worker that delivers and the workflow that r
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -92,8 +91,6 @@ def event_history_payload(event: ReceivedEvent) -> tuple[dict[str, Any], bytes |
 
 def event_from_history(payload: dict[str, Any], payload_bytes: bytes | None, model: Any = None) -> ReceivedEvent:
     data: Any = payload_bytes if payload_bytes is not None else payload.get("data")
-    if isinstance(data, str) and payload.get("data_base64"):
-        data = base64.b64decode(data)
     if model is not None and not isinstance(data, bytes):
         data = serialization.from_json(data, model)
     return ReceivedEvent(
