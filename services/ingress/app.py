@@ -1,8 +1,8 @@
 """The ingress Starlette app: CloudEvents in, inbox rows out, nothing else.
 
 It never runs user code and never touches workflow state: an event is answered 202 once
-its inbox row is committed (one transaction per request, a batch all or nothing), and
-workers do the rest. Routes: ``POST /cancel/{id}``, ``GET /instances/{id}``,
+its inbox row is committed (a request's events all or nothing; concurrent requests share
+one insert and commit, ``batching``), and workers do the rest. Routes: ``POST /cancel/{id}``, ``GET /instances/{id}``,
 ``GET /healthz``, ``GET /readyz``; ``POST`` to any other path is a CloudEvent.
 """
 
@@ -27,6 +27,7 @@ from starlette.routing import Route
 from kenning.db import Database, sqlalchemy_url
 from kenning.ingress import responses
 from kenning.ingress.auth import authorized, required_token
+from kenning.ingress.batching import InboxBatcher
 from kenning.ingress.parsing import InvalidEventError, parse_request
 from kenning.ingress.settings import IngressSettings, settings_from_environment
 from kenning.logs import configure_logging
@@ -65,6 +66,12 @@ class Ingress:
     def __init__(self, settings: IngressSettings) -> None:
         self.settings = settings
         self.database: Database | None = None
+        self.batcher = InboxBatcher(
+            insert=lambda events: self._run(lambda conn: inbox_sql.inbox_insert_events(conn, events)),
+            # a batch that failed on a request's own data is retried request by request;
+            # one that failed because the database is away is not
+            retry_alone=lambda error: responses.failure(error)[0].status_code != 503,
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -142,7 +149,7 @@ class Ingress:
             _log.info("event.rejected", error_type=invalid.error_type, reason=str(invalid))
             return responses.error(400, str(invalid), invalid.error_type)
         try:
-            stored = await self._run(lambda conn: inbox_sql.inbox_insert_events(conn, events))
+            stored = await self.batcher.store(events)
         except Exception as exc:
             return self._failed(exc, events=len(events))
         _log.debug("event.accepted", events=len(events), duplicates=stored.count(False))

@@ -11,11 +11,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import psutil
 import psycopg
 
 from kenning.bench.cehttp import binary_event, start_ingress, tree_cpu_seconds
+from kenning.bench.loadclient import Connection
 from kenning.bench.processes import fleet
 from kenning.bench.stats import summary_ms
 
@@ -55,9 +55,8 @@ async def _sessions(conn: Conn) -> int | None:
 
 @dataclass
 class _Load:
-    """The clients' side: one AsyncClient (one kept-alive connection) each. A single
-    client's pool re-checks every connection per request (encode/httpx#3215), which at
-    64 connections costs the load generator far more CPU than the ingress itself."""
+    """The clients' side: one kept-alive connection each (``loadclient``: httpx costs the
+    load generator as much CPU as the ingress it measures, on the same cores)."""
 
     url: str
     clients: int
@@ -65,22 +64,22 @@ class _Load:
     times_ms: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
 
-    async def post(self, http: httpx.AsyncClient, client_no: int, n: int, timed: bool) -> None:
+    async def post(self, http: Connection, client_no: int, n: int, timed: bool) -> None:
         headers, body = binary_event(EVENT_TYPE, {"client": client_no, "n": n}, f"{self.run}-{client_no}-{n}")
         started = time.perf_counter()
-        response = await http.post("/", headers=headers, content=body)
+        status = await http.post(headers, body)
         if timed:
             self.times_ms.append(1000 * (time.perf_counter() - started))
-            self.statuses[response.status_code] = self.statuses.get(response.status_code, 0) + 1
+            self.statuses[status] = self.statuses.get(status, 0) + 1
 
-    async def warm_up(self, https: list[httpx.AsyncClient]) -> None:
+    async def warm_up(self, https: list[Connection]) -> None:
         """One untimed request per client opens every connection."""
         await asyncio.gather(*(self.post(h, c, 0, False) for c, h in enumerate(https)))
 
-    async def run_for(self, https: list[httpx.AsyncClient], seconds: float) -> float:
+    async def run_for(self, https: list[Connection], seconds: float) -> float:
         deadline = time.monotonic() + seconds
 
-        async def loop(client_no: int, http: httpx.AsyncClient) -> None:
+        async def loop(client_no: int, http: Connection) -> None:
             n = 1
             while time.monotonic() < deadline:
                 await self.post(http, client_no, n, True)
@@ -106,10 +105,7 @@ async def run_ingress(url: str, clients: int, seconds: float, ingress_workers: i
         database = str(await _scalar(monitor, "SELECT current_database()"))
         with fleet(url) as running:
             ingress_url, proc = start_ingress(running, ingress_workers)
-            https = [
-                httpx.AsyncClient(base_url=ingress_url, limits=httpx.Limits(max_connections=1), timeout=30)
-                for _ in range(clients)
-            ]
+            https = [await Connection.open(ingress_url) for _ in range(clients)]
             try:
                 await load.warm_up(https)
                 await asyncio.sleep(STATS_FLUSH_SECONDS)
@@ -121,7 +117,7 @@ async def run_ingress(url: str, clients: int, seconds: float, ingress_workers: i
                 ingress_cpu = tree_cpu_seconds(proc) - ingress_before
                 pg_cpu = backend_cpu_seconds(database) - pg_before
             finally:
-                await asyncio.gather(*(h.aclose() for h in https))
+                await asyncio.gather(*(h.close() for h in https))
             await asyncio.sleep(STATS_FLUSH_SECONDS)
             sessions_after = await _sessions(monitor)
         stored = await _scalar(
