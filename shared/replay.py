@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from kenning import serialization
 from kenning.context import StepTransaction, WorkflowContext, current_step
@@ -26,6 +25,7 @@ from kenning.errors import (
     WorkflowCancelledException,
 )
 from kenning.hooks import call_hook
+from kenning.rawdb import Executor
 from kenning.registry import qualified_name
 from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from kenning.storage import history as history_sql
@@ -179,11 +179,11 @@ class Replayer:
     # boundary is the workflow's return, the record and the completion are one statement.
     # An activity that opened a transaction (ctx.session, outbox) is recorded inside it.
 
-    async def _autocommit(self, statement: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async def _autocommit(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
         async with self.db.autocommit.connect() as conn:
             return await statement(conn)
 
-    async def _write_record(self, conn: AsyncConnection, record: PendingRecord) -> None:
+    async def _write_record(self, conn: Executor, record: PendingRecord) -> None:
         flag = await history_sql.history_record_step(
             conn,
             instance_id=self.instance_id,
@@ -236,15 +236,13 @@ class Replayer:
             else:
                 await self._autocommit(lambda conn: self._write_record(conn, record))
 
-    async def write_now(self, statement: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async def write_now(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
         """Run one fenced statement, after the deferred record, each its own commit."""
         async with self.write_lock:
             await self._flush_locked()
             return await self._autocommit(statement)
 
-    async def suspend(
-        self, statement: Callable[[AsyncConnection, FoldedWrites], Awaitable[SuspendOutcome]]
-    ) -> NoReturn:
+    async def suspend(self, statement: Callable[[Executor, FoldedWrites], Awaitable[SuspendOutcome]]) -> NoReturn:
         """Give the lease back while the instance waits (event, timer).
 
         ``statement`` registers what it waits for and releases the lease in one fenced

@@ -7,6 +7,7 @@ import concurrent.futures
 from datetime import timedelta
 
 import psycopg
+import pytest
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import text
 
@@ -159,3 +160,18 @@ async def test_heartbeat_reports_leases_taken_over(database: Database) -> None:
     async with database.engine.begin() as conn:
         lost = await instances_sql.instance_heartbeat(conn, tokens, 30)
     assert lost == {c.lease_token for c in claimed if c.id == lost_id}
+
+
+def test_claim_pacer_backs_off_after_empty_claims_and_not_after_a_quiet_spell() -> None:
+    from kenning.worker.worker import ClaimPacer
+
+    pacer = ClaimPacer(base=0.005, ceiling=0.04)
+    assert pacer.delay(100.0) == 0.0  # never claimed: at once
+    pacer.claimed(100.0, found=True)
+    assert pacer.delay(100.001) == pytest.approx(0.004)  # wake-ups within 5 ms share a claim
+    for expected in (0.01, 0.02, 0.04, 0.04):  # lost races double the spacing, up to the ceiling
+        pacer.claimed(100.0, found=False)
+        assert pacer.delay(100.0) == pytest.approx(expected)
+    assert pacer.delay(101.0) == 0.0  # idle for longer than the spacing: claim at once
+    pacer.claimed(101.0, found=True)
+    assert pacer.delay(101.0) == pytest.approx(0.005)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -31,12 +31,14 @@ from kenning.ingress.batching import InboxBatcher
 from kenning.ingress.parsing import InvalidEventError, parse_request
 from kenning.ingress.settings import IngressSettings, settings_from_environment
 from kenning.logs import configure_logging
+from kenning.rawdb import RawConnection
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 
 T = TypeVar("T")
 _log = structlog.get_logger("kenning.ingress")
 _RESERVED = ("healthz", "readyz", "cancel", "instances")
+AUTOCOMMIT_CONNECTIONS = 10
 
 
 class BodyTooLargeError(Exception):
@@ -76,26 +78,29 @@ class Ingress:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         timeout = self.settings.database_timeout
+        # Every route is one autocommit statement on the psycopg pool; the engine (which
+        # opens connections only when used) is there for the Database contract.
         engine = create_async_engine(
-            sqlalchemy_url(self.settings.database_url),
-            # overflow connections are closed on return: size the pool for the load so
-            # requests reuse connections instead of opening one each
-            pool_size=20,
-            max_overflow=10,
-            pool_timeout=timeout,
-            pool_recycle=1800,
-            connect_args={"connect_timeout": max(2, round(timeout))},
+            sqlalchemy_url(self.settings.database_url), pool_size=1, max_overflow=0, pool_timeout=timeout
         )
-        self.database = Database(url=self.settings.database_url, engine=engine)
+        self.database = Database(
+            url=self.settings.database_url,
+            engine=engine,
+            # group commit keeps few statements in flight; the rest is headroom for
+            # /instances and /cancel under load
+            autocommit_pool_size=AUTOCOMMIT_CONNECTIONS,
+            connect_timeout=max(2, round(timeout)),
+            pool_timeout=timeout,
+        )
         _log.info("ingress.started", pid=os.getpid(), max_body_bytes=self.settings.max_body_bytes)
         try:
             yield
         finally:
-            await engine.dispose()
+            await self.database.dispose()
 
     # ---------------------------------------------------------------- database access
 
-    async def _run(self, statement: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async def _run(self, statement: Callable[[RawConnection], Awaitable[T]]) -> T:
         """Run one statement, in autocommit: a single statement is its own transaction
         (a batch insert is all or nothing) and costs one round trip. A pooled connection
         found dead is replaced once: every write here is idempotent, so repeating it is

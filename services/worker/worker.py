@@ -40,6 +40,30 @@ class WorkerSettings:
     inbox: InboxSettings = field(default_factory=InboxSettings)
 
 
+@dataclass
+class ClaimPacer:
+    """The least time between two claims of one worker, after a wake-up.
+
+    A claim that found work keeps the spacing short (``base``: wake-ups arriving within
+    it share one claim); each claim that found nothing doubles it, up to ``ceiling``, so
+    a worker that keeps losing the race for freshly started instances claims less often.
+    The spacing counts from the last claim: a worker idle for longer claims at once, so
+    a lone event or timer after a quiet spell is not delayed.
+    """
+
+    base: float = 0.005
+    ceiling: float = 0.04
+    spacing: float = 0.005
+    last_claim_at: float = float("-inf")
+
+    def claimed(self, now: float, *, found: bool) -> None:
+        self.spacing = self.base if found else min(self.spacing * 2, self.ceiling)
+        self.last_claim_at = now
+
+    def delay(self, now: float) -> float:
+        return max(0.0, self.last_claim_at + self.spacing - now)
+
+
 class Worker:
     def __init__(self, database: Database, app: App, settings: WorkerSettings | None = None) -> None:
         self.database = database
@@ -104,12 +128,14 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         # Claims are batched: the NOTIFYs of many starts and the ends of many runs coalesce
-        # into one claim of every free slot, so empty claims do not cost a commit per start
-        # per worker. Saturated (the last claim filled every slot), it refills a quarter of
-        # its slots at a time.
-        claim_spacing = min(0.005, self.settings.poll_interval)
+        # into one claim of every free slot. Saturated (the last claim filled every slot),
+        # it refills a quarter of its slots at a time. Claims are spaced (``ClaimPacer``):
+        # several workers woken by one NOTIFY race for one row, and the losers back off
+        # instead of paying a commit per start each.
+        pacer = ClaimPacer()
         refill_at = max(1, self.settings.concurrency // 4)
         saturated = False
+        loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             self._wake.clear()
             free = self.settings.concurrency - len(self._running)
@@ -118,42 +144,38 @@ class Worker:
             if wanted and self.workflow_names:
                 self._work_likely = False
                 try:
-                    claimed = await self._claim(free)
+                    claimed, until = await self._claim(free)
                 except Exception as error:  # database down: keep trying, never crash the loop
                     self.log.warning("worker.claim_failed", error=repr(error))
-                    claimed, sleep_for, self._work_likely = 0, min(self.settings.poll_interval, 1.0), True
+                    claimed, until, self._work_likely = 0, None, True
+                    sleep_for = min(self.settings.poll_interval, 1.0)
+                else:
+                    pacer.claimed(loop.time(), found=claimed > 0)
+                    if claimed == 0 and until is not None:
+                        sleep_for = min(self.settings.poll_interval, max(until, 0.001))
                 saturated = claimed == free
                 if saturated:
                     self._work_likely = True
-                elif claimed == 0:
-                    sleep_for = await self._seconds_until_next()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=max(sleep_for, 0.001))
             except TimeoutError:
                 self._work_likely, saturated = True, False  # a poll, or the next run-after time
                 continue
-            await asyncio.sleep(claim_spacing)  # let more wake-ups arrive: one claim for all
+            await asyncio.sleep(pacer.delay(loop.time()))  # let more wake-ups arrive: one claim for all
 
-    async def _seconds_until_next(self) -> float:
-        try:
-            async with self.database.autocommit.connect() as conn:
-                until = await instances_sql.instance_seconds_until_next(conn, self.workflow_names)
-        except Exception:
-            return self.settings.poll_interval
-        if until is None:
-            return self.settings.poll_interval
-        return min(self.settings.poll_interval, max(until, 0.001))
-
-    async def _claim(self, limit: int) -> int:
+    async def _claim(self, limit: int) -> tuple[int, float | None]:
+        """Claim and start up to ``limit`` instances; returns how many, and when nothing
+        was claimable, the seconds until something will be (None: nothing is queued)."""
         # Autocommit: the claim is one statement (its own transaction), the loads are reads.
         async with self.database.autocommit.connect() as conn:
-            claimed = await instances_sql.instance_claim_runnable(
+            claim = await instances_sql.instance_claim(
                 conn,
                 owner=self.worker_id,
                 workflow_names=self.workflow_names,
                 limit=limit,
                 lease_seconds=self.settings.lease_seconds,
             )
+            claimed = claim.instances
             # Fresh instances have no history: skip the load for them.
             resumed = [c.id for c in claimed if c.run_count > 1 or c.status == "compensating"]
             histories = await history_sql.history_load(conn, resumed)
@@ -166,7 +188,7 @@ class Worker:
                 name=f"kenning-instance-{instance.id}",
             )
             self._running[instance.lease_token] = task
-        return len(claimed)
+        return len(claimed), claim.seconds_until_next
 
     async def _execute(
         self, claimed: ClaimedInstance, history: list[HistoryRecord], compensations: list[CompensationRecord]

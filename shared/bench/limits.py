@@ -12,13 +12,13 @@ import time
 
 import psycopg
 
-from kenning.bench.sqlrun import psycopg_sql
+from kenning.rawdb import compiled_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 
-CLAIM = psycopg_sql(instances_sql._INSTANCE_CLAIM)
-RECORD = psycopg_sql(history_sql._HISTORY_RECORD_STEP)
-COMPLETE = psycopg_sql(instances_sql._INSTANCE_COMPLETE)
+CLAIM = compiled_sql(instances_sql._INSTANCE_CLAIM)
+RECORD = compiled_sql(history_sql._HISTORY_RECORD_STEP)
+COMPLETE = compiled_sql(instances_sql._INSTANCE_COMPLETE)
 
 
 def pgbench_tps(url: str, clients: int, seconds: float) -> float | None:
@@ -76,7 +76,7 @@ async def bare_engine_rate(url: str, clients: int, workflows: int, batch: int = 
                     CLAIM,
                     {"owner": f"bare-{i}", "names": ["bench_bare"], "limit": batch, "lease_seconds": 30.0, "now": None},
                 )
-                claimed = await cur.fetchall()
+                claimed = [row for row in await cur.fetchall() if row[0] is not None]  # not the "next" row
                 if not claimed:
                     return
                 for row in claimed:

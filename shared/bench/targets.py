@@ -33,7 +33,10 @@ def _row(report: dict[str, Any], workers: int) -> dict[str, Any] | None:
 
 
 def cpu_busy_share(row: dict[str, Any], cpus: int) -> float | None:
-    """Share of all CPUs that the workers and PostgreSQL used during a throughput run."""
+    """Share of all CPUs busy during a throughput run: measured machine-wide (workers,
+    PostgreSQL and the starting client share the CPUs), else workers plus PostgreSQL."""
+    if row.get("machine_cpu_busy") is not None:
+        return float(row["machine_cpu_busy"])
     pg = row.get("postgres_cpu_ms_per_workflow")
     if pg is None:
         return None

@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import Any
 
+import psutil
 import psycopg
 
 from kenning.bench.limits import commits
@@ -47,6 +48,13 @@ async def _wait_completed(url: str, total: int, timeout: float) -> int:
             await asyncio.sleep(0.02)
 
 
+def _busy_share(before: Any, after: Any) -> float:
+    """Share of all CPUs not idle between two ``psutil.cpu_times()`` readings."""
+    total = sum(after) - sum(before)
+    idle = (after.idle + getattr(after, "iowait", 0.0)) - (before.idle + getattr(before, "iowait", 0.0))
+    return round(1 - idle / total, 2) if total > 0 else 0.0
+
+
 async def run_throughput(url: str, workflows: int, workers: int, concurrency: int) -> dict[str, Any]:
     await _reset(url)
     with fleet(url) as running:
@@ -60,6 +68,8 @@ async def run_throughput(url: str, workflows: int, workers: int, concurrency: in
         await asyncio.sleep(0.5)  # let them connect and LISTEN
         cpu_before = running.cpu_seconds(procs)
         pg_before = postgres_cpu_seconds()
+        me = psutil.Process()
+        client_before, machine_before = sum(me.cpu_times()[:2]), psutil.cpu_times()
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             commits_before = await commits(conn, settle=True)
         started = time.monotonic()
@@ -75,8 +85,11 @@ async def run_throughput(url: str, workflows: int, workers: int, concurrency: in
         elapsed = time.monotonic() - started
         cpu = running.cpu_seconds(procs) - cpu_before
         pg_after = postgres_cpu_seconds()
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            commits_after = await commits(conn, settle=True)
+        client_cpu, machine_after = sum(me.cpu_times()[:2]) - client_before, psutil.cpu_times()
+    # read once the workers have stopped: a busy backend defers its counters for up to
+    # 10 s (PGSTAT_IDLE_INTERVAL) and flushes them when it exits
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        commits_after = await commits(conn, settle=True)
     # subtract the monitor's own polls and the two counter reads; worker heartbeats and
     # idle polls stay in: they are part of what running Kenning costs
     kenning_commits = commits_after - commits_before - polls - 1
@@ -88,6 +101,9 @@ async def run_throughput(url: str, workflows: int, workers: int, concurrency: in
         "steps_per_second": round(3 * workflows / elapsed, 1),
         "commits_per_workflow": round(kenning_commits / workflows, 2),
         "worker_cpu_ms_per_workflow": round(1000 * cpu / workflows, 3),
+        # the starting client runs in this process, on the same CPUs
+        "client_cpu_ms_per_workflow": round(1000 * client_cpu / workflows, 3),
+        "machine_cpu_busy": _busy_share(machine_before, machine_after),
         "postgres_cpu_ms_per_workflow": (
             round(1000 * (pg_after - pg_before) / workflows, 3) if pg_before is not None and pg_after else None
         ),

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from kenning.rawdb import Executor
 from kenning.storage.fencing import LEASE_FENCE, SAVE_COMPENSATIONS
 from kenning.storage.records import CompensationRecord, HistoryRecord
 
@@ -29,7 +29,7 @@ _HISTORY_LOAD = text(
 )
 
 
-async def history_load(conn: AsyncConnection, instance_ids: Sequence[str]) -> dict[str, list[HistoryRecord]]:
+async def history_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str, list[HistoryRecord]]:
     """History of many instances in one round trip, oldest step first."""
     loaded: dict[str, list[HistoryRecord]] = defaultdict(list)
     if not instance_ids:
@@ -65,7 +65,7 @@ _INSTANCE_CLEAR_ATTEMPTS = text(
 
 
 async def history_record_step(
-    conn: AsyncConnection,
+    conn: Executor,
     *,
     instance_id: str,
     token: str,
@@ -111,7 +111,7 @@ _COMPENSATIONS_LOAD = text(
 )
 
 
-async def compensations_load(conn: AsyncConnection, instance_ids: Sequence[str]) -> dict[str, list[CompensationRecord]]:
+async def compensations_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str, list[CompensationRecord]]:
     loaded: dict[str, list[CompensationRecord]] = defaultdict(list)
     if not instance_ids:
         return loaded

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from kenning.rawdb import Executor
 from kenning.storage.clock import NOW, seconds_or_none
 
 CANCEL_SOURCE = "kenning.ingress"
@@ -85,7 +86,7 @@ _INBOX_INSERT_EVENTS = text(
 )
 
 
-async def inbox_insert_events(conn: AsyncConnection, events: Sequence[NewEvent]) -> list[bool]:
+async def inbox_insert_events(conn: Executor, events: Sequence[NewEvent]) -> list[bool]:
     """Store ``events`` in one statement and wake workers. Returns, per event, whether it
     was stored (False: a duplicate by ``(source, id)``, also within the batch)."""
     if not events:
@@ -125,7 +126,7 @@ _INBOX_INSERT_CANCEL = text(
 )
 
 
-async def inbox_insert_cancel(conn: AsyncConnection, instance_id: str) -> bool:
+async def inbox_insert_cancel(conn: Executor, instance_id: str) -> bool:
     """Store a cancellation request for ``instance_id`` and wake workers; False (nothing
     stored) for an unknown instance. Requests are not deduplicated: applying one twice
     is harmless."""
@@ -140,7 +141,7 @@ async def inbox_insert_cancel(conn: AsyncConnection, instance_id: str) -> bool:
 _INBOX_CHECK_READY = text("SELECT 1 FROM kenning_inbox LIMIT 1")
 
 
-async def inbox_check_ready(conn: AsyncConnection) -> None:
+async def inbox_check_ready(conn: Executor) -> None:
     """Raises unless the database answers and the inbox table exists."""
     await conn.execute(_INBOX_CHECK_READY)
 
@@ -184,7 +185,7 @@ def stored_event(row: Sequence[Any]) -> StoredEvent:
 
 
 async def inbox_claim_pending(
-    conn: AsyncConnection, *, limit: int, lease_seconds: float, now: datetime | None = None
+    conn: Executor, *, limit: int, lease_seconds: float, now: datetime | None = None
 ) -> list[ClaimedRow]:
     """Claim up to ``limit`` due rows, oldest first, in one round trip.
 
@@ -245,7 +246,7 @@ _INBOX_RECORD_FAILURE = text(
 
 
 async def inbox_record_failure(
-    conn: AsyncConnection,
+    conn: Executor,
     inbox_id: int,
     token: str,
     *,
@@ -290,7 +291,7 @@ _INBOX_RELEASE = text(
 )
 
 
-async def inbox_release(conn: AsyncConnection, claims: Sequence[tuple[int, str]], delay_seconds: float = 0.0) -> int:
+async def inbox_release(conn: Executor, claims: Sequence[tuple[int, str]], delay_seconds: float = 0.0) -> int:
     """Give claimed rows back without counting the attempt (shutdown, or a lock held by a
     concurrent delivery), due again after ``delay_seconds``; wakes workers."""
     if not claims:
@@ -307,7 +308,7 @@ _INBOX_NEXT_AVAILABLE = text(
 )
 
 
-async def inbox_seconds_until_next(conn: AsyncConnection, now: datetime | None = None) -> float | None:
+async def inbox_seconds_until_next(conn: Executor, now: datetime | None = None) -> float | None:
     """Seconds until the next pending row is due (negative: already due), or None."""
     row = (await conn.execute(_INBOX_NEXT_AVAILABLE, {"now": now})).first()
     return seconds_or_none(row)
@@ -330,7 +331,7 @@ _INBOX_DELETE_PROCESSED = text(
 
 
 async def inbox_delete_processed(
-    conn: AsyncConnection, *, retention_seconds: float, limit: int, now: datetime | None = None
+    conn: Executor, *, retention_seconds: float, limit: int, now: datetime | None = None
 ) -> int:
     """Delete up to ``limit`` rows processed more than ``retention_seconds`` ago; parked
     (``failed``) rows stay for operators. Returns how many were deleted."""

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from kenning.storage.clock import NOW, seconds_or_none
+from kenning.rawdb import Executor
+from kenning.storage.clock import NOW
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
 from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow
 
@@ -28,7 +30,7 @@ _DEFINITION_UPSERT = text(
 )
 
 
-async def definition_upsert(conn: AsyncConnection, name: str, source_hash: str, source: str) -> None:
+async def definition_upsert(conn: Executor, name: str, source_hash: str, source: str) -> None:
     await conn.execute(_DEFINITION_UPSERT, {"name": name, "hash": source_hash, "source": source})
 
 
@@ -53,7 +55,7 @@ _INSTANCE_FIND_EXISTING = text(
 
 
 async def instance_insert(
-    conn: AsyncConnection,
+    conn: Executor,
     *,
     instance_id: str,
     workflow_name: str,
@@ -88,32 +90,50 @@ _INSTANCE_CLAIM = text(
         ORDER BY available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE kenning_instances AS i
+        SET status = CASE WHEN i.status = 'pending' THEN 'running' ELSE i.status END,
+            lease_owner = :owner,
+            lease_token = gen_random_uuid(),
+            available_at = {NOW} + make_interval(secs => :lease_seconds),
+            run_count = i.run_count + 1,
+            started_at = coalesce(i.started_at, {NOW}),
+            updated_at = {NOW}
+        FROM candidates
+        WHERE i.id = candidates.id
+        RETURNING i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
+                  CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts
     )
-    UPDATE kenning_instances AS i
-    SET status = CASE WHEN i.status = 'pending' THEN 'running' ELSE i.status END,
-        lease_owner = :owner,
-        lease_token = gen_random_uuid(),
-        available_at = {NOW} + make_interval(secs => :lease_seconds),
-        run_count = i.run_count + 1,
-        started_at = coalesce(i.started_at, {NOW}),
-        updated_at = {NOW}
-    FROM candidates
-    WHERE i.id = candidates.id
-    RETURNING i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
-              CAST(i.lease_token AS text), i.run_count, i.attempts
+    SELECT *, CAST(NULL AS float8) AS seconds_until_next FROM claimed
+    UNION ALL
+    -- nothing claimed: one row saying when the next instance becomes claimable, so an
+    -- idle worker knows how long to sleep without a second round trip
+    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           (SELECT CAST(extract(epoch FROM min(available_at) - {NOW}) AS float8)
+            FROM kenning_instances
+            WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names))
+    WHERE NOT EXISTS (SELECT FROM claimed)
     """
 )
 
 
-async def instance_claim_runnable(
-    conn: AsyncConnection,
+@dataclass(frozen=True)
+class Claim:
+    instances: list[ClaimedInstance]
+    # when nothing was claimed: seconds until the next instance becomes claimable
+    # (negative: due, but locked by another claim), None if there is none
+    seconds_until_next: float | None
+
+
+async def instance_claim(
+    conn: Executor,
     *,
     owner: str,
     workflow_names: Sequence[str],
     limit: int,
     lease_seconds: float,
     now: datetime | None = None,
-) -> list[ClaimedInstance]:
+) -> Claim:
     """Claim up to ``limit`` runnable instances in one round trip.
 
     Runnable means pending and due, or leased with an expired lease: expired leases are
@@ -129,36 +149,40 @@ async def instance_claim_runnable(
             "now": now,
         },
     )
-    return [
-        ClaimedInstance(
-            id=row[0],
-            workflow_name=row[1],
-            status=row[2],
-            input=row[3],
-            cancel_requested=row[4],
-            lease_token=row[5],
-            run_count=row[6],
-            attempts=row[7],
+    instances, until = [], None
+    for row in result:
+        if row[0] is None:
+            until = None if row[8] is None else float(row[8])
+            continue
+        instances.append(
+            ClaimedInstance(
+                id=row[0],
+                workflow_name=row[1],
+                status=row[2],
+                input=row[3],
+                cancel_requested=row[4],
+                lease_token=row[5],
+                run_count=row[6],
+                attempts=row[7],
+            )
         )
-        for row in result
-    ]
+    return Claim(instances, until)
 
 
-_INSTANCE_NEXT_AVAILABLE = text(
-    f"""
-    SELECT extract(epoch FROM min(available_at) - {NOW})
-    FROM kenning_instances
-    WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names)
-    """
-)
-
-
-async def instance_seconds_until_next(
-    conn: AsyncConnection, workflow_names: Sequence[str], now: datetime | None = None
-) -> float | None:
-    """Seconds until the next instance becomes claimable (negative: already due)."""
-    row = (await conn.execute(_INSTANCE_NEXT_AVAILABLE, {"names": list(workflow_names), "now": now})).first()
-    return seconds_or_none(row)
+async def instance_claim_runnable(
+    conn: Executor,
+    *,
+    owner: str,
+    workflow_names: Sequence[str],
+    limit: int,
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> list[ClaimedInstance]:
+    """``instance_claim`` without the next-claimable time."""
+    claim = await instance_claim(
+        conn, owner=owner, workflow_names=workflow_names, limit=limit, lease_seconds=lease_seconds, now=now
+    )
+    return claim.instances
 
 
 _INSTANCE_HEARTBEAT = text(
@@ -213,7 +237,7 @@ _INSTANCE_COMPLETE = text(
 
 
 async def instance_complete(
-    conn: AsyncConnection, instance_id: str, token: str, result: Any, folded: FoldedWrites | None = None
+    conn: Executor, instance_id: str, token: str, result: Any, folded: FoldedWrites | None = None
 ) -> bool:
     """Complete a leased instance, recording its last step in the same statement."""
     params = {"id": instance_id, "token": token, "result": json.dumps(result), **(folded or FoldedWrites()).params()}
@@ -233,7 +257,7 @@ _INSTANCE_FINISH = text(
 
 
 async def instance_finish(
-    conn: AsyncConnection, instance_id: str, token: str, status: str, error: dict[str, Any] | None
+    conn: Executor, instance_id: str, token: str, status: str, error: dict[str, Any] | None
 ) -> bool:
     """End an instance ``failed`` or ``cancelled``; the error is kept for operators."""
     row = (
@@ -260,7 +284,7 @@ _INSTANCE_BEGIN_COMPENSATING = text(
 
 
 async def instance_begin_compensating(
-    conn: AsyncConnection,
+    conn: Executor,
     instance_id: str,
     token: str,
     error: dict[str, Any] | None,
@@ -296,7 +320,7 @@ _INSTANCE_RECORD_ATTEMPT = text(
 
 
 async def instance_record_attempt(
-    conn: AsyncConnection, instance_id: str, token: str, step_id: str, attempt: int, error: str
+    conn: Executor, instance_id: str, token: str, step_id: str, attempt: int, error: str
 ) -> tuple[float, bool] | None:
     """Count a failed attempt in the database; returns (seconds since the first failure,
     cancel requested), or None if the lease was lost."""
@@ -326,7 +350,7 @@ _INSTANCE_RESCHEDULE = text(
 )
 
 
-async def instance_release(conn: AsyncConnection, instance_id: str, token: str, delay_seconds: float = 0.0) -> bool:
+async def instance_release(conn: Executor, instance_id: str, token: str, delay_seconds: float = 0.0) -> bool:
     """Give the lease back so any worker may claim the instance after ``delay_seconds``.
 
     Used for durable retry back-offs (the worker is freed while it waits) and for
@@ -386,7 +410,7 @@ def _instance_row(row: Sequence[Any]) -> InstanceRow:
     return InstanceRow(*row)
 
 
-async def instance_get(conn: AsyncConnection, instance_id: str) -> InstanceRow | None:
+async def instance_get(conn: Executor, instance_id: str) -> InstanceRow | None:
     row = (await conn.execute(_INSTANCE_GET, {"id": instance_id})).first()
     return None if row is None else _instance_row(tuple(row))
 

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from kenning.rawdb import Executor
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
 from kenning.storage.inbox import StoredEvent, stored_event
 from kenning.storage.records import FoldedWrites, SuspendOutcome
@@ -43,7 +44,7 @@ _SUBSCRIPTION_REGISTER_AND_SUSPEND = text(
 
 
 async def subscription_register_and_suspend(
-    conn: AsyncConnection,
+    conn: Executor,
     *,
     instance_id: str,
     token: str,

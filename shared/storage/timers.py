@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from kenning.rawdb import Executor
 from kenning.storage.clock import NOW
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
 from kenning.storage.records import FoldedWrites, SuspendOutcome
@@ -33,7 +33,7 @@ _TIMER_REGISTER_AND_SUSPEND = text(
 
 
 async def timer_register_and_suspend(
-    conn: AsyncConnection,
+    conn: Executor,
     *,
     instance_id: str,
     token: str,
@@ -120,7 +120,7 @@ _TIMER_FIRE_DUE = text(
 )
 
 
-async def timer_fire_due(conn: AsyncConnection, *, limit: int, now: datetime | None = None) -> list[FiredWait]:
+async def timer_fire_due(conn: Executor, *, limit: int, now: datetime | None = None) -> list[FiredWait]:
     """Fire up to ``limit`` due timers, oldest first, in one statement: append
     ``TimerExpired`` (with ``due_at``, and ``fired_at`` = ``clock_timestamp()``) to
     history, delete the timers, make their instances runnable and wake the workers. Due
@@ -174,9 +174,7 @@ _SUBSCRIPTION_TIMEOUT_FIRE_DUE = text(
 )
 
 
-async def subscription_timeout_fire_due(
-    conn: AsyncConnection, *, limit: int, now: datetime | None = None
-) -> list[FiredWait]:
+async def subscription_timeout_fire_due(conn: Executor, *, limit: int, now: datetime | None = None) -> list[FiredWait]:
     """Time out up to ``limit`` ``wait_event`` subscriptions whose ``timeout_at`` has
     passed, oldest first: append ``EventTimeout``, delete the subscription, make the
     instance runnable and wake the workers, in one statement."""
@@ -202,7 +200,7 @@ _TIMER_NEXT_DUE = text(
 )
 
 
-async def timer_next_due(conn: AsyncConnection, now: datetime | None = None) -> NextDue:
+async def timer_next_due(conn: Executor, now: datetime | None = None) -> NextDue:
     """The database clock and the seconds until the next timer or event timeout is due."""
     row = (await conn.execute(_TIMER_NEXT_DUE, {"now": now})).one()
     return NextDue(now=row[0], seconds=None if row[1] is None else float(row[1]))
