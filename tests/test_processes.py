@@ -29,7 +29,10 @@ async def test_two_worker_processes_race_for_200_instances(
         processes.worker(database_url, APP, "--concurrency", "16", "--log-level", "debug", env=env) for _ in range(2)
     ]
     async with Client(database=database) as client:
-        ids = [(await client.start("three_steps", value=n)).instance_id for n in range(200)]
+        # a burst, as a busy producer makes: both workers wake to more than either can
+        # take at once (one that keeps up with a trickle of starts may rightly take all)
+        started = await asyncio.gather(*(client.start("three_steps", value=n) for n in range(200)))
+        ids = [s.instance_id for s in started]
 
         def done() -> bool:
             row = sql.execute("SELECT count(*) FROM kenning_instances WHERE status = 'completed'").fetchone()

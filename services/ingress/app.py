@@ -2,8 +2,9 @@
 
 It never runs user code and never touches workflow state: an event is answered 202 once
 its inbox row is committed (a request's events all or nothing; concurrent requests share
-one insert and commit, ``batching``), and workers do the rest. Routes: ``POST /cancel/{id}``, ``GET /instances/{id}``,
-``GET /healthz``, ``GET /readyz``; ``POST`` to any other path is a CloudEvent.
+one insert and commit, ``groupcommit``), and workers do the rest. Routes:
+``POST /cancel/{id}``, ``GET /instances/{id}``, ``GET /healthz``, ``GET /readyz``;
+``POST`` to any other path is a CloudEvent.
 """
 
 from __future__ import annotations
@@ -25,15 +26,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kenning.db import Database, sqlalchemy_url
+from kenning.groupcommit import GroupCommit
 from kenning.ingress import responses
 from kenning.ingress.auth import authorized, required_token
-from kenning.ingress.batching import InboxBatcher
 from kenning.ingress.parsing import InvalidEventError, parse_request
 from kenning.ingress.settings import IngressSettings, settings_from_environment
 from kenning.logs import configure_logging
 from kenning.rawdb import RawConnection
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage.inbox import NewEvent
 
 T = TypeVar("T")
 _log = structlog.get_logger("kenning.ingress")
@@ -68,8 +70,8 @@ class Ingress:
     def __init__(self, settings: IngressSettings) -> None:
         self.settings = settings
         self.database: Database | None = None
-        self.batcher = InboxBatcher(
-            insert=lambda events: self._run(lambda conn: inbox_sql.inbox_insert_events(conn, events)),
+        self.inbox: GroupCommit[NewEvent, bool] = GroupCommit(
+            write=lambda events: self._run(lambda conn: inbox_sql.inbox_insert_events(conn, events)),
             # a batch that failed on a request's own data is retried request by request;
             # one that failed because the database is away is not
             retry_alone=lambda error: responses.failure(error)[0].status_code != 503,
@@ -154,7 +156,7 @@ class Ingress:
             _log.info("event.rejected", error_type=invalid.error_type, reason=str(invalid))
             return responses.error(400, str(invalid), invalid.error_type)
         try:
-            stored = await self.batcher.store(events)
+            stored = await self.inbox.store(events)
         except Exception as exc:
             return self._failed(exc, events=len(events))
         _log.debug("event.accepted", events=len(events), duplicates=stored.count(False))

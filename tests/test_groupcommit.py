@@ -1,4 +1,4 @@
-"""Group commit in the ingress: concurrent requests share inserts against a real
+"""Group commit (as the ingress uses it): concurrent requests share inserts against a real
 PostgreSQL, each is answered with its own events' outcome, and one request's bad data
 does not fail the others in its batch."""
 
@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from kenning.db import Database, connect
+from kenning.groupcommit import GroupCommit
 from kenning.ingress import responses
-from kenning.ingress.batching import InboxBatcher
 from kenning.storage import inbox as inbox_sql
 from kenning.storage.inbox import NewEvent
 
@@ -39,11 +39,11 @@ def event(event_id: str, *, source: str = "tests/batching") -> NewEvent:
     return NewEvent(source=source, event_id=event_id, event_type="batching.test", attributes=attributes, data={})
 
 
-def batcher(insert: CountedInsert, max_events: int = 500) -> InboxBatcher:
-    return InboxBatcher(
-        insert=insert,
+def batcher(insert: CountedInsert, max_events: int = 500) -> GroupCommit[NewEvent, bool]:
+    return GroupCommit(
+        write=insert,
         retry_alone=lambda error: responses.failure(error)[0].status_code != 503,
-        max_events=max_events,
+        max_items=max_events,
     )
 
 
