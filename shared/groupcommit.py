@@ -47,6 +47,9 @@ class GroupCommit(Generic[Item, Outcome]):
     retry_alone: IsolatesFailure
     max_items: int = 500
     max_in_flight: int = 1
+    # what it has done, for logs and tests: statements run and items they carried
+    statements: int = 0
+    items: int = 0
     _queue: deque[_Request[Item, Outcome]] = field(default_factory=deque)
     _in_flight: int = 0
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -81,8 +84,11 @@ class GroupCommit(Generic[Item, Outcome]):
             self._in_flight -= 1
 
     async def _flush(self, batch: list[_Request[Item, Outcome]]) -> None:
+        items = [item for request in batch for item in request.items]
+        self.statements += 1
+        self.items += len(items)
         try:
-            outcomes = await self.write([item for request in batch for item in request.items])
+            outcomes = await self.write(items)
         except BaseException as error:
             if isinstance(error, Exception) and len(batch) > 1 and self.retry_alone(error):
                 _log.info("groupcommit.retried_alone", callers=len(batch), error=repr(error))

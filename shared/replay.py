@@ -24,6 +24,7 @@ from kenning.errors import (
     TerminalError,
     WorkflowCancelledException,
 )
+from kenning.groupcommit import GroupCommit
 from kenning.hooks import call_hook
 from kenning.rawdb import Executor
 from kenning.registry import qualified_name
@@ -37,6 +38,7 @@ from kenning.storage.records import (
     HistoryRecord,
     SuspendOutcome,
 )
+from kenning.storage.writes import InstanceWrite
 
 if TYPE_CHECKING:
     from kenning.activity import Activity
@@ -97,8 +99,12 @@ class Replayer:
         history: list[HistoryRecord],
         compensations: list[CompensationRecord],
         inline_retry_seconds: float,
+        writes: GroupCommit[InstanceWrite, bool | None] | None = None,
     ) -> None:
         self.db = db
+        # the worker's group commit for step records and completions; None writes each
+        # on its own statement
+        self.writes = writes
         self.app = app
         self.workflow = workflow
         self.claimed = claimed
@@ -196,6 +202,9 @@ class Replayer:
             compensations=self.unsaved_compensations,
             clear_attempts=record.clear_attempts,
         )
+        self._recorded(record, flag)
+
+    def _recorded(self, record: PendingRecord, flag: bool | None) -> None:
         if flag is None:
             raise LeaseLostError(f"lease on {self.instance_id} was lost before step {record.step_id!r} was recorded")
         self.unsaved_compensations = []
@@ -203,8 +212,19 @@ class Replayer:
 
     async def _flush_locked(self) -> None:
         record, self.pending = self.pending, None
-        if record is not None:
-            await self._autocommit(lambda conn: self._write_record(conn, record))
+        if record is None:
+            return
+        if self.writes is not None and record.foldable:
+            write = InstanceWrite(
+                self.instance_id,
+                self.token,
+                steps=[record.as_json()],
+                compensations=[c.to_json() for c in self.unsaved_compensations],
+            )
+            (flag,) = await self.writes.store([write])
+            self._recorded(record, flag)
+            return
+        await self._autocommit(lambda conn: self._write_record(conn, record))
 
     async def flush(self) -> None:
         """Write the deferred step record, if any."""
@@ -500,9 +520,20 @@ class Replayer:
             )
         async with self.write_lock:
             folded = await self._take_folded()
-            done = await self._autocommit(
-                lambda conn: instances_sql.instance_complete(conn, self.instance_id, self.token, payload, folded)
-            )
+            if self.writes is not None:
+                write = InstanceWrite(
+                    self.instance_id,
+                    self.token,
+                    steps=folded.pending_steps,
+                    compensations=folded.compensations,
+                    complete=True,
+                    result=payload,
+                )
+                done = (await self.writes.store([write]))[0] is not None
+            else:
+                done = await self._autocommit(
+                    lambda conn: instances_sql.instance_complete(conn, self.instance_id, self.token, payload, folded)
+                )
         if not done:
             raise LeaseLostError(f"lease on {self.instance_id} was lost before completion")
         self.log.debug("instance.completed")

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from kenning.db import Database, connect
+from kenning.dberrors import may_be_one_callers_fault
 from kenning.groupcommit import GroupCommit
 from kenning.ingress import responses
 from kenning.storage import inbox as inbox_sql
@@ -42,7 +43,7 @@ def event(event_id: str, *, source: str = "tests/batching") -> NewEvent:
 def batcher(insert: CountedInsert, max_events: int = 500) -> GroupCommit[NewEvent, bool]:
     return GroupCommit(
         write=insert,
-        retry_alone=lambda error: responses.failure(error)[0].status_code != 503,
+        retry_alone=may_be_one_callers_fault,
         max_items=max_events,
     )
 

@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kenning.db import Database, sqlalchemy_url
+from kenning.dberrors import may_be_one_callers_fault
 from kenning.groupcommit import GroupCommit
 from kenning.ingress import responses
 from kenning.ingress.auth import authorized, required_token
@@ -74,7 +75,7 @@ class Ingress:
             write=lambda events: self._run(lambda conn: inbox_sql.inbox_insert_events(conn, events)),
             # a batch that failed on a request's own data is retried request by request;
             # one that failed because the database is away is not
-            retry_alone=lambda error: responses.failure(error)[0].status_code != 503,
+            retry_alone=may_be_one_callers_fault,
         )
 
     @contextlib.asynccontextmanager

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
+from sqlalchemy.exc import DBAPIError
 from starlette.responses import JSONResponse
+
+from kenning.dberrors import is_unavailable
 
 
 def accepted(**fields: Any) -> JSONResponse:
@@ -37,10 +38,8 @@ def failure(exc: BaseException) -> tuple[JSONResponse, bool]:
             return error(400, f"the database rejected the event: {first}", "invalid_data"), False
         if sqlstate == "42P01":
             return database_unavailable("the schema is missing; run kenning migrate"), False
-        if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
+        if is_unavailable(exc):
             return database_unavailable(first), False
-        if sqlstate[:2] in ("08", "53", "57", "40"):
-            return database_unavailable(first), False
-    elif isinstance(exc, SQLAlchemyTimeoutError | TimeoutError | OSError):
+    elif is_unavailable(exc):
         return database_unavailable(str(exc) or type(exc).__name__), False
     return error(500, "internal error; the event was not stored", "internal_error", retryable=True), True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,12 +18,16 @@ import structlog
 from kenning.app import App
 from kenning.config import process_id
 from kenning.db import Database
+from kenning.dberrors import may_be_one_callers_fault
+from kenning.groupcommit import GroupCommit
 from kenning.listener import Listener
 from kenning.replay import Replayer
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage import writes as writes_sql
 from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord
 from kenning.storage.tables import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS
+from kenning.storage.writes import InstanceWrite
 from kenning.worker.inbox import InboxProcessor, InboxSettings
 
 _log = structlog.get_logger("kenning.worker")
@@ -78,6 +83,11 @@ class Worker:
         self._work_likely = True
         self._stopping = asyncio.Event()
         self.log = _log.bind(worker_id=self.worker_id)
+        # Group commit of the instances' step records and completions: the writes of
+        # instances running side by side share one statement and one commit.
+        self.writes: GroupCommit[InstanceWrite, bool | None] = GroupCommit(
+            write=self._apply_writes, retry_alone=may_be_one_callers_fault, max_items=self.settings.concurrency
+        )
         self.inbox = InboxProcessor(
             database,
             app,
@@ -202,6 +212,7 @@ class Worker:
             history=history,
             compensations=compensations,
             inline_retry_seconds=self.settings.inline_retry_seconds,
+            writes=self.writes,
         )
         try:
             outcome = await replayer.run()
@@ -214,6 +225,10 @@ class Worker:
         finally:
             self._running.pop(claimed.lease_token, None)
             self._wake.set()
+
+    async def _apply_writes(self, writes: Sequence[InstanceWrite]) -> list[bool | None]:
+        async with self.database.autocommit.connect() as conn:
+            return await writes_sql.writes_apply(conn, writes)
 
     async def _release(self, claimed: ClaimedInstance, log: Any, delay: float = 0.0) -> None:
         """Hand the instance back (shutdown or crash) so another worker need not wait for

@@ -1,0 +1,29 @@
+"""Which database errors mean "the database is away" (try again later) rather than "this
+write is wrong": the ingress answers the first with 503, and group commit retries a
+failed batch caller by caller only for the second."""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+# connection exception, insufficient resources, operator intervention, rollback
+# (serialization failure, deadlock): none says anything about the data written
+_UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57", "40")
+
+
+def is_unavailable(error: BaseException) -> bool:
+    if isinstance(error, DBAPIError):
+        sqlstate = str(getattr(error.orig, "sqlstate", "") or "")
+        return (
+            error.connection_invalidated
+            or isinstance(error, OperationalError | InterfaceError)
+            or sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
+        )
+    return isinstance(error, PoolTimeoutError | TimeoutError | OSError)
+
+
+def may_be_one_callers_fault(error: BaseException) -> bool:
+    """For ``GroupCommit.retry_alone``: anything but unavailability may come from one
+    caller's rows, so the batch is retried caller by caller."""
+    return not is_unavailable(error)

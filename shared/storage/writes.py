@@ -1,0 +1,94 @@
+"""Group-committed worker writes: the fenced step records and completions of many
+instances in one statement, one commit.
+
+Each item is what one instance would otherwise write alone (``history_record_step`` or
+``instance_complete``): its lease is checked by token and its row locked (locks taken in
+id order, so two batches never deadlock), its steps and newly registered compensations
+are inserted, and a completing instance is finished. An item whose lease was lost writes
+nothing and reads back None, exactly as the single-instance statements do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
+
+from kenning.rawdb import Executor
+
+
+@dataclass(frozen=True)
+class InstanceWrite:
+    instance_id: str
+    token: str
+    steps: list[dict[str, Any]] = field(default_factory=list)  # PendingRecord.as_json() each
+    compensations: list[dict[str, Any]] = field(default_factory=list)  # CompensationRecord.to_json() each
+    complete: bool = False
+    result: Any = None  # the completed workflow's {"result": ...}
+
+    def as_json(self, position: int) -> dict[str, Any]:
+        return {
+            "position": position,
+            "instance_id": self.instance_id,
+            "token": self.token,
+            "steps": [{"n": n, **step} for n, step in enumerate(self.steps)],
+            "compensations": self.compensations,
+            "complete": self.complete,
+            "result": self.result,
+        }
+
+
+_WRITES_APPLY = text(
+    """
+    WITH incoming AS (
+        SELECT * FROM jsonb_to_recordset(CAST(:writes AS jsonb)) AS w(
+            position integer, instance_id text, token uuid, steps jsonb, compensations jsonb,
+            complete boolean, result jsonb)
+    ), fence AS (
+        SELECT w.position, i.cancel_requested
+        FROM kenning_instances AS i JOIN incoming AS w ON i.id = w.instance_id AND i.lease_token = w.token
+        ORDER BY i.id, w.position
+        FOR UPDATE OF i
+    ), recorded AS (
+        INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload)
+        SELECT w.instance_id, s.step_id, s.kind, s.step_name, s.payload
+        FROM incoming AS w JOIN fence ON fence.position = w.position,
+             jsonb_to_recordset(w.steps) AS s(n integer, step_id text, kind text, step_name text, payload jsonb)
+        ORDER BY w.position, s.n
+        RETURNING 1
+    ), saved AS (
+        INSERT INTO kenning_compensations
+            (instance_id, comp_id, position, function_name, args, kwargs, retry_policy)
+        SELECT w.instance_id, c.comp_id, c.position, c.function_name, c.args, c.kwargs, c.retry_policy
+        FROM incoming AS w JOIN fence ON fence.position = w.position,
+             jsonb_to_recordset(w.compensations) AS c(
+                comp_id text, position integer, function_name text, args jsonb, kwargs jsonb, retry_policy jsonb)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    ), completed AS (
+        UPDATE kenning_instances AS i
+        SET status = 'completed', result = w.result, lease_token = NULL, lease_owner = NULL,
+            available_at = NULL, attempts = '{}', finished_at = now(), updated_at = now()
+        FROM incoming AS w JOIN fence ON fence.position = w.position
+        WHERE i.id = w.instance_id AND w.complete
+        RETURNING 1
+    )
+    SELECT w.position, fence.cancel_requested
+    FROM incoming AS w JOIN fence ON fence.position = w.position
+    """
+)
+
+
+async def writes_apply(conn: Executor, writes: Sequence[InstanceWrite]) -> list[bool | None]:
+    """Apply ``writes`` in one statement. Per write: the instance's cancellation flag, or
+    None when its lease was lost (nothing of it was written)."""
+    if not writes:
+        return []
+    payload = json.dumps([w.as_json(position) for position, w in enumerate(writes)])
+    flags: list[bool | None] = [None] * len(writes)
+    for row in await conn.execute(_WRITES_APPLY, {"writes": payload}):
+        flags[row[0]] = bool(row[1])
+    return flags
