@@ -65,7 +65,7 @@ class Client:
         input_json = serialization.to_json(kwargs)
         if wf is not None:
             try:
-                inspect.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))
+                serialization.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))
             except (TypeError, ValueError) as error:
                 raise TypeError(f"invalid input for workflow {name!r}: {error}") from None
         source_hash = wf.source_hash if wf is not None else ""

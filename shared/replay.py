@@ -461,7 +461,7 @@ class Replayer:
         comp_kwargs = dict(kwargs)
         if isinstance(result, dict):
             target = getattr(comp, "func", comp)
-            params = inspect.signature(target).parameters
+            params = serialization.signature(target).parameters
             takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
             comp_kwargs.update({k: v for k, v in result.items() if takes_any or k in params})
         self.register_compensation(comp, args, comp_kwargs, f"on_failure:{step_id}", act.retry_policy)

@@ -52,6 +52,12 @@ def type_hints(func: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
+@lru_cache(maxsize=4096)
+def signature(func: Callable[..., Any]) -> inspect.Signature:
+    """``inspect.signature``, computed once per function (it is on every start and replay)."""
+    return inspect.signature(func)
+
+
 def bind_arguments(func: Callable[..., Any], data: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments for ``func(ctx, **kwargs)`` from stored JSON ``data``.
 
@@ -61,9 +67,7 @@ def bind_arguments(func: Callable[..., Any], data: dict[str, Any]) -> dict[str, 
     """
     hints = type_hints(func)
     params = [
-        p
-        for p in list(inspect.signature(func).parameters.values())[1:]
-        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        p for p in list(signature(func).parameters.values())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     ]
     if len(params) == 1:
         only = params[0]

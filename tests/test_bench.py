@@ -79,8 +79,10 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
             "postgres_cpu_ms_per_workflow",
             "client_cpu_ms_per_workflow",
             "machine_cpu_busy",
+            "starts_per_second",
         }
         assert row["client_cpu_ms_per_workflow"] > 0 and 0 < row["machine_cpu_busy"] <= 1
+        assert row["starts_per_second"] >= row["workflows_per_second"]  # none completes before it starts
         assert row["workflows"] == 20 and row["workflows_per_second"] > 0
         # three steps and a start at the least; a broken fold or claim would show here
         assert 3.0 <= row["commits_per_workflow"] < 12

@@ -345,7 +345,7 @@ class InboxProcessor:
     ) -> None:
         input_json = event.data if isinstance(event.data, dict) else {}
         try:
-            inspect.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))
+            serialization.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))
         except (TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
             raise TerminalError(f"event data is not valid input for workflow {wf.name!r}: {error}") from None
         if (wf.name, wf.source_hash) not in self._known_definitions:

@@ -25,13 +25,14 @@ def _limits(lim: dict[str, Any]) -> list[str]:
 def _throughput(rows: list[dict[str, Any]], bare: float | None, pgbench: float | None) -> list[str]:
     lines = [
         "",
-        "workers  wf/s    steps/s  commits/wf  worker CPU ms/wf  PG CPU ms/wf  client CPU ms/wf  CPUs busy  "
+        "workers  wf/s    starts/s  steps/s  commits/wf  worker CPU ms/wf  PG CPU ms/wf  client CPU ms/wf  CPUs busy  "
         "vs bare  commit rate vs pgbench",
     ]
     for r in rows:
         commit_rate = r["workflows_per_second"] * r["commits_per_workflow"]
         lines.append(
-            f"{r['workers']:>7}  {r['workflows_per_second']:>6}  {r['steps_per_second']:>7}  "
+            f"{r['workers']:>7}  {r['workflows_per_second']:>6}  {r.get('starts_per_second', '-'):>8}  "
+            f"{r['steps_per_second']:>7}  "
             f"{r['commits_per_workflow']:>10}  {r['worker_cpu_ms_per_workflow']:>16}  "
             f"{r['postgres_cpu_ms_per_workflow'] or '-':>12}  {r.get('client_cpu_ms_per_workflow', '-'):>16}  "
             f"{_ratio(r.get('machine_cpu_busy'), 1.0):>9}  {_ratio(r['workflows_per_second'], bare):>7}  "

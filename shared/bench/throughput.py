@@ -81,6 +81,7 @@ async def run_throughput(url: str, workflows: int, workers: int, concurrency: in
                     await client.start(bench_three, value=queue.pop())
 
             await asyncio.gather(*(starter() for _ in range(4)))
+            start_seconds = time.monotonic() - started
             polls = await _wait_completed(url, workflows, timeout=max(120.0, workflows / 5))
         elapsed = time.monotonic() - started
         cpu = running.cpu_seconds(procs) - cpu_before
@@ -99,6 +100,9 @@ async def run_throughput(url: str, workflows: int, workers: int, concurrency: in
         "seconds": round(elapsed, 3),
         "workflows_per_second": round(workflows / elapsed, 1),
         "steps_per_second": round(3 * workflows / elapsed, 1),
+        # how fast the client started them: when workflows/s is about this, the workers
+        # kept up and the starting client (on the same CPUs) set the pace
+        "starts_per_second": round(workflows / start_seconds, 1),
         "commits_per_workflow": round(kenning_commits / workflows, 2),
         "worker_cpu_ms_per_workflow": round(1000 * cpu / workflows, 3),
         # the starting client runs in this process, on the same CPUs
