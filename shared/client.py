@@ -10,14 +10,18 @@ import asyncio
 import inspect
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kenning import serialization
 from kenning.db import Database, connect
+from kenning.dberrors import may_be_one_callers_fault
 from kenning.errors import ConfigurationError, WorkflowFailedError, WorkflowNotFoundError
+from kenning.groupcommit import GroupCommit
 from kenning.registry import REGISTRY
 from kenning.storage import instances as instances_sql
+from kenning.storage.instances import NewInstance
 from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
 from kenning.workflow import Workflow
 
@@ -38,6 +42,16 @@ class Client:
             self._owns_database = False
         self.database = database
         self._known_definitions: set[tuple[str, str]] = set()
+        # Group commit of starts: concurrent start() calls (a web app's requests) share
+        # one insert, one commit and one NOTIFY. NOTIFY serialises commits server-side,
+        # so one per batch instead of one per start is what lets starts scale.
+        self.starts: GroupCommit[NewInstance, bool] = GroupCommit(
+            write=self._insert_starts, retry_alone=may_be_one_callers_fault
+        )
+
+    async def _insert_starts(self, starts: Sequence[NewInstance]) -> list[bool]:
+        async with self.database.autocommit.connect() as conn:
+            return await instances_sql.instances_insert_many(conn, starts)
 
     async def __aenter__(self) -> Client:
         return self
@@ -69,22 +83,23 @@ class Client:
             except (TypeError, ValueError) as error:
                 raise TypeError(f"invalid input for workflow {name!r}: {error}") from None
         source_hash = wf.source_hash if wf is not None else ""
-        known = wf is None or (name, source_hash) in self._known_definitions
-        # Once the definition is stored, a start is a single autocommit statement.
-        engine = self.database.autocommit if known else self.database.engine
-        async with engine.begin() as conn:
-            if not known and wf is not None:
+        if wf is not None and (name, source_hash) not in self._known_definitions:
+            async with self.database.autocommit.connect() as conn:
                 await instances_sql.definition_upsert(conn, name, source_hash, wf.source)
-            started = await instances_sql.instance_insert(
-                conn,
-                instance_id=instance_id or f"{name}-{uuid.uuid4().hex}",
-                workflow_name=name,
-                source_hash=source_hash,
-                input_json=input_json,
-                idempotency_key=idempotency_key,
-            )
-        self._known_definitions.add((name, source_hash))
-        return StartedInstance(*started)
+            self._known_definitions.add((name, source_hash))
+        start = NewInstance(
+            instance_id=instance_id or f"{name}-{uuid.uuid4().hex}",
+            workflow_name=name,
+            source_hash=source_hash,
+            input_json=input_json,
+            idempotency_key=idempotency_key,
+        )
+        (created,) = await self.starts.store([start])
+        if created:
+            return StartedInstance(start.instance_id, True)
+        async with self.database.autocommit.connect() as conn:
+            existing = await instances_sql.instance_find_existing(conn, start.instance_id, name, idempotency_key)
+        return StartedInstance(existing, False)
 
     async def status(self, instance_id: str) -> InstanceRow:
         async with self.database.engine.connect() as conn:

@@ -84,8 +84,9 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
         assert row["client_cpu_ms_per_workflow"] > 0 and 0 < row["machine_cpu_busy"] <= 1
         assert row["starts_per_second"] >= row["workflows_per_second"]  # none completes before it starts
         assert row["workflows"] == 20 and row["workflows_per_second"] > 0
-        # three steps and a start at the least; a broken fold or claim would show here
-        assert 3.0 <= row["commits_per_workflow"] < 12
+        # group commit lets workflows share commits, so there is no floor above zero; a
+        # broken fold or claim loop would show as many more than a write per step
+        assert 0 < row["commits_per_workflow"] < 12
 
     event = report["event_latency"]
     assert event["samples"] == 10

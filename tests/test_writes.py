@@ -71,3 +71,20 @@ async def test_instances_running_side_by_side_share_write_statements(database: D
     assert writes.statements < writes.items / 2, (writes.statements, writes.items)
     per_instance = sql.execute("SELECT instance_id, count(*) FROM kenning_history GROUP BY 1").fetchall()
     assert len(per_instance) == 40 and {n for _, n in per_instance} == {3}
+
+
+async def test_concurrent_starts_share_statements_and_keep_idempotency(database: Database, sql: Sql) -> None:
+    async with Client(database=database) as client:
+        await client.start(core.three_steps, value=0)  # stores the definition first
+        started = await asyncio.gather(
+            *(client.start(core.three_steps, value=n, idempotency_key=f"k{n % 10}") for n in range(30))
+        )
+        assert client.starts.statements < 30 and client.starts.items == 31
+    # one instance per key: the first start of each key created it, the others got it back
+    by_key: dict[str, set[str]] = {}
+    for n, s in enumerate(started):
+        by_key.setdefault(f"k{n % 10}", set()).add(s.instance_id)
+    assert all(len(ids) == 1 for ids in by_key.values())
+    assert [s.created for s in started] == [True] * 10 + [False] * 20
+    keyed = sql.execute("SELECT count(*) FROM kenning_instances WHERE idempotency_key IS NOT NULL").fetchone()
+    assert keyed == (10,)

@@ -16,6 +16,9 @@ from kenning.bench.workflows import bench_three
 from kenning.client import Client
 
 APP = "kenning.bench.workflows"
+# concurrent client.start() calls, as from a web app's concurrent requests: the client
+# group-commits starts made at the same time
+STARTERS = 16
 
 
 async def _reset(url: str) -> None:
@@ -80,7 +83,7 @@ async def run_throughput(url: str, workflows: int, workers: int, concurrency: in
                 while queue:
                     await client.start(bench_three, value=queue.pop())
 
-            await asyncio.gather(*(starter() for _ in range(4)))
+            await asyncio.gather(*(starter() for _ in range(STARTERS)))
             start_seconds = time.monotonic() - started
             polls = await _wait_completed(url, workflows, timeout=max(120.0, workflows / 5))
         elapsed = time.monotonic() - started

@@ -45,6 +45,56 @@ _INSTANCE_INSERT = text(
     SELECT id, pg_notify('kenning_instances', '') IS NULL FROM inserted
     """
 )
+_INSTANCES_INSERT_MANY = text(
+    """
+    WITH incoming AS (
+        SELECT * FROM jsonb_to_recordset(CAST(:starts AS jsonb)) AS s(
+            position integer, id text, name text, hash text, input jsonb, key text)
+    ), inserted AS (
+        INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at)
+        SELECT id, name, hash, input, key, now() FROM incoming ORDER BY position
+        ON CONFLICT DO NOTHING
+        RETURNING id
+    )
+    -- identical notifications of one transaction reach listeners once: one wake-up per batch
+    SELECT s.position, pg_notify('kenning_instances', '') IS NULL
+    FROM incoming AS s JOIN inserted AS i ON i.id = s.id
+    """
+)
+
+
+@dataclass(frozen=True)
+class NewInstance:
+    instance_id: str
+    workflow_name: str
+    source_hash: str
+    input_json: dict[str, Any]
+    idempotency_key: str | None = None
+
+
+async def instances_insert_many(conn: Executor, starts: Sequence[NewInstance]) -> list[bool]:
+    """Insert runnable instances in one statement and wake workers once. Per start,
+    whether it was inserted (False: its id or idempotency key exists already; see
+    ``instance_find_existing``)."""
+    if not starts:
+        return []
+    payload = [
+        {
+            "position": position,
+            "id": start.instance_id,
+            "name": start.workflow_name,
+            "hash": start.source_hash,
+            "input": start.input_json,
+            "key": start.idempotency_key,
+        }
+        for position, start in enumerate(starts)
+    ]
+    inserted = [False] * len(starts)
+    for row in await conn.execute(_INSTANCES_INSERT_MANY, {"starts": json.dumps(payload)}):
+        inserted[row[0]] = True
+    return inserted
+
+
 _INSTANCE_FIND_EXISTING = text(
     """
     SELECT id FROM kenning_instances
@@ -74,10 +124,18 @@ async def instance_insert(
     row = (await conn.execute(_INSTANCE_INSERT, params)).first()
     if row is not None:
         return str(row[0]), True
+    return await instance_find_existing(conn, instance_id, workflow_name, idempotency_key), False
+
+
+async def instance_find_existing(
+    conn: Executor, instance_id: str, workflow_name: str, idempotency_key: str | None
+) -> str:
+    """The instance a start conflicted with: same id, or same workflow and idempotency key."""
+    params = {"id": instance_id, "name": workflow_name, "key": idempotency_key}
     existing = (await conn.execute(_INSTANCE_FIND_EXISTING, params)).first()
     if existing is None:  # a concurrent insert of the same key has not committed yet
         raise RuntimeError(f"instance {instance_id} conflicts with an uncommitted start")
-    return str(existing[0]), False
+    return str(existing[0])
 
 
 _INSTANCE_CLAIM = text(
