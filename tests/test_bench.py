@@ -110,6 +110,7 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
     assert ingress["new_database_sessions"] is None or ingress["new_database_sessions"] >= 0
 
     assert report["scale"]["claim_loaded"]["uses_partial_index"] is True
+    assert report["scale"]["autovacuum_wait_seconds"] >= 0
     assert set(report["long"]["ms_per_step"]) == {"5", "20"}
     chain = report["events_long"]
     assert set(chain["events"]) == set(chain["ms_per_event"]) == {"4", "10"}

@@ -119,6 +119,7 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
         empty = await asyncio.to_thread(scale.claim_query_ms, url)
         await asyncio.to_thread(scale.fill, url, size["finished"], size["waiting"])
         full = await asyncio.to_thread(scale.claim_query_ms, url)
+        settled = await asyncio.to_thread(scale.wait_for_autovacuum, url)
         loaded = await throughput.run_throughput(url, workflows, min(2, max(workers)), args.concurrency)
         results["scale"] = {
             "finished_instances": size["finished"],
@@ -126,6 +127,7 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
             "claim_empty": empty,
             "claim_loaded": full,
             "throughput_loaded": loaded,
+            "autovacuum_wait_seconds": settled,
         }
     if "long" in sections:
         results["long"] = await long.run_long(url, *size["long"])

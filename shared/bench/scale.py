@@ -50,6 +50,22 @@ def fill(url: str, finished: int, waiting: int) -> None:
             conn.execute("CHECKPOINT")
 
 
+def wait_for_autovacuum(url: str, timeout: float = 120.0) -> float:
+    """Wait until no autovacuum worker runs on this database (the bulk load sets them off),
+    so the loaded run measures Kenning, not the load's aftermath; returns seconds waited."""
+    started = time.monotonic()
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() - started < timeout:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE backend_type = 'autovacuum worker' AND datname = current_database()"
+            ).fetchone()
+            if row is None or row[0] == 0:
+                break
+            time.sleep(0.5)
+    return round(time.monotonic() - started, 1)
+
+
 def claim_query_ms(url: str, repeats: int = 50) -> dict[str, Any]:
     """Median time of the claim statement when nothing is claimable (it must not scan)."""
     timings = []
