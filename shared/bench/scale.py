@@ -33,8 +33,10 @@ def fill(url: str, finished: int, waiting: int) -> None:
             (waiting,),
         )
         conn.execute(
-            "INSERT INTO kenning_event_subscriptions (instance_id, step_id, step_name, event_type) "
-            "SELECT 'wait-' || g, 'wait_event_x:1', 'wait_event:x', 'x' FROM generate_series(2, %s, 2) g",
+            # checked: in steady state a worker checks each subscription for earlier events
+            # once, right after it is made; 50,000 unchecked ones would be a catch-up burst
+            "INSERT INTO kenning_event_subscriptions (instance_id, step_id, step_name, event_type, checked_at) "
+            "SELECT 'wait-' || g, 'wait_event_x:1', 'wait_event:x', 'x', now() FROM generate_series(2, %s, 2) g",
             (waiting,),
         )
         conn.execute(
