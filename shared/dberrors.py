@@ -13,13 +13,17 @@ _UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57", "40")
 
 
 def is_unavailable(error: BaseException) -> bool:
+    """By SQLSTATE class, not by exception type: psycopg raises ``OperationalError`` for
+    program limits (54: an index row too large) and object states (55) too, which are one
+    write's fault. Without a SQLSTATE, an operational or interface error is the
+    connection's."""
     if isinstance(error, DBAPIError):
+        if error.connection_invalidated:
+            return True
         sqlstate = str(getattr(error.orig, "sqlstate", "") or "")
-        return (
-            error.connection_invalidated
-            or isinstance(error, OperationalError | InterfaceError)
-            or sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
-        )
+        if sqlstate:
+            return sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
+        return isinstance(error, OperationalError | InterfaceError)
     return isinstance(error, PoolTimeoutError | TimeoutError | OSError)
 
 

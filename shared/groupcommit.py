@@ -80,6 +80,11 @@ class GroupCommit(Generic[Item, Outcome]):
         try:
             while self._queue:
                 await self._flush(self._next_batch())
+        except BaseException as error:
+            # cancelled (shutdown): nobody else may drain what is queued, so answer it
+            while self._queue:
+                _answer_error(self._queue.popleft(), error)
+            raise
         finally:
             self._in_flight -= 1
 
@@ -92,8 +97,13 @@ class GroupCommit(Generic[Item, Outcome]):
         except BaseException as error:
             if isinstance(error, Exception) and len(batch) > 1 and self.retry_alone(error):
                 _log.info("groupcommit.retried_alone", callers=len(batch), error=repr(error))
-                for request in batch:
-                    await self._flush([request])
+                for done, request in enumerate(batch):
+                    try:
+                        await self._flush([request])
+                    except BaseException as interrupted:
+                        for waiting in batch[done + 1 :]:
+                            _answer_error(waiting, interrupted)
+                        raise
                 return
             for request in batch:
                 _answer_error(request, error)

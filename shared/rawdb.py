@@ -149,10 +149,20 @@ class RawPool:
             try:
                 async with asyncio.timeout(self.timeout):
                     handed = await waiter
-            except TimeoutError:
-                raise PoolTimeoutError(
-                    f"no database connection free within {self.timeout} s ({self.max_size} in use)"
-                ) from None
+            except BaseException as error:
+                # Cancelled (or timed out) in the same turn as the hand-over: the waiter
+                # holds a connection, or the right to open one, that nobody will use.
+                if waiter.done() and not waiter.cancelled():
+                    unused = waiter.result()
+                    if unused is not None:
+                        self._release(unused)
+                    else:
+                        self._hand_over(None)
+                if isinstance(error, TimeoutError):
+                    raise PoolTimeoutError(
+                        f"no database connection free within {self.timeout} s ({self.max_size} in use)"
+                    ) from None
+                raise
             finally:
                 with contextlib.suppress(ValueError):
                     self._waiters.remove(waiter)
@@ -177,10 +187,22 @@ class RawPool:
         if not reusable:
             self._size -= 1
             self._close_soon(driver)
+            if driver.broken:
+                # A lost server (a restart, a failover) breaks every connection; idle ones
+                # would each fail one more statement before being noticed.
+                self._drop_idle()
             self._hand_over(None)
             return
         if not self._hand_over(driver):
             self._idle.append(driver)
+
+    def _drop_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        self._size -= len(idle)
+        for stale in idle:
+            self._close_soon(stale)
+        for _ in idle:
+            self._hand_over(None)
 
     def _hand_over(self, driver: psycopg.AsyncConnection[Any] | None) -> bool:
         while self._waiters:

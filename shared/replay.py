@@ -17,6 +17,7 @@ import structlog
 
 from kenning import serialization
 from kenning.context import StepTransaction, WorkflowContext, current_step
+from kenning.dberrors import is_unavailable
 from kenning.errors import (
     LeaseLostError,
     NonDeterminismError,
@@ -77,6 +78,15 @@ class PendingRecord:
 
     def as_json(self) -> dict[str, Any]:
         return {"step_id": self.step_id, "kind": self.kind, "step_name": self.step_name, "payload": self.payload}
+
+
+class StorageUnavailable(BaseException):
+    """Kenning could not write an instance's progress because the database is away.
+
+    A BaseException, like ``Suspended``, so that workflow code cannot mistake it for its
+    own failure: the run ends, nothing is compensated, and the worker releases the
+    instance to be replayed once the database answers.
+    """
 
 
 class Suspended(BaseException):
@@ -186,8 +196,22 @@ class Replayer:
     # An activity that opened a transaction (ctx.session, outbox) is recorded inside it.
 
     async def _autocommit(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
-        async with self.db.autocommit.connect() as conn:
-            return await statement(conn)
+        async def run() -> T:
+            async with self.db.autocommit.connect() as conn:
+                return await statement(conn)
+
+        return await self._storage(run())
+
+    async def _storage(self, write: Awaitable[T]) -> T:
+        """Await one of Kenning's own writes. The database being away is not the
+        workflow's failure: it is raised as ``StorageUnavailable``, which workflow code
+        cannot catch, and the worker hands the instance back to be run again."""
+        try:
+            return await write
+        except Exception as error:
+            if is_unavailable(error):
+                raise StorageUnavailable(f"database unavailable while writing {self.instance_id}") from error
+            raise
 
     async def _write_record(self, conn: Executor, record: PendingRecord) -> None:
         flag = await history_sql.history_record_step(
@@ -202,12 +226,14 @@ class Replayer:
             compensations=self.unsaved_compensations,
             clear_attempts=record.clear_attempts,
         )
-        self._recorded(record, flag)
+        self._recorded(record, flag, saved=len(self.unsaved_compensations))
 
-    def _recorded(self, record: PendingRecord, flag: bool | None) -> None:
+    def _recorded(self, record: PendingRecord, flag: bool | None, *, saved: int) -> None:
+        """After a step write: ``saved`` compensations went with it (a parallel branch may
+        have registered more meanwhile; those wait for the next write)."""
         if flag is None:
             raise LeaseLostError(f"lease on {self.instance_id} was lost before step {record.step_id!r} was recorded")
-        self.unsaved_compensations = []
+        del self.unsaved_compensations[:saved]
         self.cancel_requested = self.cancel_requested or flag
 
     async def _flush_locked(self) -> None:
@@ -215,14 +241,10 @@ class Replayer:
         if record is None:
             return
         if self.writes is not None and record.foldable:
-            write = InstanceWrite(
-                self.instance_id,
-                self.token,
-                steps=[record.as_json()],
-                compensations=[c.to_json() for c in self.unsaved_compensations],
-            )
-            (flag,) = await self.writes.store([write])
-            self._recorded(record, flag)
+            sent = [c.to_json() for c in self.unsaved_compensations]
+            write = InstanceWrite(self.instance_id, self.token, steps=[record.as_json()], compensations=sent)
+            (flag,) = await self._storage(self.writes.store([write]))
+            self._recorded(record, flag, saved=len(sent))
             return
         await self._autocommit(lambda conn: self._write_record(conn, record))
 
@@ -494,6 +516,9 @@ class Replayer:
             self.discard()
             self.log.warning("instance.lease_lost")
             return "lease_lost"
+        except StorageUnavailable:
+            self.discard()
+            raise
         except NonDeterminismError as error:
             self.discard()
             self.log.error("instance.non_deterministic", error=str(error))
@@ -529,7 +554,7 @@ class Replayer:
                     complete=True,
                     result=payload,
                 )
-                done = (await self.writes.store([write]))[0] is not None
+                done = (await self._storage(self.writes.store([write])))[0] is not None
             else:
                 done = await self._autocommit(
                     lambda conn: instances_sql.instance_complete(conn, self.instance_id, self.token, payload, folded)

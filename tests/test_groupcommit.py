@@ -5,6 +5,7 @@ does not fail the others in its batch."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 
 import psycopg
@@ -118,3 +119,16 @@ async def test_a_cancelled_request_does_not_cancel_its_batch(database: Database,
     done = await asyncio.gather(*tasks, return_exceptions=True)
     assert sum(isinstance(d, asyncio.CancelledError) for d in done) == cancelled
     assert stored_ids(sql) == sorted(f"c{n}" for n in range(10))  # the cancelled ones were stored all the same
+
+
+async def test_an_id_too_long_for_its_index_fails_alone_as_the_events_fault(database: Database, sql: Sql) -> None:
+    insert = CountedInsert(database)
+    inbox = batcher(insert)
+    huge = event(os.urandom(4500).hex())  # over the btree row limit: SQLSTATE 54000, an OperationalError
+    answers = await asyncio.gather(
+        *(inbox.store([e]) for e in [event("fine-1"), huge, event("fine-2")]), return_exceptions=True
+    )
+    assert answers[0] == [True] and answers[2] == [True]
+    assert isinstance(answers[1], BaseException)
+    assert responses.failure(answers[1])[0].status_code == 400  # not 503: retrying cannot help
+    assert stored_ids(sql) == ["fine-1", "fine-2"]

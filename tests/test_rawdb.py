@@ -139,3 +139,46 @@ async def test_an_empty_claim_says_when_the_next_instance_becomes_claimable(data
             conn, owner="w", workflow_names=["later"], limit=5, lease_seconds=30, now=now + timedelta(seconds=43)
         )
         assert [c.id for c in due.instances] == ["i-later"] and due.seconds_until_next is None
+
+
+async def test_a_waiter_cancelled_as_it_is_handed_a_connection_gives_it_back(database: Database) -> None:
+    pool = RawPool(database.autocommit.url, 1, timeout=2)
+    try:
+        holder = pool.connect()
+        await holder.__aenter__()
+
+        async def wait_for_one() -> None:
+            async with pool.connect():
+                pass
+
+        waiter = asyncio.create_task(wait_for_one())
+        await asyncio.sleep(0.05)  # queued behind the holder
+        await holder.__aexit__(None, None, None)  # hands the connection to the waiter...
+        waiter.cancel()  # ...which is cancelled before it runs again
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        async with asyncio.timeout(1):  # the slot is not lost
+            async with pool.connect() as conn:
+                assert (await conn.execute(text("SELECT 1"))).scalar() == 1
+    finally:
+        await pool.dispose()
+
+
+async def test_a_broken_connection_drops_the_idle_ones_too(database: Database, sql: Sql) -> None:
+    pool = RawPool(database.autocommit.url, 3)
+    try:
+
+        async def pid() -> int:
+            async with pool.connect() as conn:
+                await conn.execute(text("SELECT pg_sleep(0.05)"))
+                return int((await conn.execute(_BACKEND_PID)).scalar())
+
+        old = set(await asyncio.gather(pid(), pid(), pid()))
+        assert len(old) == 3
+        sql.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (list(old),))
+        with pytest.raises(DBAPIError):
+            await pid()  # the first statement meets a dead connection
+        assert await pid() not in old  # the other two dead ones were dropped with it
+        assert await pid() not in old
+    finally:
+        await pool.dispose()

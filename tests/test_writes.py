@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 
 import psycopg
+import pytest
 from sqlalchemy import text
 
 from kenning import Client
-from kenning.db import Database
+from kenning.db import Database, connect
 from kenning.storage.writes import InstanceWrite, writes_apply
 from tests.apps import core
-from tests.support import running_worker
+from tests.support import eventually, running_worker
 
 Sql = psycopg.Connection[tuple[object, ...]]
 
@@ -88,3 +90,46 @@ async def test_concurrent_starts_share_statements_and_keep_idempotency(database:
     assert [s.created for s in started] == [True] * 10 + [False] * 20
     keyed = sql.execute("SELECT count(*) FROM kenning_instances WHERE idempotency_key IS NOT NULL").fetchone()
     assert keyed == (10,)
+
+
+async def test_two_starts_of_one_explicit_id_in_a_batch_create_it_once(database: Database) -> None:
+    async with Client(database=database) as client:
+        await client.start(core.three_steps, value=0)
+        both = await asyncio.gather(*(client.start(core.three_steps, instance_id="same-id", value=n) for n in (1, 2)))
+    assert sorted(s.created for s in both) == [False, True]
+    assert {s.instance_id for s in both} == {"same-id"}
+
+
+async def test_a_lost_connection_during_a_step_write_is_not_the_workflows_failure(
+    database: Database, database_url: str, sql: Sql, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's connections die between two steps (a server restart, a failover): the
+    write that meets a dead connection ends the run without failing or compensating the
+    instance, and it is replayed to the end on fresh connections."""
+    block = tmp_path / "block"
+    block.touch()
+    monkeypatch.setenv("KENNING_TEST_BLOCK_FILE", str(block))
+    separator = "&" if "?" in database_url else "?"
+    worker_db = connect(f"{database_url}{separator}application_name=outage-worker")
+    try:
+        async with Client(database=database) as client:
+            started = await client.start(core.three_steps, value=4)
+            async with running_worker(worker_db, core.app, lease_seconds=2.0):
+
+                def step_one_recorded() -> bool:
+                    rows = sql.execute(
+                        "SELECT count(*) FROM kenning_history WHERE instance_id = %s", (started.instance_id,)
+                    )
+                    return rows.fetchone() == (1,)
+
+                await eventually(step_one_recorded, timeout=10)  # step_two is running, blocked
+                sql.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'outage-worker'"
+                )
+                block.unlink()  # step_two returns; its record meets a dead connection
+                assert await client.result(started.instance_id, timeout=30) == (4 + 1) * 2 - 3
+    finally:
+        await worker_db.dispose()
+    assert sql.execute("SELECT count(*) FROM kenning_compensations").fetchone() == (0,)
+    kinds = sql.execute("SELECT kind FROM kenning_history WHERE instance_id = %s", (started.instance_id,)).fetchall()
+    assert kinds == [("ActivityCompleted",)] * 3

@@ -34,7 +34,8 @@ def failure(exc: BaseException) -> tuple[JSONResponse, bool]:
         sqlstate = str(getattr(exc.orig, "sqlstate", "") or "")
         detail = (str(exc.orig) if exc.orig is not None else str(exc)).strip().splitlines()
         first = detail[0] if detail else type(exc).__name__
-        if sqlstate.startswith("22"):  # data exception: something PostgreSQL cannot store
+        # data exception, or a program limit (an id too long for its index): the event's fault
+        if sqlstate[:2] in ("22", "54"):
             return error(400, f"the database rejected the event: {first}", "invalid_data"), False
         if sqlstate == "42P01":
             return database_unavailable("the schema is missing; run kenning migrate"), False

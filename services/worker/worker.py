@@ -21,7 +21,7 @@ from kenning.db import Database
 from kenning.dberrors import may_be_one_callers_fault
 from kenning.groupcommit import GroupCommit
 from kenning.listener import Listener
-from kenning.replay import Replayer
+from kenning.replay import Replayer, StorageUnavailable
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import writes as writes_sql
@@ -162,7 +162,9 @@ class Worker:
                 else:
                     pacer.claimed(loop.time(), found=claimed > 0)
                     if claimed == 0 and until is not None:
-                        sleep_for = min(self.settings.poll_interval, max(until, 0.001))
+                        # due but not claimed means another worker holds it: back off as
+                        # after any lost race instead of spinning on it
+                        sleep_for = min(self.settings.poll_interval, max(until, pacer.spacing))
                 saturated = claimed == free
                 if saturated:
                     self._work_likely = True
@@ -219,6 +221,9 @@ class Worker:
             log.debug("instance.run_ended", outcome=outcome)
         except asyncio.CancelledError:
             await self._release(claimed, log)
+        except StorageUnavailable as error:
+            log.warning("instance.storage_unavailable", error=repr(error.__cause__))
+            await self._release(claimed, log, delay=1.0)  # may fail too: then the lease expires
         except Exception as error:
             log.exception("instance.run_crashed", error=repr(error))
             await self._release(claimed, log, delay=1.0)

@@ -56,9 +56,11 @@ _INSTANCES_INSERT_MANY = text(
         ON CONFLICT DO NOTHING
         RETURNING id
     )
-    -- identical notifications of one transaction reach listeners once: one wake-up per batch
-    SELECT s.position, pg_notify('kenning_instances', '') IS NULL
+    -- identical notifications of one transaction reach listeners once: one wake-up per batch;
+    -- two starts of one explicit id in a batch: the first is the one inserted
+    SELECT DISTINCT ON (s.id) s.position, pg_notify('kenning_instances', '') IS NULL
     FROM incoming AS s JOIN inserted AS i ON i.id = s.id
+    ORDER BY s.id, s.position
     """
 )
 
