@@ -28,9 +28,9 @@ async def _waiting_instance(database: Database, instance_id: str, *, timeout: fl
         await instances_sql.instance_insert(
             conn, instance_id=instance_id, workflow_name="wf", source_hash="", input_json={}, idempotency_key=None
         )
-        (claim,) = await instances_sql.instance_claim_runnable(
-            conn, owner="w", workflow_names=["wf"], limit=1, lease_seconds=30
-        )
+        (claim,) = (
+            await instances_sql.instance_claim(conn, owner="w", workflow_names=["wf"], limit=1, lease_seconds=30)
+        ).instances
         outcome = await subscriptions_sql.subscription_register_and_suspend(
             conn,
             instance_id=instance_id,

@@ -57,21 +57,20 @@ async def _insert(database: Database, n: int, prefix: str = "i") -> None:
 async def test_expired_lease_is_reclaimed_and_the_stale_token_is_fenced(database: Database) -> None:
     await _insert(database, 1)
     async with database.engine.begin() as conn:
-        (first,) = await instances_sql.instance_claim_runnable(
-            conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30
-        )
+        (first,) = (
+            await instances_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30)
+        ).instances
         # while the lease holds nobody else can claim it
         assert (
-            await instances_sql.instance_claim_runnable(
-                conn, owner="b", workflow_names=["wf"], limit=10, lease_seconds=30
-            )
-            == []
-        )
+            await instances_sql.instance_claim(conn, owner="b", workflow_names=["wf"], limit=10, lease_seconds=30)
+        ).instances == []
     later = await _db_now(database) + timedelta(seconds=31)
     async with database.engine.begin() as conn:
-        (second,) = await instances_sql.instance_claim_runnable(
-            conn, owner="b", workflow_names=["wf"], limit=10, lease_seconds=30, now=later
-        )
+        (second,) = (
+            await instances_sql.instance_claim(
+                conn, owner="b", workflow_names=["wf"], limit=10, lease_seconds=30, now=later
+            )
+        ).instances
     assert second.id == first.id and second.lease_token != first.lease_token and second.run_count == 2
     async with database.engine.begin() as conn:
         stale = await history_sql.history_record_step(
@@ -111,9 +110,11 @@ async def test_claims_are_disjoint_under_concurrency(database: Database) -> None
         got: list[str] = []
         while True:
             async with database.engine.begin() as conn:
-                batch = await instances_sql.instance_claim_runnable(
-                    conn, owner=owner, workflow_names=["wf"], limit=7, lease_seconds=30
-                )
+                batch = (
+                    await instances_sql.instance_claim(
+                        conn, owner=owner, workflow_names=["wf"], limit=7, lease_seconds=30
+                    )
+                ).instances
             if not batch:
                 return got
             got += [c.id for c in batch]
@@ -147,15 +148,17 @@ async def test_claim_uses_the_partial_index_with_many_finished_instances(
 async def test_heartbeat_reports_leases_taken_over(database: Database) -> None:
     await _insert(database, 2)
     async with database.engine.begin() as conn:
-        claimed = await instances_sql.instance_claim_runnable(
-            conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30
-        )
+        claimed = (
+            await instances_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30)
+        ).instances
     tokens = [c.lease_token for c in claimed]
     later = await _db_now(database) + timedelta(seconds=60)
     async with database.engine.begin() as conn:
-        retaken = await instances_sql.instance_claim_runnable(
-            conn, owner="b", workflow_names=["wf"], limit=1, lease_seconds=30, now=later
-        )
+        retaken = (
+            await instances_sql.instance_claim(
+                conn, owner="b", workflow_names=["wf"], limit=1, lease_seconds=30, now=later
+            )
+        ).instances
     lost_id = retaken[0].id
     async with database.engine.begin() as conn:
         lost = await instances_sql.instance_heartbeat(conn, tokens, 30)

@@ -229,22 +229,6 @@ async def instance_claim(
     return Claim(instances, until)
 
 
-async def instance_claim_runnable(
-    conn: Executor,
-    *,
-    owner: str,
-    workflow_names: Sequence[str],
-    limit: int,
-    lease_seconds: float,
-    now: datetime | None = None,
-) -> list[ClaimedInstance]:
-    """``instance_claim`` without the next-claimable time."""
-    claim = await instance_claim(
-        conn, owner=owner, workflow_names=workflow_names, limit=limit, lease_seconds=lease_seconds, now=now
-    )
-    return claim.instances
-
-
 _INSTANCE_HEARTBEAT = text(
     """
     WITH mine AS (
