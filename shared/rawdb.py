@@ -224,4 +224,5 @@ class RawPool:
         for driver in idle:
             with contextlib.suppress(psycopg.Error):
                 await driver.close()
-        self._hand_over(None)
+        while self._hand_over(None):  # every waiter wakes to "the pool is closed"
+            pass

@@ -182,3 +182,21 @@ async def test_a_broken_connection_drops_the_idle_ones_too(database: Database, s
         assert await pid() not in old
     finally:
         await pool.dispose()
+
+
+async def test_disposing_wakes_every_waiter_with_a_clear_error(database: Database) -> None:
+    pool = RawPool(database.autocommit.url, 1, timeout=30)
+    holder = pool.connect()
+    await holder.__aenter__()
+
+    async def wait_for_one() -> None:
+        async with pool.connect():
+            pass
+
+    waiters = [asyncio.create_task(wait_for_one()) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    await pool.dispose()
+    async with asyncio.timeout(2):  # not the 30 s pool timeout
+        outcomes = await asyncio.gather(*waiters, return_exceptions=True)
+    assert all(isinstance(o, RuntimeError) and "closed" in str(o) for o in outcomes)
+    await holder.__aexit__(None, None, None)
