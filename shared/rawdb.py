@@ -126,8 +126,6 @@ class RawPool:
         finally:
             self._release(driver)
 
-    begin = connect  # every statement commits on its own: there is no transaction to begin
-
     async def _acquire(self) -> psycopg.AsyncConnection[Any]:
         while True:
             if self._closed:

@@ -109,11 +109,10 @@ class Replayer:
         history: list[HistoryRecord],
         compensations: list[CompensationRecord],
         inline_retry_seconds: float,
-        writes: GroupCommit[InstanceWrite, bool | None] | None = None,
+        writes: GroupCommit[InstanceWrite, bool | None],
     ) -> None:
         self.db = db
-        # the worker's group commit for step records and completions; None writes each
-        # on its own statement
+        # the worker's group commit for step records and completions
         self.writes = writes
         self.app = app
         self.workflow = workflow
@@ -240,7 +239,7 @@ class Replayer:
         record, self.pending = self.pending, None
         if record is None:
             return
-        if self.writes is not None and record.foldable:
+        if record.foldable:
             sent = [c.to_json() for c in self.unsaved_compensations]
             write = InstanceWrite(self.instance_id, self.token, steps=[record.as_json()], compensations=sent)
             (flag,) = await self._storage(self.writes.store([write]))
@@ -545,20 +544,15 @@ class Replayer:
             )
         async with self.write_lock:
             folded = await self._take_folded()
-            if self.writes is not None:
-                write = InstanceWrite(
-                    self.instance_id,
-                    self.token,
-                    steps=folded.pending_steps,
-                    compensations=folded.compensations,
-                    complete=True,
-                    result=payload,
-                )
-                done = (await self._storage(self.writes.store([write])))[0] is not None
-            else:
-                done = await self._autocommit(
-                    lambda conn: instances_sql.instance_complete(conn, self.instance_id, self.token, payload, folded)
-                )
+            write = InstanceWrite(
+                self.instance_id,
+                self.token,
+                steps=folded.pending_steps,
+                compensations=folded.compensations,
+                complete=True,
+                result=payload,
+            )
+            done = (await self._storage(self.writes.store([write])))[0] is not None
         if not done:
             raise LeaseLostError(f"lease on {self.instance_id} was lost before completion")
         self.log.debug("instance.completed")

@@ -58,8 +58,11 @@ class ClaimPacer:
 
     base: float = 0.005
     ceiling: float = 0.04
-    spacing: float = 0.005
     last_claim_at: float = float("-inf")
+    spacing: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.spacing = self.base
 
     def claimed(self, now: float, *, found: bool) -> None:
         self.spacing = self.base if found else min(self.spacing * 2, self.ceiling)

@@ -283,7 +283,9 @@ _INSTANCE_COMPLETE = text(
 async def instance_complete(
     conn: Executor, instance_id: str, token: str, result: Any, folded: FoldedWrites | None = None
 ) -> bool:
-    """Complete a leased instance, recording its last step in the same statement."""
+    """Complete a leased instance, recording its last step in the same statement: the
+    single-instance form of ``writes.writes_apply``, which workers use; the benchmark's
+    bare engine drives this one."""
     params = {"id": instance_id, "token": token, "result": json.dumps(result), **(folded or FoldedWrites()).params()}
     row = (await conn.execute(_INSTANCE_COMPLETE, params)).first()
     return row is not None
