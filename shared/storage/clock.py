@@ -6,12 +6,11 @@ with which tests move time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 NOW = "coalesce(CAST(:now AS timestamptz), now())"
 
 
-def seconds_or_none(row: Sequence[Any] | None) -> float | None:
-    """The first column of a "seconds until the next one" query, or None when there is none."""
-    return None if row is None or row[0] is None else float(row[0])
+def seconds_or_none(seconds: Any) -> float | None:
+    """A "seconds until the next one" column as a float, or None when there is none."""
+    return None if seconds is None else float(seconds)

@@ -35,14 +35,14 @@ async def history_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str,
     if not instance_ids:
         return loaded
     for row in await conn.execute(_HISTORY_LOAD, {"ids": list(instance_ids)}):
-        loaded[row[0]].append(
+        loaded[row.instance_id].append(
             HistoryRecord(
-                step_id=row[1],
-                kind=row[2],
-                step_name=row[3],
-                payload=row[4],
-                payload_bytes=row[5],
-                created_at=row[6],
+                step_id=row.step_id,
+                kind=row.kind,
+                step_name=row.step_name,
+                payload=row.payload,
+                payload_bytes=row.payload_bytes,
+                created_at=row.created_at,
             )
         )
     return loaded
@@ -98,7 +98,7 @@ async def history_record_step(
         return None
     if clear_attempts:
         await conn.execute(_INSTANCE_CLEAR_ATTEMPTS, {"id": instance_id, "token": token, "step": step_id})
-    return bool(row[0])
+    return bool(row.cancel_requested)
 
 
 _COMPENSATIONS_LOAD = text(
@@ -116,14 +116,14 @@ async def compensations_load(conn: Executor, instance_ids: Sequence[str]) -> dic
     if not instance_ids:
         return loaded
     for row in await conn.execute(_COMPENSATIONS_LOAD, {"ids": list(instance_ids)}):
-        loaded[row[0]].append(
+        loaded[row.instance_id].append(
             CompensationRecord(
-                comp_id=row[1],
-                position=row[2],
-                function_name=row[3],
-                args=row[4],
-                kwargs=row[5],
-                retry_policy=row[6],
+                comp_id=row.comp_id,
+                position=row.position,
+                function_name=row.function_name,
+                args=row.args,
+                kwargs=row.kwargs,
+                retry_policy=row.retry_policy,
             )
         )
     return loaded

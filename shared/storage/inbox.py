@@ -81,7 +81,7 @@ _INBOX_INSERT_EVENTS = text(
         ON CONFLICT DO NOTHING
         RETURNING source, event_id
     )
-    SELECT source, event_id, pg_notify('kenning_inbox', '') IS NULL FROM inserted
+    SELECT source, event_id, pg_notify('kenning_inbox', '') IS NULL AS notified FROM inserted
     """
 )
 
@@ -103,7 +103,7 @@ async def inbox_insert_events(conn: Executor, events: Sequence[NewEvent]) -> lis
         ],
         "data_bytes": [e.data_bytes for e in events],
     }
-    stored = {(row[0], row[1]) for row in await conn.execute(_INBOX_INSERT_EVENTS, params)}
+    stored = {(row.source, row.event_id) for row in await conn.execute(_INBOX_INSERT_EVENTS, params)}
     result = []
     for event in events:
         key = (event.source, event.event_id)
@@ -121,7 +121,7 @@ _INBOX_INSERT_CANCEL = text(
         SELECT 'cancel', :source, CAST(gen_random_uuid() AS text), :event_type, id FROM target
         RETURNING id
     )
-    SELECT id, pg_notify('kenning_inbox', '') IS NULL FROM inserted
+    SELECT id, pg_notify('kenning_inbox', '') IS NULL AS notified FROM inserted
     """
 )
 
@@ -138,7 +138,7 @@ async def inbox_insert_cancel(conn: Executor, instance_id: str) -> bool:
     return row is not None
 
 
-_INBOX_CHECK_READY = text("SELECT 1 FROM kenning_inbox LIMIT 1")
+_INBOX_CHECK_READY = text("SELECT true AS ready FROM kenning_inbox LIMIT 1")
 
 
 async def inbox_check_ready(conn: Executor) -> None:
@@ -146,8 +146,8 @@ async def inbox_check_ready(conn: Executor) -> None:
     await conn.execute(_INBOX_CHECK_READY)
 
 
-_COLUMNS = """x.id, x.kind, x.source, x.event_id, x.event_type, x.instance_id, x.attributes, x.data,
-              x.data_bytes, x.received_at, x.attempts, CAST(x.claim_token AS text)"""
+_COLUMNS = """x.id AS inbox_id, x.kind, x.source, x.event_id, x.event_type, x.instance_id, x.attributes,
+              x.data, x.data_bytes, x.received_at, x.attempts, CAST(x.claim_token AS text) AS claim_token"""
 
 _INBOX_CLAIM_PENDING = text(
     f"""
@@ -169,18 +169,18 @@ _INBOX_CLAIM_PENDING = text(
 )
 
 
-def stored_event(row: Sequence[Any]) -> StoredEvent:
-    """The event of a row selected with the inbox columns in their usual order."""
+def stored_event(row: Any) -> StoredEvent:
+    """The event of a row with an inbox row's columns, its id named ``inbox_id``."""
     return StoredEvent(
-        inbox_id=row[0],
-        source=row[2],
-        event_id=row[3],
-        event_type=row[4],
-        instance_id=row[5],
-        attributes=dict(row[6] or {}),
-        data=row[7],
-        data_bytes=bytes(row[8]) if row[8] is not None else None,
-        received_at=row[9],
+        inbox_id=row.inbox_id,
+        source=row.source,
+        event_id=row.event_id,
+        event_type=row.event_type,
+        instance_id=row.instance_id,
+        attributes=dict(row.attributes or {}),
+        data=row.data,
+        data_bytes=bytes(row.data_bytes) if row.data_bytes is not None else None,
+        received_at=row.received_at,
     )
 
 
@@ -194,8 +194,11 @@ async def inbox_claim_pending(
     an event that kills its worker every time is parked after the maximum attempts.
     """
     result = await conn.execute(_INBOX_CLAIM_PENDING, {"limit": limit, "lease_seconds": lease_seconds, "now": now})
-    rows = sorted(result, key=lambda r: int(r[0]))
-    return [ClaimedRow(kind=r[1], attempts=r[10], claim_token=r[11], event=stored_event(r)) for r in rows]
+    rows = sorted(result, key=lambda row: int(row.inbox_id))
+    return [
+        ClaimedRow(kind=row.kind, attempts=row.attempts, claim_token=row.claim_token, event=stored_event(row))
+        for row in rows
+    ]
 
 
 _INBOX_MARK_PROCESSED = text(
@@ -218,10 +221,10 @@ async def inbox_mark_processed(conn: AsyncConnection, claims: Sequence[tuple[int
     result = await conn.execute(
         _INBOX_MARK_PROCESSED, {"ids": [c[0] for c in claims], "tokens": [c[1] for c in claims]}
     )
-    return {int(row[0]) for row in result}
+    return {int(row.id) for row in result}
 
 
-_LIMIT_LOCK_WAIT = text("SELECT set_config('lock_timeout', :timeout, true)")
+_LIMIT_LOCK_WAIT = text("SELECT set_config('lock_timeout', :timeout, true) AS lock_timeout")
 
 
 async def inbox_limit_lock_wait(conn: AsyncConnection, seconds: float) -> None:
@@ -240,7 +243,7 @@ _INBOX_RECORD_FAILURE = text(
         last_error = :error,
         claim_token = NULL
     WHERE id = :id AND claim_token = CAST(:token AS uuid)
-    RETURNING status, extract(epoch FROM available_at - now())
+    RETURNING status, extract(epoch FROM available_at - now()) AS retry_in_seconds
     """
 )
 
@@ -273,7 +276,7 @@ async def inbox_record_failure(
             },
         )
     ).first()
-    return None if row is None else (str(row[0]), float(row[1]))
+    return None if row is None else (str(row.status), float(row.retry_in_seconds))
 
 
 _INBOX_RELEASE = text(
@@ -286,7 +289,7 @@ _INBOX_RELEASE = text(
         WHERE x.id = r.id AND x.claim_token = r.token AND x.status = 'pending'
         RETURNING x.id
     )
-    SELECT id, pg_notify('kenning_inbox', '') IS NULL FROM released
+    SELECT id, pg_notify('kenning_inbox', '') IS NULL AS notified FROM released
     """
 )
 
@@ -304,14 +307,15 @@ async def inbox_release(conn: Executor, claims: Sequence[tuple[int, str]], delay
 
 
 _INBOX_NEXT_AVAILABLE = text(
-    f"SELECT extract(epoch FROM min(available_at) - {NOW}) FROM kenning_inbox WHERE status = 'pending'"
+    f"SELECT extract(epoch FROM min(available_at) - {NOW}) AS seconds_until_next FROM kenning_inbox "
+    "WHERE status = 'pending'"
 )
 
 
 async def inbox_seconds_until_next(conn: Executor, now: datetime | None = None) -> float | None:
     """Seconds until the next pending row is due (negative: already due), or None."""
-    row = (await conn.execute(_INBOX_NEXT_AVAILABLE, {"now": now})).first()
-    return seconds_or_none(row)
+    row = (await conn.execute(_INBOX_NEXT_AVAILABLE, {"now": now})).one()  # an aggregate: always one row
+    return seconds_or_none(row.seconds_until_next)
 
 
 _INBOX_DELETE_PROCESSED = text(
@@ -325,7 +329,7 @@ _INBOX_DELETE_PROCESSED = text(
     ), deleted AS (
         DELETE FROM kenning_inbox AS x USING expired WHERE x.id = expired.id RETURNING 1
     )
-    SELECT count(*) FROM deleted
+    SELECT count(*) AS deleted_count FROM deleted
     """
 )
 
@@ -340,4 +344,4 @@ async def inbox_delete_processed(
             _INBOX_DELETE_PROCESSED, {"retention_seconds": retention_seconds, "limit": limit, "now": now}
         )
     ).first()
-    return int(row[0]) if row is not None else 0
+    return int(row.deleted_count) if row is not None else 0

@@ -17,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from kenning.rawdb import Executor
-from kenning.storage.clock import NOW
+from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
 from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow
 
@@ -42,7 +42,7 @@ _INSTANCE_INSERT = text(
         ON CONFLICT DO NOTHING
         RETURNING id
     )
-    SELECT id, pg_notify('kenning_instances', '') IS NULL FROM inserted
+    SELECT id, pg_notify('kenning_instances', '') IS NULL AS notified FROM inserted
     """
 )
 _INSTANCES_INSERT_MANY = text(
@@ -58,7 +58,7 @@ _INSTANCES_INSERT_MANY = text(
     )
     -- identical notifications of one transaction reach listeners once: one wake-up per batch;
     -- two starts of one explicit id in a batch: the first is the one inserted
-    SELECT DISTINCT ON (s.id) s.position, pg_notify('kenning_instances', '') IS NULL
+    SELECT DISTINCT ON (s.id) s.position, pg_notify('kenning_instances', '') IS NULL AS notified
     FROM incoming AS s JOIN inserted AS i ON i.id = s.id
     ORDER BY s.id, s.position
     """
@@ -93,7 +93,7 @@ async def instances_insert_many(conn: Executor, starts: Sequence[NewInstance]) -
     ]
     inserted = [False] * len(starts)
     for row in await conn.execute(_INSTANCES_INSERT_MANY, {"starts": json.dumps(payload)}):
-        inserted[row[0]] = True
+        inserted[row.position] = True
     return inserted
 
 
@@ -125,7 +125,7 @@ async def instance_insert(
     }
     row = (await conn.execute(_INSTANCE_INSERT, params)).first()
     if row is not None:
-        return str(row[0]), True
+        return str(row.id), True
     return await instance_find_existing(conn, instance_id, workflow_name, idempotency_key), False
 
 
@@ -137,7 +137,7 @@ async def instance_find_existing(
     existing = (await conn.execute(_INSTANCE_FIND_EXISTING, params)).first()
     if existing is None:  # a concurrent insert of the same key has not committed yet
         raise RuntimeError(f"instance {instance_id} conflicts with an uncommitted start")
-    return str(existing[0])
+    return str(existing.id)
 
 
 _INSTANCE_CLAIM = text(
@@ -164,14 +164,19 @@ _INSTANCE_CLAIM = text(
         RETURNING i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
                   CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts
     )
-    SELECT *, CAST(NULL AS float8) AS seconds_until_next FROM claimed
+    -- the column order is kenning.bench.limits's too (it reads the bare claim by position)
+    SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
+           CAST(NULL AS float8) AS seconds_until_next
+    FROM claimed
     UNION ALL
     -- nothing claimed: one row saying when the next instance becomes claimable, so an
     -- idle worker knows how long to sleep without a second round trip
-    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    SELECT NULL AS id, NULL AS workflow_name, NULL AS status, NULL AS input, NULL AS cancel_requested,
+           NULL AS lease_token, NULL AS run_count, NULL AS attempts,
            (SELECT CAST(extract(epoch FROM min(available_at) - {NOW}) AS float8)
             FROM kenning_instances
             WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names))
+               AS seconds_until_next
     WHERE NOT EXISTS (SELECT FROM claimed)
     """
 )
@@ -211,19 +216,19 @@ async def instance_claim(
     )
     instances, until = [], None
     for row in result:
-        if row[0] is None:
-            until = None if row[8] is None else float(row[8])
+        if row.id is None:
+            until = seconds_or_none(row.seconds_until_next)
             continue
         instances.append(
             ClaimedInstance(
-                id=row[0],
-                workflow_name=row[1],
-                status=row[2],
-                input=row[3],
-                cancel_requested=row[4],
-                lease_token=row[5],
-                run_count=row[6],
-                attempts=row[7],
+                id=row.id,
+                workflow_name=row.workflow_name,
+                status=row.status,
+                input=row.input,
+                cancel_requested=row.cancel_requested,
+                lease_token=row.lease_token,
+                run_count=row.run_count,
+                attempts=row.attempts,
             )
         )
     return Claim(instances, until)
@@ -239,11 +244,12 @@ _INSTANCE_HEARTBEAT = text(
     UPDATE kenning_instances AS i
     SET available_at = now() + make_interval(secs => :lease_seconds)
     FROM mine WHERE i.id = mine.id
-    RETURNING CAST(i.lease_token AS text)
+    RETURNING CAST(i.lease_token AS text) AS lease_token
     """
 )
 _INSTANCE_LEASES_HELD = text(
-    "SELECT CAST(lease_token AS text) FROM kenning_instances WHERE lease_token = ANY(CAST(:tokens AS uuid[]))"
+    "SELECT CAST(lease_token AS text) AS lease_token FROM kenning_instances "
+    "WHERE lease_token = ANY(CAST(:tokens AS uuid[]))"
 )
 
 
@@ -256,13 +262,13 @@ async def instance_heartbeat(conn: AsyncConnection, tokens: Sequence[str], lease
     if not tokens:
         return set()
     renewed = {
-        row[0]
+        row.lease_token
         for row in await conn.execute(_INSTANCE_HEARTBEAT, {"tokens": list(tokens), "lease_seconds": lease_seconds})
     }
     unconfirmed = [t for t in tokens if t not in renewed]
     if not unconfirmed:
         return set()
-    held = {row[0] for row in await conn.execute(_INSTANCE_LEASES_HELD, {"tokens": unconfirmed})}
+    held = {row.lease_token for row in await conn.execute(_INSTANCE_LEASES_HELD, {"tokens": unconfirmed})}
     return {t for t in unconfirmed if t not in held}
 
 
@@ -324,7 +330,7 @@ _INSTANCE_BEGIN_COMPENSATING = text(
         WHERE i.id = fence.id
         RETURNING i.id
     ), {SAVE_COMPENSATIONS}
-    SELECT count(*) FROM fenced
+    SELECT count(*) AS updated_count FROM fenced
     """
 )
 
@@ -347,7 +353,7 @@ async def instance_begin_compensating(
             },
         )
     ).first()
-    return row is not None and row[0] == 1
+    return row is not None and row.updated_count == 1
 
 
 _INSTANCE_RECORD_ATTEMPT = text(
@@ -359,7 +365,8 @@ _INSTANCE_RECORD_ATTEMPT = text(
             'last_error', CAST(:error AS text))),
         updated_at = now()
     WHERE id = :id AND lease_token = CAST(:token AS uuid)
-    RETURNING extract(epoch FROM now() - CAST(attempts -> CAST(:step AS text) ->> 'first_failed_at' AS timestamptz)),
+    RETURNING extract(epoch FROM now() - CAST(attempts -> CAST(:step AS text) ->> 'first_failed_at' AS timestamptz))
+                  AS seconds_since_first_failure,
               cancel_requested
     """
 )
@@ -376,7 +383,7 @@ async def instance_record_attempt(
             {"id": instance_id, "token": token, "step": step_id, "attempt": attempt, "error": error[:2000]},
         )
     ).first()
-    return None if row is None else (float(row[0]), bool(row[1]))
+    return None if row is None else (float(row.seconds_since_first_failure), bool(row.cancel_requested))
 
 
 _INSTANCE_RESCHEDULE = text(
@@ -391,7 +398,7 @@ _INSTANCE_RESCHEDULE = text(
         WHERE id = :id AND lease_token = CAST(:token AS uuid)
         RETURNING id, available_at <= now() AS due
     )
-    SELECT id, CASE WHEN due THEN pg_notify('kenning_instances', '') IS NULL END FROM released
+    SELECT id, CASE WHEN due THEN pg_notify('kenning_instances', '') IS NULL END AS notified FROM released
     """
 )
 
@@ -429,8 +436,8 @@ _INSTANCE_REQUEST_CANCEL = text(
     ), untimed AS (
         DELETE FROM kenning_timers WHERE instance_id IN (SELECT id FROM flagged) RETURNING 1
     )
-    SELECT target.status, (SELECT count(*) FROM flagged) > 0 AS flagged,
-           pg_notify('kenning_instances', '') IS NULL
+    SELECT target.status AS previous_status, (SELECT count(*) FROM flagged) > 0 AS flagged,
+           pg_notify('kenning_instances', '') IS NULL AS notified
     FROM target
     """
 )
@@ -440,7 +447,7 @@ async def instance_request_cancel(conn: AsyncConnection, instance_id: str) -> tu
     """Ask for cancellation. Returns (status before, whether it will be cancelled), or None
     for an unknown instance. Finished instances are left as they are."""
     row = (await conn.execute(_INSTANCE_REQUEST_CANCEL, {"id": instance_id})).first()
-    return None if row is None else (str(row[0]), bool(row[1]))
+    return None if row is None else (str(row.previous_status), bool(row.flagged))
 
 
 _INSTANCE_GET = text(
@@ -452,13 +459,14 @@ _INSTANCE_GET = text(
 )
 
 
-def _instance_row(row: Sequence[Any]) -> InstanceRow:
-    return InstanceRow(*row)
+def _instance_row(row: Any) -> InstanceRow:
+    """A row of ``_INSTANCE_GET`` or ``_INSTANCE_LIST``, whose columns are InstanceRow's fields."""
+    return InstanceRow(**row._asdict())
 
 
 async def instance_get(conn: Executor, instance_id: str) -> InstanceRow | None:
     row = (await conn.execute(_INSTANCE_GET, {"id": instance_id})).first()
-    return None if row is None else _instance_row(tuple(row))
+    return None if row is None else _instance_row(row)
 
 
 _INSTANCE_LIST = text(
@@ -478,7 +486,7 @@ async def instance_list(
     conn: AsyncConnection, *, status: str | None = None, workflow_name: str | None = None, limit: int = 50
 ) -> list[InstanceRow]:
     result = await conn.execute(_INSTANCE_LIST, {"status": status, "workflow": workflow_name, "limit": limit})
-    return [_instance_row(tuple(row)) for row in result]
+    return [_instance_row(row) for row in result]
 
 
 _INSTANCE_RETRY = text(
@@ -503,8 +511,9 @@ _INSTANCE_RETRY = text(
         WHERE i.id = target.id AND target.compensated = 0
         RETURNING i.id
     )
-    SELECT target.compensated, (SELECT count(*) FROM cleared), (SELECT count(*) FROM retried),
-           (SELECT pg_notify('kenning_instances', '') IS NULL FROM retried)
+    SELECT target.compensated, (SELECT count(*) FROM cleared) AS cleared_count,
+           (SELECT count(*) FROM retried) AS retried_count,
+           (SELECT pg_notify('kenning_instances', '') IS NULL FROM retried) AS notified
     FROM target
     """
 )
@@ -520,7 +529,7 @@ async def instance_retry(conn: AsyncConnection, instance_id: str) -> dict[str, A
     row = (await conn.execute(_INSTANCE_RETRY, {"id": instance_id})).first()
     if row is None:
         return {"retried": False, "message": "only a failed instance can be retried"}
-    compensated, cleared, retried = int(row[0]), int(row[1]), int(row[2])
+    compensated, cleared, retried = int(row.compensated), int(row.cleared_count), int(row.retried_count)
     if compensated:
         return {
             "retried": False,

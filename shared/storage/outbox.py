@@ -24,8 +24,9 @@ from kenning.storage.clock import NOW, seconds_or_none
 
 OUTBOX_STATUSES = ("pending", "publishing", "published", "failed")
 
+# named as OutboxRow's fields
 _COLUMNS = """
-    CAST(o.id AS text), o.instance_id, o.event_type, o.source, o.subject, o.content_type, o.data,
+    CAST(o.id AS text) AS id, o.instance_id, o.event_type, o.source, o.subject, o.content_type, o.data,
     o.data_bytes, o.extensions, o.status, o.attempts, o.available_at, o.lease_owner, o.last_error,
     o.last_attempt_at, o.created_seq, o.created_at, o.published_at
 """
@@ -53,12 +54,13 @@ class OutboxRow:
     published_at: datetime | None
 
 
-def _row(row: Sequence[Any]) -> OutboxRow:
-    values = list(row)
-    if values[7] is not None:
-        values[7] = bytes(values[7])
-    values[8] = dict(values[8] or {})
-    return OutboxRow(*values)
+def _row(row: Any) -> OutboxRow:
+    """A row selected with ``_COLUMNS``."""
+    values = row._asdict()
+    if values["data_bytes"] is not None:
+        values["data_bytes"] = bytes(values["data_bytes"])
+    values["extensions"] = dict(values["extensions"] or {})
+    return OutboxRow(**values)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ _OUTBOX_INSERT = text(
                 CAST(:data AS jsonb), :data_bytes, CAST(:extensions AS jsonb))
         RETURNING id
     )
-    SELECT pg_notify('kenning_outbox', '') IS NULL FROM inserted
+    SELECT pg_notify('kenning_outbox', '') IS NULL AS notified FROM inserted
     """
 )
 
@@ -172,7 +174,7 @@ async def outbox_claim_pending(
         _OUTBOX_CLAIM,
         {"owner": owner, "token": token, "limit": limit, "lease_seconds": lease_seconds, "now": now},
     )
-    return sorted((_row(tuple(r)) for r in result), key=lambda r: r.created_seq)
+    return sorted((_row(row) for row in result), key=lambda r: r.created_seq)
 
 
 _OUTBOX_EXTEND_LEASE = text(
@@ -208,7 +210,7 @@ _OUTBOX_RECORD_OUTCOMES = text(
         last_error = coalesce(x.error, o.last_error)
     FROM outcome AS x
     WHERE o.id = x.id AND o.lease_token = CAST(:token AS uuid) AND o.status = 'publishing'
-    RETURNING CAST(o.id AS text)
+    RETURNING CAST(o.id AS text) AS id
     """
 )
 
@@ -223,7 +225,7 @@ async def outbox_record_outcomes(
         return set()
     payload = json.dumps([o.to_json() for o in outcomes])
     result = await conn.execute(_OUTBOX_RECORD_OUTCOMES, {"token": token, "outcomes": payload, "now": now})
-    return {row[0] for row in result}
+    return {row.id for row in result}
 
 
 _OUTBOX_RELEASE = text(
@@ -235,7 +237,9 @@ _OUTBOX_RELEASE = text(
           AND id = ANY(CAST(:ids AS uuid[]))
         RETURNING id
     )
-    SELECT count(*), CASE WHEN count(*) > 0 THEN pg_notify('kenning_outbox', '') IS NULL END FROM released
+    SELECT count(*) AS released_count,
+           CASE WHEN count(*) > 0 THEN pg_notify('kenning_outbox', '') IS NULL END AS notified
+    FROM released
     """
 )
 
@@ -245,12 +249,12 @@ async def outbox_release(conn: AsyncConnection, token: str, ids: Sequence[str]) 
     if not ids:
         return 0
     row = (await conn.execute(_OUTBOX_RELEASE, {"token": token, "ids": list(ids)})).first()
-    return 0 if row is None else int(row[0])
+    return 0 if row is None else int(row.released_count)
 
 
 _OUTBOX_NEXT_AVAILABLE = text(
     f"""
-    SELECT extract(epoch FROM min(available_at) - {NOW})
+    SELECT extract(epoch FROM min(available_at) - {NOW}) AS seconds_until_next
     FROM kenning_outbox WHERE status IN ('pending', 'publishing') AND available_at > {NOW}
     """
 )
@@ -260,8 +264,8 @@ async def outbox_seconds_until_next(conn: AsyncConnection, now: datetime | None 
     """Seconds until the next event that is not yet due becomes due (a retry back-off or a
     lease expiring), or None. Events due already but not claimed are held back by an
     earlier event of their instance, or are being claimed by another relayer."""
-    row = (await conn.execute(_OUTBOX_NEXT_AVAILABLE, {"now": now})).first()
-    return seconds_or_none(row)
+    row = (await conn.execute(_OUTBOX_NEXT_AVAILABLE, {"now": now})).one()  # an aggregate: always one row
+    return seconds_or_none(row.seconds_until_next)
 
 
 _OUTBOX_DELETE_PUBLISHED = text(
@@ -303,17 +307,19 @@ async def outbox_list(
 ) -> list[OutboxRow]:
     """Events newest first, optionally of one status or one instance."""
     result = await conn.execute(_OUTBOX_LIST, {"status": status, "instance_id": instance_id, "limit": limit})
-    return [_row(tuple(r)) for r in result]
+    return [_row(row) for row in result]
 
 
-_OUTBOX_STATUSES = text("SELECT CAST(id AS text), status FROM kenning_outbox WHERE id = ANY(CAST(:ids AS uuid[]))")
+_OUTBOX_STATUSES = text(
+    "SELECT CAST(id AS text) AS id, status FROM kenning_outbox WHERE id = ANY(CAST(:ids AS uuid[]))"
+)
 
 
 async def outbox_statuses(conn: AsyncConnection, ids: Sequence[str]) -> dict[str, str]:
     """The status of each of ``ids`` that exists."""
     if not ids:
         return {}
-    return {row[0]: row[1] for row in await conn.execute(_OUTBOX_STATUSES, {"ids": list(ids)})}
+    return {row.id: row.status for row in await conn.execute(_OUTBOX_STATUSES, {"ids": list(ids)})}
 
 
 _OUTBOX_RETRY_FAILED = text(
@@ -324,7 +330,7 @@ _OUTBOX_RETRY_FAILED = text(
         WHERE status = 'failed' AND (CAST(:all_failed AS boolean) OR id = ANY(CAST(:ids AS uuid[])))
         RETURNING CAST(id AS text) AS id
     )
-    SELECT id, pg_notify('kenning_outbox', '') IS NULL FROM retried
+    SELECT id, pg_notify('kenning_outbox', '') IS NULL AS notified FROM retried
     """
 )
 
@@ -333,4 +339,4 @@ async def outbox_retry_failed(conn: AsyncConnection, ids: Sequence[str] | None) 
     """Put dead-lettered events back to pending with a fresh attempt count, due now;
     ``ids=None`` means every failed event. Returns the ids retried."""
     params = {"all_failed": ids is None, "ids": list(ids or [])}
-    return sorted(row[0] for row in await conn.execute(_OUTBOX_RETRY_FAILED, params))
+    return sorted(row.id for row in await conn.execute(_OUTBOX_RETRY_FAILED, params))

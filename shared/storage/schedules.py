@@ -35,9 +35,9 @@ _SCHEDULE_START_TICK = text(
         ON CONFLICT DO NOTHING
         RETURNING id
     )
-    SELECT (SELECT count(*) FROM inserted) > 0,
-           coalesce(first_seen.at <= CAST(:tick AS timestamptz), false),
-           (SELECT pg_notify('kenning_instances', '') IS NULL FROM inserted)
+    SELECT (SELECT count(*) FROM inserted) > 0 AS started,
+           coalesce(first_seen.at <= CAST(:tick AS timestamptz), false) AS in_schedule,
+           (SELECT pg_notify('kenning_instances', '') IS NULL FROM inserted) AS notified
     FROM first_seen
     """
 )
@@ -63,6 +63,6 @@ async def schedule_start_tick(
             {"id": instance_id, "name": workflow_name, "hash": source_hash, "tick": tick, "key": idempotency_key},
         )
     ).one()
-    if row[0]:
+    if row.started:
         return TickOutcome.STARTED
-    return TickOutcome.EXISTS if row[1] else TickOutcome.BEFORE_SCHEDULE
+    return TickOutcome.EXISTS if row.in_schedule else TickOutcome.BEFORE_SCHEDULE

@@ -36,8 +36,9 @@ _SUBSCRIPTION_REGISTER_AND_SUSPEND = text(
         RETURNING timeout_at
     )
     SELECT fence.cancel_requested,
-           (SELECT pg_notify('kenning_timers', '') IS NULL FROM registered WHERE timeout_at IS NOT NULL),
-           (SELECT pg_notify('kenning_subscriptions', '') IS NULL FROM registered)
+           (SELECT pg_notify('kenning_timers', '') IS NULL FROM registered WHERE timeout_at IS NOT NULL)
+               AS notified_timers,
+           (SELECT pg_notify('kenning_subscriptions', '') IS NULL FROM registered) AS notified_subscriptions
     FROM fence
     """
 )
@@ -79,7 +80,7 @@ async def subscription_register_and_suspend(
     ).first()
     if row is None:
         return SuspendOutcome.LEASE_LOST
-    return SuspendOutcome.CANCELLED if row[0] else SuspendOutcome.SUSPENDED
+    return SuspendOutcome.CANCELLED if row.cancel_requested else SuspendOutcome.SUSPENDED
 
 
 # ------------------------------------------------------------------ delivery
@@ -113,7 +114,8 @@ _DELIVER_TAIL = """
         DELETE FROM kenning_event_subscriptions AS s USING woken WHERE s.instance_id = woken.id
         RETURNING s.instance_id
     )
-    SELECT woken.id, woken.workflow_name, recorded.step_id, pg_notify('kenning_instances', '') IS NULL
+    SELECT woken.id AS instance_id, woken.workflow_name, recorded.step_id,
+           pg_notify('kenning_instances', '') IS NULL AS notified
     FROM woken JOIN recorded ON recorded.instance_id = woken.id
 """
 
@@ -145,6 +147,11 @@ class Delivery:
     instance_id: str
     workflow_name: str
     step_id: str
+
+
+def _delivery(row: Any) -> Delivery:
+    """A row of ``_DELIVER_TAIL``."""
+    return Delivery(instance_id=row.instance_id, workflow_name=row.workflow_name, step_id=row.step_id)
 
 
 async def subscription_deliver_event(
@@ -179,7 +186,7 @@ async def subscription_deliver_event(
             "payload_bytes": payload_bytes,
         },
     )
-    return [Delivery(instance_id=r[0], workflow_name=r[1], step_id=r[2]) for r in result]
+    return [_delivery(row) for row in result]
 
 
 _SUBSCRIPTION_CLAIM_UNCHECKED = text(
@@ -192,8 +199,10 @@ _SUBSCRIPTION_CLAIM_UNCHECKED = text(
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     )
-    SELECT fresh.instance_id, fresh.step_id,
-           e.id, e.kind, e.source, e.event_id, e.event_type, e.instance_id, e.attributes, e.data,
+    -- the event's columns are named as in inbox.stored_event; the subscription's are renamed
+    -- (the event has an instance_id of its own: the instance it is addressed to)
+    SELECT fresh.instance_id AS subscription_instance_id, fresh.step_id AS subscription_step_id,
+           e.id AS inbox_id, e.source, e.event_id, e.event_type, e.instance_id, e.attributes, e.data,
            e.data_bytes, e.received_at
     FROM fresh
     LEFT JOIN LATERAL (
@@ -230,9 +239,11 @@ async def subscription_claim_unchecked(conn: AsyncConnection, *, limit: int) -> 
     result = await conn.execute(_SUBSCRIPTION_CLAIM_UNCHECKED, {"limit": limit})
     return [
         UncheckedSubscription(
-            instance_id=r[0], step_id=r[1], event=stored_event(tuple(r)[2:]) if r[2] is not None else None
+            instance_id=row.subscription_instance_id,
+            step_id=row.subscription_step_id,
+            event=None if row.inbox_id is None else stored_event(row),
         )
-        for r in result
+        for row in result
     ]
 
 
@@ -263,7 +274,7 @@ async def subscription_deliver_to(
             },
         )
     ).first()
-    return None if row is None else Delivery(instance_id=row[0], workflow_name=row[1], step_id=row[2])
+    return None if row is None else _delivery(row)
 
 
 _SUBSCRIPTION_MARK_CHECKED = text(

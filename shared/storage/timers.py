@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import text
 
 from kenning.rawdb import Executor
-from kenning.storage.clock import NOW
+from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
 from kenning.storage.records import FoldedWrites, SuspendOutcome
 
@@ -26,7 +27,7 @@ _TIMER_REGISTER_AND_SUSPEND = text(
         RETURNING due_at
     )
     SELECT fence.cancel_requested,
-           (SELECT pg_notify('kenning_timers', '') IS NULL FROM registered)
+           (SELECT pg_notify('kenning_timers', '') IS NULL FROM registered) AS notified
     FROM fence
     """
 )
@@ -61,7 +62,7 @@ async def timer_register_and_suspend(
     ).first()
     if row is None:
         return SuspendOutcome.LEASE_LOST
-    return SuspendOutcome.CANCELLED if row[0] else SuspendOutcome.SUSPENDED
+    return SuspendOutcome.CANCELLED if row.cancel_requested else SuspendOutcome.SUSPENDED
 
 
 # ---------------------------------------------------------------------- the scheduler's side
@@ -76,6 +77,16 @@ class FiredWait:
     step_id: str
     due_at: datetime
     fired_at: datetime | None  # None: discarded, the instance was no longer waiting for it
+
+
+def _fired_wait(row: Any) -> FiredWait:
+    return FiredWait(
+        instance_id=row.instance_id,
+        workflow_name=row.workflow_name,
+        step_id=row.step_id,
+        due_at=row.due_at,
+        fired_at=row.fired_at,
+    )
 
 
 # Claim due timers oldest first, skipping those whose timer or instance row another
@@ -112,7 +123,7 @@ _TIMER_FIRE_DUE = text(
         RETURNING i.id
     )
     SELECT due.instance_id, due.workflow_name, due.step_id, due.due_at, recorded.fired_at,
-           (SELECT pg_notify('kenning_instances', '') IS NULL FROM woken LIMIT 1)
+           (SELECT pg_notify('kenning_instances', '') IS NULL FROM woken LIMIT 1) AS notified
     FROM due
     LEFT JOIN recorded ON recorded.instance_id = due.instance_id AND recorded.step_id = due.step_id
     ORDER BY due.due_at, due.instance_id, due.step_id
@@ -127,7 +138,7 @@ async def timer_fire_due(conn: Executor, *, limit: int, now: datetime | None = N
     means ``due_at`` at or before the database clock, so a timer never fires early.
     ``now`` replaces the clock (and ``fired_at``) in tests."""
     result = await conn.execute(_TIMER_FIRE_DUE, {"limit": limit, "now": now})
-    return [FiredWait(*row[:5]) for row in result]
+    return [_fired_wait(row) for row in result]
 
 
 # The same for wait_event timeouts. The subscription row is locked (SKIP LOCKED) and
@@ -165,8 +176,8 @@ _SUBSCRIPTION_TIMEOUT_FIRE_DUE = text(
         WHERE i.id IN (SELECT instance_id FROM due WHERE waiting) AND i.status = 'waiting_for_event'
         RETURNING i.id
     )
-    SELECT due.instance_id, due.workflow_name, due.step_id, due.timeout_at, recorded.fired_at,
-           (SELECT pg_notify('kenning_instances', '') IS NULL FROM woken LIMIT 1)
+    SELECT due.instance_id, due.workflow_name, due.step_id, due.timeout_at AS due_at, recorded.fired_at,
+           (SELECT pg_notify('kenning_instances', '') IS NULL FROM woken LIMIT 1) AS notified
     FROM due
     LEFT JOIN recorded ON recorded.instance_id = due.instance_id AND recorded.step_id = due.step_id
     ORDER BY due.timeout_at, due.instance_id, due.step_id
@@ -179,7 +190,7 @@ async def subscription_timeout_fire_due(conn: Executor, *, limit: int, now: date
     passed, oldest first: append ``EventTimeout``, delete the subscription, make the
     instance runnable and wake the workers, in one statement."""
     result = await conn.execute(_SUBSCRIPTION_TIMEOUT_FIRE_DUE, {"limit": limit, "now": now})
-    return [FiredWait(*row[:5]) for row in result]
+    return [_fired_wait(row) for row in result]
 
 
 @dataclass(frozen=True)
@@ -194,7 +205,7 @@ _TIMER_NEXT_DUE = text(
            extract(epoch FROM least(
                (SELECT min(due_at) FROM kenning_timers),
                (SELECT min(timeout_at) FROM kenning_event_subscriptions WHERE timeout_at IS NOT NULL)
-           ) - clock.now)
+           ) - clock.now) AS seconds_until_next
     FROM (SELECT {NOW} AS now) AS clock
     """
 )
@@ -203,4 +214,4 @@ _TIMER_NEXT_DUE = text(
 async def timer_next_due(conn: Executor, now: datetime | None = None) -> NextDue:
     """The database clock and the seconds until the next timer or event timeout is due."""
     row = (await conn.execute(_TIMER_NEXT_DUE, {"now": now})).one()
-    return NextDue(now=row[0], seconds=None if row[1] is None else float(row[1]))
+    return NextDue(now=row.now, seconds=seconds_or_none(row.seconds_until_next))

@@ -90,5 +90,5 @@ async def writes_apply(conn: Executor, writes: Sequence[InstanceWrite]) -> list[
     payload = json.dumps([w.as_json(position) for position, w in enumerate(writes)])
     flags: list[bool | None] = [None] * len(writes)
     for row in await conn.execute(_WRITES_APPLY, {"writes": payload}):
-        flags[row[0]] = bool(row[1])
+        flags[row.position] = bool(row.cancel_requested)
     return flags
