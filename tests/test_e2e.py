@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import psutil
 import psycopg
+import pytest
 import yaml
 
 from tests.ingress_support import binary, cloud_event, structured
@@ -207,6 +208,7 @@ class Shop:
         return await eventually(reached, timeout=PAYMENT_TIMEOUT + 15, message=f"{instance_id} {status}")
 
 
+@pytest.mark.smoke
 async def test_the_order_saga_through_the_stack_as_compose_runs_it(
     database_url: str, sql: Sql, processes: ProcessPool, tmp_path: Path
 ) -> None:

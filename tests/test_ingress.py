@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
 from kenning import Client
 from tests.ingress_support import (
@@ -390,46 +389,47 @@ async def test_reserved_paths_and_wrong_methods_answer_json(http: httpx.AsyncCli
     assert inbox_count(db) == before
 
 
+@pytest.mark.smoke
 async def test_unreachable_database_gets_503_and_the_ingress_recovers(
     database_url: str, sql: Sql, processes: ProcessPool
 ) -> None:
-    target = make_url(database_url)
-    proxy = TcpProxy(target.host or "127.0.0.1", target.port or 5432)
+    proxy = TcpProxy(database_url)
     await proxy.start()
-    proxied = target.set(port=proxy.port).render_as_string(hide_password=False)
-    ingress = start_ingress(processes, proxied, "--database-timeout", "2")
-    async with httpx.AsyncClient(base_url=ingress.url, timeout=15) as http:
+    try:
+        ingress = start_ingress(processes, proxy.url, "--database-timeout", "2")
+        async with httpx.AsyncClient(base_url=ingress.url, timeout=15) as http:
 
-        async def post(event_id: str) -> httpx.Response:
-            headers, body = binary(cloud_event("outage.test", {"n": event_id}, id=event_id))
-            return await http.post("/", headers=headers, content=body)
+            async def post(event_id: str) -> httpx.Response:
+                headers, body = binary(cloud_event("outage.test", {"n": event_id}, id=event_id))
+                return await http.post("/", headers=headers, content=body)
 
-        assert (await post("before")).status_code == 202
-        await proxy.stop()
-        response = await post("during")
-        assert response.status_code == 503
-        answer = response.json()
-        assert (answer["error_type"], answer["retryable"]) == ("database_unavailable", True)
-        assert response.headers["retry-after"] == "1"
-        ready = await http.get("/readyz")
-        assert ready.status_code == 503 and ready.json()["retryable"] is True
-        assert (await http.get("/healthz")).status_code == 200  # the process itself is up
-
-        await proxy.start()  # the database is back: the next requests succeed
-        accepted: list[httpx.Response] = []
-
-        async def database_back() -> bool:
+            assert (await post("before")).status_code == 202
+            await proxy.stop()
             response = await post("during")
-            if response.status_code == 202:
-                accepted.append(response)
-            return bool(accepted)
+            assert response.status_code == 503
+            answer = response.json()
+            assert (answer["error_type"], answer["retryable"]) == ("database_unavailable", True)
+            assert response.headers["retry-after"] == "1"
+            ready = await http.get("/readyz")
+            assert ready.status_code == 503 and ready.json()["retryable"] is True
+            assert (await http.get("/healthz")).status_code == 200  # the process itself is up
 
-        back: bool = await eventually(database_back, timeout=15)
-        assert back
-        assert accepted[0].json()["duplicate"] is False
-    rows = sql.execute("SELECT event_id FROM kenning_inbox ORDER BY id").fetchall()
-    assert rows == [("before",), ("during",)]
-    await proxy.stop()
+            await proxy.start()  # the database is back: the next requests succeed
+            accepted: list[httpx.Response] = []
+
+            async def database_back() -> bool:
+                response = await post("during")
+                if response.status_code == 202:
+                    accepted.append(response)
+                return bool(accepted)
+
+            back: bool = await eventually(database_back, timeout=15)
+            assert back
+            assert accepted[0].json()["duplicate"] is False
+        rows = sql.execute("SELECT event_id FROM kenning_inbox ORDER BY id").fetchall()
+        assert rows == [("before",), ("during",)]
+    finally:
+        await proxy.stop()
     assert "Traceback" not in processes.log_of(ingress.process)
 
 

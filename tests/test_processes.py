@@ -28,6 +28,10 @@ async def test_two_worker_processes_race_for_200_instances(
     workers = [
         processes.worker(database_url, APP, "--concurrency", "16", "--log-level", "debug", env=env) for _ in range(2)
     ]
+    # both are up before the burst: on a loaded machine one may take a second longer to
+    # start, and the other would rightly take everything
+    for worker in workers:
+        await eventually(lambda w=worker: '"worker.started"' in processes.log_of(w), timeout=60)
     async with Client(database=database) as client:
         # a burst, as a busy producer makes: both workers wake to more than either can
         # take at once (one that keeps up with a trickle of starts may rightly take all)
@@ -138,6 +142,7 @@ async def test_crash_during_compensation_is_finished_by_another_worker(
     check_invariants(sql)
 
 
+@pytest.mark.smoke
 async def test_sigterm_releases_in_flight_instances_and_exits_zero(
     database: Database,
     database_url: str,

@@ -11,6 +11,7 @@ import uuid
 from datetime import datetime
 
 import psycopg
+import pytest
 from structlog.testing import capture_logs
 
 from kenning import Client
@@ -38,6 +39,7 @@ def created_at(sql: SQL, event_id: str) -> datetime:
     return value
 
 
+@pytest.mark.smoke
 async def test_workflow_events_reach_the_broker_as_binary_cloudevents(
     database: Database, database_url: str, sql: SQL, processes: ProcessPool, side_channel: str
 ) -> None:

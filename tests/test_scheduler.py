@@ -31,6 +31,7 @@ def all_in(sql: Sql, status: str, count: int, workflow: str | None = None) -> bo
 
 
 @pytest.mark.parametrize("listen", [True, False], ids=["notify", "polling"])
+@pytest.mark.smoke
 async def test_timers_fire_in_order_on_time_and_never_early(
     database: Database, database_url: str, sql: Sql, processes: ProcessPool, side_channel: str, listen: bool
 ) -> None:

@@ -18,6 +18,7 @@ from kenning.storage import instances as instances_sql
 from kenning.storage.tables import metadata
 
 
+@pytest.mark.smoke
 def test_migrations_are_idempotent_and_safe_to_run_concurrently(empty_database_url: str) -> None:
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         revisions = list(pool.map(lambda _: migrate(empty_database_url), range(4)))

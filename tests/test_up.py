@@ -24,6 +24,7 @@ from typing import IO, Any
 import httpx
 import psutil
 import psycopg
+import pytest
 
 from tests.ingress_support import binary, cloud_event, structured
 from tests.support import REPO_ROOT, check_invariants, eventually, free_port
@@ -346,6 +347,7 @@ def _embedded_postgres(data_dir: Path) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.smoke
 async def test_up_without_a_database_url_runs_the_quickstart_on_an_embedded_postgres(tmp_path: Path) -> None:
     up = Up(tmp_path, _user_env())
     try:

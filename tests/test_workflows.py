@@ -24,6 +24,7 @@ def history(sql: psycopg.Connection[tuple[object, ...]], instance_id: str) -> li
     return [(str(a), str(b)) for a, b in rows]
 
 
+@pytest.mark.smoke
 async def test_three_steps_complete_with_each_step_recorded_once(
     database: Database, sql: psycopg.Connection[tuple[object, ...]], side_channel: str
 ) -> None:
@@ -129,6 +130,7 @@ async def test_long_backoff_releases_the_worker_and_attempts_survive(
     assert executions(side_channel)[f"slow_retry {started.instance_id}"] == 3
 
 
+@pytest.mark.smoke
 async def test_saga_compensates_in_reverse_with_positional_and_keyword_arguments(
     database: Database, sql: psycopg.Connection[tuple[object, ...]], side_channel: str
 ) -> None:
@@ -247,6 +249,7 @@ async def test_wait_timer_registers_and_releases_in_one_commit(
     assert executions(side_channel)[f"charge {started.instance_id}"] == 0
 
 
+@pytest.mark.smoke
 async def test_wait_event_subscribes_with_correlation_and_releases(
     database: Database, sql: psycopg.Connection[tuple[object, ...]], side_channel: str
 ) -> None:
