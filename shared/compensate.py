@@ -12,11 +12,14 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from kenning import serialization
+from kenning.compensation import ON_FAILURE_PREFIX, CompensationFailedError, bind_on_failure
 from kenning.context import StepTransaction, current_step
 from kenning.errors import KenningError, LeaseLostError
 from kenning.hooks import call_hook
+from kenning.registry import qualified_name
 from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from kenning.storage import instances as instances_sql
+from kenning.storage import sagas as sagas_sql
 from kenning.storage.records import CompensationRecord
 
 if TYPE_CHECKING:
@@ -26,7 +29,10 @@ if TYPE_CHECKING:
 async def compensate_and_finish(replayer: Replayer, *, error: BaseException | None, cancelled: bool) -> str:
     """Run outstanding compensations, then end the instance ``cancelled`` or ``failed``.
 
-    ``error`` is None when resuming a saga whose error is already stored.
+    ``error`` is None when resuming a saga whose error is already stored. A compensation
+    that fails for good does not stop the others (as in Edda), but the saga is not undone:
+    the instance ends ``failed`` with a ``CompensationFailedError`` naming each one, and
+    ``kenning instances retry`` runs them again after a deploy.
     """
     from kenning.replay import COMPENSATION_EXECUTED, COMPENSATION_FAILED
 
@@ -42,6 +48,7 @@ async def compensate_and_finish(replayer: Replayer, *, error: BaseException | No
             raise LeaseLostError(f"lease on {replayer.instance_id} was lost before compensating")
         replayer.unsaved_compensations = []
         done = {s for s, r in replayer.history.items() if r.kind in (COMPENSATION_EXECUTED, COMPENSATION_FAILED)}
+        failures: list[tuple[CompensationRecord, BaseException]] = []
         for comp in sorted(replayer.compensations, key=lambda c: c.position, reverse=True):
             step_id = f"compensation:{comp.comp_id}"
             if step_id in done:
@@ -67,13 +74,23 @@ async def compensate_and_finish(replayer: Replayer, *, error: BaseException | No
                     step_name=comp.function_name,
                     payload=serialization.encode_error(failure),
                 )
-                replayer.log.warning(
+                replayer.log.error(
                     "compensation.failed", compensation=comp.function_name, comp_id=comp.comp_id, error=repr(failure)
                 )
-        status = "cancelled" if cancelled else "failed"
-        finished = await replayer.write_now(
-            lambda conn: instances_sql.instance_finish(conn, replayer.instance_id, replayer.token, status, encoded)
-        )
+                failures.append((comp, failure))
+        status = "cancelled" if cancelled and not failures else "failed"
+        if failures:
+            incomplete = _incomplete_saga(replayer.instance_id, failures, error, cancelled)
+            finished = await replayer.write_now(
+                lambda conn: sagas_sql.saga_fail(
+                    conn, replayer.instance_id, replayer.token, serialization.encode_error(incomplete)
+                )
+            )
+            error = incomplete
+        else:
+            finished = await replayer.write_now(
+                lambda conn: instances_sql.instance_finish(conn, replayer.instance_id, replayer.token, status, encoded)
+            )
         if not finished:
             raise LeaseLostError(f"lease on {replayer.instance_id} was lost before it finished")
     except LeaseLostError:
@@ -81,7 +98,7 @@ async def compensate_and_finish(replayer: Replayer, *, error: BaseException | No
         replayer.log.warning("instance.lease_lost")
         return "lease_lost"
     hooks = replayer.app.hooks
-    if cancelled:
+    if status == "cancelled":
         replayer.log.info("instance.cancelled")
         await call_hook(hooks, "on_workflow_cancelled", replayer.instance_id, replayer.workflow_name)
     else:
@@ -91,15 +108,51 @@ async def compensate_and_finish(replayer: Replayer, *, error: BaseException | No
     return status
 
 
+def _incomplete_saga(
+    instance_id: str,
+    failures: list[tuple[CompensationRecord, BaseException]],
+    error: BaseException | None,
+    cancelled: bool,
+) -> CompensationFailedError:
+    """The instance's error when compensations failed: which, why, and what was undone."""
+    each = "; ".join(
+        f"compensation {c.function_name} ({c.comp_id}) failed: {type(e).__name__}: {e}" for c, e in failures
+    )
+    if cancelled:
+        undoing = " (the instance was cancelled)"
+    elif error is not None:
+        undoing = f" (it was undoing {type(error).__name__}: {error})"
+    else:
+        undoing = ""
+    return CompensationFailedError(
+        f"{each}; the saga is not undone{undoing}; fix the compensation, then run "
+        f"`kenning instances retry {instance_id}`"
+    )
+
+
 def _arguments(func: Any, comp: CompensationRecord) -> tuple[list[Any], dict[str, Any]]:
-    """Rebuild stored JSON arguments with the compensation's own type hints."""
+    """Rebuild stored JSON arguments with the compensation's own type hints.
+
+    An ``@on_failure`` compensation is bound by name from the activity's arguments and
+    result (records of older versions stored positional arguments: those are passed as
+    they were). ``TypeError`` says why a compensation can never be called so.
+    """
     hints = serialization.type_hints(func)
-    params = list(inspect.signature(func).parameters.values())[1:]
+    params = list(serialization.signature(func).parameters.values())[1:]
+    stored_kwargs = comp.kwargs
+    if comp.comp_id.startswith(ON_FAILURE_PREFIX) and not comp.args:
+        stored_kwargs = bind_on_failure(func, comp.kwargs)
     args = [
         serialization.from_json(value, hints.get(params[i].name, Any)) if i < len(params) else value
         for i, value in enumerate(comp.args)
     ]
-    kwargs = {k: serialization.from_json(v, hints.get(k, Any)) for k, v in comp.kwargs.items()}
+    kwargs = {k: serialization.from_json(v, hints.get(k, Any)) for k, v in stored_kwargs.items()}
+    try:
+        serialization.signature(func).bind(None, *args, **kwargs)  # None: the ctx slot
+    except TypeError as error:
+        raise TypeError(
+            f"compensation {qualified_name(func)} cannot be called with its recorded arguments: {error}"
+        ) from None
     return args, kwargs
 
 
@@ -117,7 +170,10 @@ async def _run_one(replayer: Replayer, comp: CompensationRecord) -> tuple[StepTr
         if comp.retry_policy
         else (replayer.app.default_retry_policy or DEFAULT_RETRY_POLICY)
     )
-    args, kwargs = _arguments(func, comp)
+    try:
+        args, kwargs = _arguments(func, comp)
+    except TypeError as error:  # no attempt can succeed on this code: not retried
+        return None, error
     loop = asyncio.get_running_loop()
     started = loop.time()
     attempt = 0

@@ -13,6 +13,7 @@ from kenning.db import connect
 from kenning.errors import WorkflowNotFoundError
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage import sagas as sagas_sql
 
 STATUSES = (
     "pending",
@@ -36,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show.add_argument("instance_id")
     cancel = actions.add_parser("cancel", help="cancel: compensate and end 'cancelled'")
     cancel.add_argument("instance_id")
-    retry = actions.add_parser("retry", help="re-run a failed instance from its last good step")
+    retry = actions.add_parser(
+        "retry", help="re-run a failed instance from its last good step, or its compensations that failed"
+    )
     retry.add_argument("instance_id")
     for sub in (listing, show, cancel, retry):
         sub.add_argument("--json", action="store_true", help="machine-readable output")
@@ -78,7 +81,14 @@ async def _run(args: argparse.Namespace) -> int:
                 else:
                     emit(f"{row.id}: cancellation requested" if accepted else f"{row.id}: already {row.status}")
                 return 0 if accepted else 1
-            retried = await instances_sql.instance_retry(conn, row.id)
+            rerun = await sagas_sql.saga_retry(conn, row.id)
+            if rerun is not None:  # the rollback stopped at a failed compensation: finish it
+                retried = {
+                    "retried": True,
+                    "message": f"compensating again; {rerun} failed compensation(s) will run again",
+                }
+            else:
+                retried = await instances_sql.instance_retry(conn, row.id)
             if args.json:
                 emit_json({"instance_id": row.id, **retried})
             else:
@@ -94,6 +104,7 @@ def _show(
     for record in history:
         if record.get("payload_bytes") is not None:
             record["payload_bytes"] = f"<{len(record['payload_bytes'])} bytes>"
+    _add_outcomes(compensations, history)
     if args.json:
         emit_json({**row, "history": history, "compensations": compensations})
         return
@@ -127,10 +138,27 @@ def _show(
         emit("")
         emit(
             table(
-                ["#", "compensation", "args", "kwargs"],
-                [(c["position"], c["function_name"], c["args"], c["kwargs"]) for c in compensations],
+                ["#", "compensation", "args", "kwargs", "outcome"],
+                [(c["position"], c["function_name"], c["args"], c["kwargs"], c["outcome"]) for c in compensations],
             )
         )
+        for c in compensations:  # in full: the table cuts long cells
+            if c["error"]:
+                emit(f"compensation #{c['position']} {c['function_name']} failed: {c['error']}")
+
+
+def _add_outcomes(compensations: list[dict[str, Any]], history: list[dict[str, Any]]) -> None:
+    """Each compensation's ``outcome`` (executed, failed, not run) and its ``error``."""
+    recorded = {h["step_id"]: h for h in history}
+    for comp in compensations:
+        record = recorded.get(f"compensation:{comp['comp_id']}")
+        kind = record["kind"] if record else None
+        comp["outcome"] = {"CompensationExecuted": "executed", "CompensationFailed": "failed"}.get(
+            kind or "", "not run"
+        )
+        payload = (record or {}).get("payload") or {}
+        error_type = str(payload.get("type", "")).rpartition(".")[2]
+        comp["error"] = f"{error_type}: {payload.get('message')}" if kind == "CompensationFailed" else None
 
 
 def run(args: argparse.Namespace) -> int:

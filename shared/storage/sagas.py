@@ -1,0 +1,69 @@
+"""SQL for a saga whose compensation failed for good: ending it, and retrying it.
+
+The instance's ``error`` becomes the compensation failure, with the workflow's own error
+kept inside it under ``workflow_error``; a retry puts that error back and makes the
+instance ``compensating`` again, so a worker runs the compensations not yet executed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from kenning.rawdb import Executor
+
+_SAGA_FAIL = text(
+    """
+    UPDATE kenning_instances
+    SET status = 'failed', error = CAST(:error AS jsonb) || jsonb_build_object('workflow_error', error),
+        lease_token = NULL, lease_owner = NULL, available_at = NULL, finished_at = now(), updated_at = now()
+    WHERE id = :id AND lease_token = CAST(:token AS uuid)
+    RETURNING id
+    """
+)
+
+
+async def saga_fail(conn: Executor, instance_id: str, token: str, error: dict[str, Any]) -> bool:
+    """End a leased instance ``failed`` because compensations failed; False if the lease
+    was lost."""
+    row = (await conn.execute(_SAGA_FAIL, {"id": instance_id, "token": token, "error": json.dumps(error)})).first()
+    return row is not None
+
+
+_SAGA_RETRY = text(
+    """
+    WITH target AS (
+        SELECT i.id FROM kenning_instances i
+        WHERE i.id = :id AND i.status = 'failed'
+          AND EXISTS (SELECT FROM kenning_history h WHERE h.instance_id = i.id AND h.kind = 'CompensationFailed')
+        FOR UPDATE
+    ), cleared AS (
+        DELETE FROM kenning_history h USING target
+        WHERE h.instance_id = target.id AND h.kind = 'CompensationFailed'
+        RETURNING h.step_id
+    ), retried AS (
+        UPDATE kenning_instances AS i
+        SET status = 'compensating',
+            -- the workflow's own error again (an instance failed by an older version kept it as is)
+            error = CASE WHEN i.error -> 'workflow_error' IS NULL THEN i.error
+                         ELSE nullif(i.error -> 'workflow_error', CAST('null' AS jsonb)) END,
+            available_at = now(), finished_at = NULL, updated_at = now()
+        FROM target
+        WHERE i.id = target.id
+        RETURNING i.id
+    )
+    SELECT (SELECT count(*) FROM cleared) AS cleared_count,
+           pg_notify('kenning_instances', '') IS NULL AS notified
+    FROM retried
+    """
+)
+
+
+async def saga_retry(conn: AsyncConnection, instance_id: str) -> int | None:
+    """Make a failed instance with failed compensations ``compensating`` again; returns how
+    many compensations will run again, or None when it has none (not such an instance)."""
+    row = (await conn.execute(_SAGA_RETRY, {"id": instance_id})).first()
+    return None if row is None else int(row.cleared_count)
