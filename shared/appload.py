@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from pathlib import Path
@@ -23,15 +24,26 @@ def load_app(spec: str) -> App:
     found: App | None = None
     for part in spec.split(","):
         module_name, _, attribute = part.strip().partition(":")
+        if not module_name:
+            raise ConfigurationError(f"--app {spec!r} names no module: module[:attribute][,module...]")
         try:
             module = importlib.import_module(module_name)
         except ImportError as error:
             raise ConfigurationError(f"cannot import application module {module_name!r}: {error}") from None
         if attribute:
-            candidate = getattr(module, attribute, None)
-            if not isinstance(candidate, App):
-                raise ConfigurationError(f"{module_name}:{attribute} is not a kenning.App")
-            found = candidate
+            found = _named_app(module_name, vars(module), attribute)
         elif found is None:
             found = next((v for v in vars(module).values() if isinstance(v, App)), None)
     return found or App()
+
+
+def _named_app(module_name: str, namespace: dict[str, object], attribute: str) -> App:
+    apps = [name for name, value in namespace.items() if isinstance(value, App)]
+    if attribute not in namespace:
+        close = difflib.get_close_matches(attribute, apps or [n for n in namespace if not n.startswith("_")], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else (f"; its kenning.App is {apps[0]!r}" if apps else "")
+        raise ConfigurationError(f"{module_name} has no attribute {attribute!r}{hint}")
+    value = namespace[attribute]
+    if not isinstance(value, App):
+        raise ConfigurationError(f"{module_name}:{attribute} is not a kenning.App (it is a {type(value).__name__})")
+    return value

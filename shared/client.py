@@ -17,13 +17,22 @@ from typing import Any
 from kenning import serialization
 from kenning.db import Database, connect
 from kenning.dberrors import may_be_one_callers_fault
-from kenning.errors import ConfigurationError, WorkflowFailedError, WorkflowNotFoundError
+from kenning.errors import ConfigurationError, KenningError, WorkflowFailedError, WorkflowNotFoundError
 from kenning.groupcommit import GroupCommit
 from kenning.registry import REGISTRY
 from kenning.storage import instances as instances_sql
 from kenning.storage.instances import NewInstance
 from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
 from kenning.workflow import Workflow
+
+
+class InvalidInputError(KenningError, TypeError):
+    """``start()`` arguments that do not fit the workflow's signature or types (a
+    ``TypeError``, as a call with the wrong arguments would be)."""
+
+
+class ResultTimeoutError(KenningError, TimeoutError):
+    """``result(timeout=...)`` ran out while the instance goes on."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,7 @@ class Client:
             try:
                 serialization.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))
             except (TypeError, ValueError) as error:
-                raise TypeError(f"invalid input for workflow {name!r}: {error}") from None
+                raise InvalidInputError(f"invalid input for workflow {name!r}: {error}") from None
         source_hash = wf.source_hash if wf is not None else ""
         if wf is not None and (name, source_hash) not in self._known_definitions:
             async with self.database.autocommit.connect() as conn:
@@ -122,7 +131,7 @@ class Client:
             if row.status in TERMINAL_STATUSES:
                 break
             if deadline is not None and loop.time() >= deadline:
-                raise TimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
+                raise ResultTimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
             await asyncio.sleep(delay if deadline is None else max(0.0, min(delay, deadline - loop.time())))
             delay = min(delay * 1.5, 0.5)
         if row.status != "completed":

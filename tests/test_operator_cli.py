@@ -26,12 +26,30 @@ def kenning(*args: str, url: str = "") -> subprocess.CompletedProcess[str]:
 
 async def test_start_list_show_and_cancel(database: Database, database_url: str) -> None:
     started = kenning(
-        "start", "three_steps", "--input", '{"value": 5}', "--instance-id", "cli-1", "--json", url=database_url
+        "start",
+        "three_steps",
+        "--app",
+        "tests.apps.core",
+        "--input",
+        '{"value": 5}',
+        "--instance-id",
+        "cli-1",
+        "--json",
+        url=database_url,
     )
     assert started.returncode == 0, started.stderr
     assert json.loads(started.stdout) == {"instance_id": "cli-1", "created": True}
     again = kenning(
-        "start", "three_steps", "--input", '{"value": 5}', "--instance-id", "cli-1", "--json", url=database_url
+        "start",
+        "three_steps",
+        "--app",
+        "tests.apps.core",
+        "--input",
+        '{"value": 5}',
+        "--instance-id",
+        "cli-1",
+        "--json",
+        url=database_url,
     )
     assert json.loads(again.stdout)["created"] is False
 
@@ -86,7 +104,7 @@ async def test_retry_is_refused_after_compensations_ran(database: Database, data
 
 def test_clear_errors_and_exit_codes(database_url: str) -> None:
     unknown = kenning("instances", "show", "nope", url=database_url)
-    assert unknown.returncode == 1 and "no workflow instance 'nope'" in unknown.stderr
+    assert unknown.returncode == 2 and "no workflow instance 'nope'" in unknown.stderr
     bad_json = kenning("start", "three_steps", "--input", "{oops", url=database_url)
     assert bad_json.returncode == 2 and "invalid JSON" in bad_json.stderr
     bad_url = kenning("instances", "list", url="mysql://x/y")
@@ -94,6 +112,6 @@ def test_clear_errors_and_exit_codes(database_url: str) -> None:
     down = kenning("instances", "list", url="postgresql://nobody@127.0.0.1:1/x")
     assert down.returncode == 1 and "database error" in down.stderr
     unreachable = kenning("send", "order.created", "--data", "{}", "--ingress-url", "http://127.0.0.1:1")
-    assert unreachable.returncode == 1 and "cannot reach the ingress" in unreachable.stderr
+    assert unreachable.returncode == 2 and "cannot reach the ingress" in unreachable.stderr
     for result in (unknown, bad_json, bad_url, down, unreachable):
         assert "Traceback" not in result.stderr

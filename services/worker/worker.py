@@ -29,6 +29,7 @@ from kenning.storage.records import ClaimedInstance, CompensationRecord, History
 from kenning.storage.tables import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS
 from kenning.storage.writes import InstanceWrite
 from kenning.worker.inbox import InboxProcessor, InboxSettings
+from kenning.worker.unknown import UnknownWorkflows
 
 _log = structlog.get_logger("kenning.worker")
 
@@ -99,6 +100,8 @@ class Worker:
             poll_interval=self.settings.poll_interval,
             lease_seconds=self.settings.lease_seconds,
         )
+        # every tenth poll: cheap, and soon enough for an operator looking at a stuck start
+        self.unknown = UnknownWorkflows(database, app, interval=self.settings.poll_interval * 10, log=self.log)
 
     def stop(self) -> None:
         """Stop claiming; in-flight runs get the grace period to finish (SIGTERM)."""
@@ -122,7 +125,9 @@ class Worker:
         listener = Listener(self.database.url, channels, self._notify) if self.settings.listen else None
         if listener is not None:
             await listener.start()
+        await self.unknown.register()  # before worker.started: its workflows may be started by name
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="kenning-heartbeat")
+        unknown = asyncio.create_task(self.unknown.run(), name="kenning-unknown-workflows")
         inbox = asyncio.create_task(self.inbox.run(), name="kenning-inbox") if self.settings.inbox.enabled else None
         self.log.info("worker.started", workflows=self.workflow_names, concurrency=self.settings.concurrency)
         try:
@@ -132,9 +137,10 @@ class Worker:
             if inbox is not None:
                 await inbox  # it finishes the row in hand and gives the rest back
             await self._drain()
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            for task in (heartbeat, unknown):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             if listener is not None:
                 await listener.stop()
             self.log.info("worker.stopped")

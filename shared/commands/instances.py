@@ -11,6 +11,7 @@ from kenning.commands.output import emit, emit_json, table
 from kenning.config import add_database_options, add_logging_options, positive_int
 from kenning.db import connect
 from kenning.errors import WorkflowNotFoundError
+from kenning.storage import definitions as definitions_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import sagas as sagas_sql
@@ -72,6 +73,9 @@ async def _run(args: argparse.Namespace) -> int:
                 history = (await history_sql.history_load(conn, [row.id])).get(row.id, [])
                 compensations = (await history_sql.compensations_load(conn, [row.id])).get(row.id, [])
                 _show(args, asdict(row), [asdict(h) for h in history], [asdict(c) for c in compensations])
+                known = row.status != "pending" or await definitions_sql.definition_known(conn, row.workflow_name)
+                if not known and not args.json:
+                    emit(f"\nno worker has this workflow: no process ever registered {row.workflow_name!r}")
                 return 0
             if args.action == "cancel":
                 outcome = await instances_sql.instance_request_cancel(conn, row.id)

@@ -9,9 +9,11 @@ from typing import Any
 
 import httpx
 from cloudevents.core.bindings.http import to_binary
+from cloudevents.core.exceptions import BaseCloudEventException
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
+from kenning.commands.errors import UsageError
 from kenning.commands.output import emit
 from kenning.config import add_logging_options, add_option
 
@@ -47,13 +49,16 @@ def run(args: argparse.Namespace) -> int:
     if args.subject:
         attributes["subject"] = args.subject
     attributes.update(dict(args.extension))
-    message = to_binary(CloudEvent(attributes, args.data), JSONFormat())
+    try:
+        message = to_binary(CloudEvent(attributes, args.data), JSONFormat())
+    except BaseCloudEventException as error:
+        raise UsageError(f"not a valid CloudEvent: {' '.join(str(error).split())}") from None
     headers, body = dict(message.headers), message.body
     if args.ingress_token:
         headers["Authorization"] = f"Bearer {args.ingress_token}"
     try:
         response = httpx.post(args.ingress_url.rstrip("/") + "/", headers=headers, content=body, timeout=10)
-    except httpx.HTTPError as error:
-        raise OSError(f"cannot reach the ingress at {args.ingress_url}: {error}") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as error:
+        raise UsageError(f"cannot reach the ingress at {args.ingress_url}: {error}") from None
     emit(f"{response.status_code} {response.text.strip()}")
     return 0 if response.is_success else 1

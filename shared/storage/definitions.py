@@ -1,0 +1,92 @@
+"""SQL for what the workflow definitions table knows: which workflow names exist at all.
+
+A definition row is written by every process that has a workflow's code (a worker at
+start, a client or the inbox when it starts one), so a name without any row is a
+workflow no process was ever given: the operator CLI refuses to start it and workers
+report instances of it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import text
+
+from kenning.rawdb import Executor
+
+_DEFINITIONS_REGISTER = text(
+    """
+    INSERT INTO kenning_workflow_definitions (workflow_name, source_hash, source)
+    SELECT d.name, d.hash, d.source
+    FROM jsonb_to_recordset(CAST(:definitions AS jsonb)) AS d(name text, hash text, source text)
+    ON CONFLICT DO NOTHING
+    """
+)
+
+
+@dataclass(frozen=True)
+class Definition:
+    workflow_name: str
+    source_hash: str
+    source: str
+
+
+async def definitions_register(conn: Executor, definitions: Sequence[Definition]) -> None:
+    """Record many definitions in one statement (a worker's workflows, at its start)."""
+    if not definitions:
+        return
+    payload = [{"name": d.workflow_name, "hash": d.source_hash, "source": d.source} for d in definitions]
+    await conn.execute(_DEFINITIONS_REGISTER, {"definitions": json.dumps(payload)})
+
+
+_DEFINITION_NAMES = text(
+    """
+    SELECT DISTINCT workflow_name AS workflow_name
+    FROM kenning_workflow_definitions
+    ORDER BY workflow_name
+    """
+)
+
+
+async def definition_names(conn: Executor) -> list[str]:
+    """Every workflow name ever registered (the table holds one row per version)."""
+    return [str(row.workflow_name) for row in await conn.execute(_DEFINITION_NAMES)]
+
+
+_DEFINITION_KNOWN = text(
+    """
+    SELECT EXISTS (SELECT FROM kenning_workflow_definitions WHERE workflow_name = :name) AS known
+    """
+)
+
+
+async def definition_known(conn: Executor, workflow_name: str) -> bool:
+    row = (await conn.execute(_DEFINITION_KNOWN, {"name": workflow_name})).one()
+    return bool(row.known)
+
+
+_UNKNOWN_WORKFLOWS_PENDING = text(
+    """
+    SELECT i.workflow_name AS workflow_name, count(*) AS instances
+    FROM kenning_instances AS i
+    WHERE i.status = 'pending'
+      AND NOT EXISTS (SELECT FROM kenning_workflow_definitions AS d WHERE d.workflow_name = i.workflow_name)
+    GROUP BY i.workflow_name
+    ORDER BY i.workflow_name
+    LIMIT :limit
+    """
+)
+
+
+@dataclass(frozen=True)
+class UnknownWorkflow:
+    workflow_name: str
+    instances: int  # pending instances of it, which no worker will ever claim
+
+
+async def unknown_workflows_pending(conn: Executor, limit: int = 100) -> list[UnknownWorkflow]:
+    """Workflow names of pending instances that have no definition row at all."""
+    rows = await conn.execute(_UNKNOWN_WORKFLOWS_PENDING, {"limit": limit})
+    return [UnknownWorkflow(str(row.workflow_name), int(row.instances)) for row in rows]
