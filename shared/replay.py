@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import structlog
 
 from kenning import serialization
+from kenning.compensation import ON_FAILURE_PREFIX, on_failure_arguments
 from kenning.context import StepTransaction, WorkflowContext, current_step
 from kenning.dberrors import is_unavailable
 from kenning.errors import (
@@ -479,13 +480,10 @@ class Replayer:
         comp = act.on_failure
         if comp is None:
             return
-        comp_kwargs = dict(kwargs)
-        if isinstance(result, dict):
-            target = getattr(comp, "func", comp)
-            params = serialization.signature(target).parameters
-            takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-            comp_kwargs.update({k: v for k, v in result.items() if takes_any or k in params})
-        self.register_compensation(comp, args, comp_kwargs, f"on_failure:{step_id}", act.retry_policy)
+        # Edda's call, by name: the activity's arguments by parameter name merged with its
+        # dict result; the compensation takes the names it declares when it runs.
+        named = on_failure_arguments(act.func, comp, args, kwargs, result)
+        self.register_compensation(comp, (), named, f"{ON_FAILURE_PREFIX}{step_id}", act.retry_policy)
 
     # ---------------------------------------------------------------- the whole run
 
