@@ -6,17 +6,55 @@ Docker engine answers; an embedded PostgreSQL started from the ``pixeltable-pgse
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
+import structlog
 
 from kenning.db import Database, connect
 from kenning.embedded import postgres_server, with_database
 from kenning.migrate import migrate
+from tests import logguard
 from tests.support import ProcessPool
+
+
+@pytest.fixture(autouse=True)
+def log_guard() -> Iterator[logguard.LogGuard]:
+    """Fails the test on an unexpected error line, failure event or traceback from the
+    in-process engine or any process it started (see ``tests/logguard.py``)."""
+    guard = logguard.LogGuard()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.format_exc_info,
+            guard.processor,
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+        logger_factory=structlog.PrintLoggerFactory(),
+        cache_logger_on_first_use=False,
+    )
+    handler = logguard.ErrorRecords(guard)
+    logging.getLogger().addHandler(handler)
+    logguard.install(guard)
+    try:
+        yield guard
+    finally:
+        logguard.install(None)
+        logging.getLogger().removeHandler(handler)
+        structlog.reset_defaults()
+    problems = guard.problems()
+    if problems:
+        pytest.fail(
+            "unexpected log lines (declare them with expect_log if the test provokes them):\n"
+            + "\n".join(problems[:30]),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +124,7 @@ def side_channel(tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.fixture
-def processes(tmp_path: os.PathLike[str]) -> Iterator[ProcessPool]:
-    pool = ProcessPool(os.fspath(tmp_path))
+def processes(tmp_path: os.PathLike[str], log_guard: logguard.LogGuard) -> Iterator[ProcessPool]:
+    pool = ProcessPool(os.fspath(tmp_path), log_guard)
     yield pool
     pool.stop_all()

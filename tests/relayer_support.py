@@ -23,7 +23,7 @@ import psycopg
 from kenning.db import Database
 from kenning.relayer import Relayer, RelayerSettings
 from kenning.storage import outbox as outbox_sql
-from tests.support import REPO_ROOT, ProcessPool, eventually, free_port
+from tests.support import REPO_ROOT, ProcessPool, eventually, free_port, run_kenning
 
 # Relayer options for tests: millisecond back-offs and a short fallback poll.
 FAST_RELAYER = (
@@ -106,15 +106,7 @@ class CliResult:
 
 def kenning_cli(*args: str, env: dict[str, str] | None = None) -> CliResult:
     """Run ``python -m kenning ARGS`` to completion, stdout and stderr kept apart."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "KENNING_LOG_FORMAT": "json", **(env or {})}
-    done = subprocess.run(
-        [sys.executable, "-m", "kenning", *args],
-        env=full_env,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_kenning(args, {**os.environ, **(env or {})})
     return CliResult(done.returncode, done.stdout, done.stderr)
 
 

@@ -21,6 +21,8 @@ import psycopg
 from kenning.app import App
 from kenning.db import Database
 from kenning.worker import Worker, WorkerSettings
+from tests import logguard
+from tests.logguard import LogGuard
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -60,6 +62,32 @@ def record_execution(label: str) -> None:
             os.close(fd)
 
 
+def run_kenning(args: Sequence[str], env: dict[str, str], *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m kenning ARGS`` to completion with exactly ``env`` (plus the checkout
+    on ``PYTHONPATH`` and JSON logs); its output goes to the running test's log guard."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kenning", *args],
+        env={"PYTHONPATH": str(REPO_ROOT), "KENNING_LOG_FORMAT": "json", **env},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    guard = logguard.current()
+    if guard is not None:
+        guard.watch_text(f"kenning {' '.join(args[:2])}", done.stdout + "\n" + done.stderr)
+    return done
+
+
+def kenning_command(*args: str, url: str = "", pythonpath: str = "") -> subprocess.CompletedProcess[str]:
+    """An operator's command in a clean environment: nothing of this shell's ``KENNING_*``
+    leaks in; ``url`` is the database, ``pythonpath`` adds a folder of the test's own."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(p for p in (str(REPO_ROOT), pythonpath) if p)}
+    if url:
+        env["KENNING_DATABASE_URL"] = url
+    return run_kenning(args, env)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -69,8 +97,9 @@ def free_port() -> int:
 class ProcessPool:
     """Real ``kenning`` processes started as compose would, stopped at test end."""
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, guard: LogGuard | None = None) -> None:
         self.log_dir = log_dir
+        self.guard = guard
         self.procs: list[tuple[psutil.Popen, Path]] = []
 
     def spawn(self, args: Sequence[str], env: dict[str, str] | None = None, name: str = "proc") -> psutil.Popen:
@@ -85,6 +114,8 @@ class ProcessPool:
                 stderr=subprocess.STDOUT,
             )
         self.procs.append((proc, log_path))
+        if self.guard is not None:
+            self.guard.watch_file(log_path.stem, log_path)
         return proc
 
     def worker(self, database_url: str, app: str, *extra: str, env: dict[str, str] | None = None) -> psutil.Popen:

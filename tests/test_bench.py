@@ -14,6 +14,7 @@ import pytest
 from kenning.bench import targets
 from kenning.bench.main import SECTIONS, section_list
 from kenning.bench.stats import percentile
+from tests import logguard
 from tests.support import REPO_ROOT
 
 TARGET_NAMES = {
@@ -61,6 +62,9 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
         cwd=REPO_ROOT,
         timeout=300,
     )
+    guard = logguard.current()
+    if guard is not None:
+        guard.watch_text("kenning bench", done.stdout + "\n" + done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(output.read_text())
     assert report["sections"] == list(SECTIONS)

@@ -17,22 +17,11 @@ from pathlib import Path
 import pytest
 
 from kenning.db import Database
+from tests.logguard import expect_log
 from tests.support import REPO_ROOT, ProcessPool, eventually
+from tests.support import kenning_command as kenning
 
 APP = "tests.apps.core"
-
-
-def kenning(*args: str, url: str = "", pythonpath: str = "") -> subprocess.CompletedProcess[str]:
-    env = {
-        "PYTHONPATH": ":".join(p for p in (str(REPO_ROOT), pythonpath) if p),
-        "KENNING_LOG_FORMAT": "json",
-        "PATH": "/usr/bin:/bin",
-    }
-    if url:
-        env["KENNING_DATABASE_URL"] = url
-    return subprocess.run(
-        [sys.executable, "-m", "kenning", *args], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60
-    )
 
 
 def one_error_line(result: subprocess.CompletedProcess[str], code: int = 2) -> str:
@@ -55,6 +44,7 @@ def test_input_that_does_not_fit_the_workflow_is_one_line(database_url: str) -> 
 def test_an_unexpected_error_is_one_line_with_a_hint_and_the_traceback_at_debug(
     database_url: str, tmp_path: Path
 ) -> None:
+    expect_log("command.error")  # the traceback, at debug level only
     (tmp_path / "exploding_app.py").write_text("raise RuntimeError('boom at import')\n")
     crashed = kenning("start", "three_steps", "--app", "exploding_app", url=database_url, pythonpath=str(tmp_path))
     line = one_error_line(crashed, code=1)

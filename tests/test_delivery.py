@@ -11,13 +11,13 @@ import httpx
 import psycopg
 import pytest
 from cloudevents.core.v1.event import CloudEvent
-from structlog.testing import capture_logs
 
 from kenning import Client, WorkflowFailedError
 from kenning.db import Database
 from kenning.worker.inbox import InboxSettings, add_inbox_arguments, event_start_key, inbox_settings_from_args
 from tests.apps import events as apps
 from tests.ingress_support import Ingress, batch, binary, cloud_event, start_ingress, structured
+from tests.logguard import LogGuard, expect_log
 from tests.support import ProcessPool, eventually, executions, running_worker
 
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -193,12 +193,13 @@ async def test_an_event_before_the_subscription_is_taken_only_within_since(
 
 
 async def test_failing_handlers_retry_with_back_off_then_park_without_blocking_others(
-    database: Database, sql: Sql, http: httpx.AsyncClient, side_channel: str
+    database: Database, sql: Sql, http: httpx.AsyncClient, side_channel: str, log_guard: LogGuard
 ) -> None:
+    expect_log("inbox.failed", event_type="poison.pill")  # parked on purpose
     poison = cloud_event("poison.pill", {"x": 1})
     flaky = cloud_event("flaky.thing", {"failures": 2})
     behind = [cloud_event("audit.logged", None, subject=f"s{n}", traceparent="00-ab") for n in range(3)]
-    with capture_logs() as logs:
+    with log_guard.capture() as logs:
         async with running_worker(database, apps.app, inbox=FAST):
             for event in (poison, flaky, *behind):
                 await post(http, event)
@@ -227,6 +228,7 @@ async def test_failing_handlers_retry_with_back_off_then_park_without_blocking_o
 
 
 async def test_a_row_whose_worker_died_every_time_is_parked(database: Database, sql: Sql) -> None:
+    expect_log("inbox.failed", event_id="doomed")
     from kenning.storage import inbox as inbox_sql
     from kenning.storage.inbox import NewEvent
 
@@ -245,6 +247,7 @@ async def test_a_row_whose_worker_died_every_time_is_parked(database: Database, 
 async def test_handler_session_writes_commit_with_the_row_or_not_at_all(
     database: Database, sql: Sql, http: httpx.AsyncClient
 ) -> None:
+    expect_log("inbox.failed", event_type="audit.stored")  # the handler that raises
     sql.execute("CREATE TABLE test_audit (event_id text PRIMARY KEY)")
     kept = cloud_event("audit.stored", {"fail": False})
     dropped = cloud_event("audit.stored", {"fail": True})
@@ -279,6 +282,7 @@ async def test_cancel_through_the_ingress_compensates_a_waiting_workflow(
 async def test_event_handler_workflows_start_once_per_event_with_validated_input(
     database: Database, sql: Sql, http: httpx.AsyncClient, side_channel: str
 ) -> None:
+    expect_log("inbox.failed", event_type="signup.created")  # the invalid input
     item = cloud_event("bulk.item", {"n": 5}, source="bulk", id="item-5")
     good = cloud_event("signup.created", {"email": "ada@example.org", "plan": "pro"})
     bad = cloud_event("signup.created", {"email": "no plan"})
@@ -308,7 +312,7 @@ async def test_event_handler_workflows_start_once_per_event_with_validated_input
 
 
 async def test_a_locked_subscription_delays_delivery_without_losing_or_counting_it(
-    database: Database, database_url: str, sql: Sql, http: httpx.AsyncClient
+    database: Database, database_url: str, sql: Sql, http: httpx.AsyncClient, log_guard: LogGuard
 ) -> None:
     async with running_worker(database, apps.app), Client(database=database) as client:
         instance_id = (await client.start(apps.waits_for, key="locked")).instance_id
@@ -318,7 +322,7 @@ async def test_a_locked_subscription_delays_delivery_without_losing_or_counting_
             holder.execute(
                 "SELECT 1 FROM kenning_event_subscriptions WHERE instance_id = %s FOR UPDATE", (instance_id,)
             )
-            with capture_logs() as logs:
+            with log_guard.capture() as logs:
                 await post(http, ping)
                 await eventually(lambda: any(e["event"] == "inbox.lock_conflict" for e in logs))
             assert not processed(sql, "tests", ping.get_id())
@@ -329,12 +333,13 @@ async def test_a_locked_subscription_delays_delivery_without_losing_or_counting_
 
 
 async def test_processed_rows_are_deleted_after_retention_and_parked_ones_kept(
-    database: Database, sql: Sql, http: httpx.AsyncClient
+    database: Database, sql: Sql, http: httpx.AsyncClient, log_guard: LogGuard
 ) -> None:
+    log_guard.expect("inbox.failed", event_type="poison.pill")  # parked on purpose: kept past retention
     events = [cloud_event("audit.logged", None, subject="x") for _ in range(3)]
     poison = cloud_event("poison.pill", None)
     settings = InboxSettings(max_attempts=1, retention_seconds=0.2, cleanup_interval_seconds=0.05)
-    with capture_logs() as logs:
+    with log_guard.capture() as logs:
         async with running_worker(database, apps.app, inbox=settings):
             for event in (*events, poison):
                 await post(http, event)
@@ -376,7 +381,10 @@ async def test_a_pending_event_older_than_the_subscription_is_taken_only_with_si
             assert (await client.status(strict)).status == "waiting_for_event"
 
 
-async def test_a_batch_that_fails_together_is_redone_one_event_at_a_time(database: Database, sql: Sql) -> None:
+async def test_a_batch_that_fails_together_is_redone_one_event_at_a_time(
+    database: Database, sql: Sql, log_guard: LogGuard
+) -> None:
+    log_guard.expect("inbox.failed", event_id="bad-signup")  # the one bad event of the batch
     from kenning.storage import inbox as inbox_sql
     from kenning.storage.inbox import NewEvent
 
@@ -385,7 +393,7 @@ async def test_a_batch_that_fails_together_is_redone_one_event_at_a_time(databas
     rows.insert(2, NewEvent("b", "bad-signup", "signup.created", attributes, {"email": "x"}))
     async with database.engine.begin() as conn:
         await inbox_sql.inbox_insert_events(conn, rows)
-    with capture_logs() as logs:
+    with log_guard.capture() as logs:
         async with running_worker(database, apps.app, inbox=FAST), Client(database=database) as client:
             await eventually(lambda: scalar(sql, "SELECT count(*) FROM kenning_inbox WHERE status = 'pending'") == 0)
             ids = [str(r[0]) for r in sql.execute("SELECT id FROM kenning_instances ORDER BY id").fetchall()]

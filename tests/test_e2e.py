@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from tests.ingress_support import binary, cloud_event, structured
+from tests.logguard import expect_log
 from tests.relayer_support import Receiver, start_receiver
-from tests.support import REPO_ROOT, ProcessPool, check_invariants, eventually, free_port
+from tests.support import REPO_ROOT, ProcessPool, check_invariants, eventually, free_port, run_kenning
 
 Sql = psycopg.Connection[tuple[object, ...]]
 COMPOSE: dict[str, Any] = yaml.safe_load((REPO_ROOT / "compose.yaml").read_text())
@@ -79,14 +80,7 @@ class Stack:
         return self._argv(list(test[2:]), replica)
 
     def run_to_completion(self, service: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "kenning", *self.command(service, service)],
-            env=self.processes_env(service),
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_kenning(self.command(service, service), self.processes_env(service))
 
     def processes_env(self, service: str) -> dict[str, str]:
         return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **self.environment(service)}
@@ -212,6 +206,7 @@ class Shop:
 async def test_the_order_saga_through_the_stack_as_compose_runs_it(
     database_url: str, sql: Sql, processes: ProcessPool, tmp_path: Path
 ) -> None:
+    expect_log("instance.failed", workflow="order.created")  # the declined and the late order
     receiver = await start_receiver(processes)
     stack = Stack(processes, database_url, receiver.url, tmp_path)
     migrated = stack.run_to_completion("migrate")  # the one-shot service, as compose runs it first

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import psycopg
 import pytest
@@ -12,16 +10,9 @@ import pytest
 from kenning import Client, WorkflowFailedError
 from kenning.db import Database
 from tests.apps import core
-from tests.support import REPO_ROOT, executions, running_worker
-
-
-def kenning(*args: str, url: str = "") -> subprocess.CompletedProcess[str]:
-    env = {"PYTHONPATH": str(REPO_ROOT), "KENNING_LOG_FORMAT": "json", "PATH": "/usr/bin:/bin"}
-    if url:
-        env["KENNING_DATABASE_URL"] = url
-    return subprocess.run(
-        [sys.executable, "-m", "kenning", *args], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60
-    )
+from tests.logguard import expect_log
+from tests.support import executions, running_worker
+from tests.support import kenning_command as kenning
 
 
 async def test_start_list_show_and_cancel(database: Database, database_url: str) -> None:
@@ -81,6 +72,7 @@ async def test_start_list_show_and_cancel(database: Database, database_url: str)
 async def test_retry_reruns_a_failed_instance_from_its_failed_step(
     database: Database, database_url: str, side_channel: str, sql: psycopg.Connection[tuple[object, ...]]
 ) -> None:
+    expect_log("instance.failed", workflow="retrying")
     async with Client(database=database) as client, running_worker(database, core.app):
         started = await client.start(core.retrying, failures=5)  # FAST allows 3 attempts: fails
         with pytest.raises(WorkflowFailedError, match="RetryExhaustedError"):
@@ -93,6 +85,7 @@ async def test_retry_reruns_a_failed_instance_from_its_failed_step(
 
 
 async def test_retry_is_refused_after_compensations_ran(database: Database, database_url: str) -> None:
+    expect_log("instance.failed", workflow="saga")
     async with Client(database=database) as client, running_worker(database, core.app):
         started = await client.start(core.saga, amount=1, fail=True)
         with pytest.raises(WorkflowFailedError):

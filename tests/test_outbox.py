@@ -8,6 +8,7 @@ import pytest
 from kenning import Client, WorkflowFailedError
 from kenning.db import Database
 from tests.apps import outbox as app
+from tests.logguard import expect_log
 from tests.support import executions, running_worker
 
 INLINE = {"inline_retry_seconds": 0.1}  # pause_once's 0.2 s back-off releases the instance
@@ -88,6 +89,7 @@ async def test_rolled_back_attempts_leave_no_event_and_the_committed_one_leaves_
 async def test_an_activity_that_fails_for_good_leaves_no_event(
     database: Database, sql: psycopg.Connection[tuple[object, ...]], side_channel: str, app_orders: None
 ) -> None:
+    expect_log("instance.failed", workflow="outbox_give_up")
     async with Client(database=database) as client, running_worker(database, app.app):
         started = await client.start(app.outbox_give_up, order_id="o-3")
         with pytest.raises(WorkflowFailedError, match="payment declined"):
@@ -100,6 +102,7 @@ async def test_an_activity_that_fails_for_good_leaves_no_event(
 async def test_sending_from_workflow_code_fails_the_workflow_with_a_clear_error(
     database: Database, sql: psycopg.Connection[tuple[object, ...]]
 ) -> None:
+    expect_log("instance.failed", workflow="outbox_from_workflow")
     async with Client(database=database) as client, running_worker(database, app.app):
         started = await client.start(app.outbox_from_workflow)
         with pytest.raises(WorkflowFailedError) as failed:
@@ -151,6 +154,7 @@ async def test_events_of_sequential_activities_get_increasing_creation_order(
 async def test_a_compensation_sends_its_event_when_it_is_recorded(
     database: Database, sql: psycopg.Connection[tuple[object, ...]]
 ) -> None:
+    expect_log("instance.failed", workflow="outbox_saga")
     async with Client(database=database) as client, running_worker(database, app.app):
         started = await client.start(app.outbox_saga, order_id="o-4")
         with pytest.raises(WorkflowFailedError, match="card declined"):

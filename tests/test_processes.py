@@ -12,6 +12,7 @@ import pytest
 
 from kenning import Client
 from kenning.db import Database
+from tests.logguard import expect_log
 from tests.support import ProcessPool, check_invariants, eventually, executions
 
 APP = "tests.apps.core"
@@ -28,10 +29,13 @@ async def test_two_worker_processes_race_for_200_instances(
     workers = [
         processes.worker(database_url, APP, "--concurrency", "16", "--log-level", "debug", env=env) for _ in range(2)
     ]
+
     # both are up before the burst: on a loaded machine one may take a second longer to
     # start, and the other would rightly take everything
-    for worker in workers:
-        await eventually(lambda w=worker: '"worker.started"' in processes.log_of(w), timeout=60)
+    def both_started() -> bool:
+        return all('"worker.started"' in processes.log_of(w) for w in workers)
+
+    await eventually(both_started, timeout=60)
     async with Client(database=database) as client:
         # a burst, as a busy producer makes: both workers wake to more than either can
         # take at once (one that keeps up with a trickle of starts may rightly take all)
@@ -118,6 +122,7 @@ async def test_crash_during_compensation_is_finished_by_another_worker(
     processes: ProcessPool,
     side_channel: str,
 ) -> None:
+    expect_log("instance.failed", workflow="saga")
     env = {"KENNING_TEST_SIDE_CHANNEL": side_channel, "KENNING_TEST_CRASH_IN_REFUND": "1"}
     first = processes.worker(database_url, APP, "--lease-seconds", "1", env=env)
     async with Client(database=database) as client:

@@ -12,12 +12,12 @@ from datetime import datetime
 
 import psycopg
 import pytest
-from structlog.testing import capture_logs
 
 from kenning import Client
 from kenning.db import Database
 from kenning.storage import outbox as outbox_sql
 from tests.apps import outbox as app
+from tests.logguard import LogGuard
 from tests.relayer_support import (
     check_outbox_invariants,
     insert_events,
@@ -164,10 +164,10 @@ async def test_failed_attempts_are_retried_on_the_stored_schedule_across_a_resta
 
 
 async def test_exhausted_events_are_dead_lettered_and_do_not_delay_newer_ones(
-    database: Database, sql: SQL, processes: ProcessPool
+    database: Database, sql: SQL, processes: ProcessPool, log_guard: LogGuard
 ) -> None:
     receiver = await start_receiver(processes, "--status-for-type", "poison=503")
-    with capture_logs() as logs:
+    with log_guard.capture() as logs:
         async with running_relayer(database, receiver.url, batch_size=10, max_attempts=2, lease_seconds=1.0):
             poison = await insert_events(database, 20, event_type="poison")
             await eventually(lambda: statuses(sql) == {"failed": 20}, timeout=60, message="20 dead letters")
@@ -209,10 +209,10 @@ async def test_timeouts_and_connection_errors_are_retried_until_the_broker_answe
 
 
 async def test_published_events_are_deleted_after_the_retention_period(
-    database: Database, sql: SQL, processes: ProcessPool
+    database: Database, sql: SQL, processes: ProcessPool, log_guard: LogGuard
 ) -> None:
     receiver = await start_receiver(processes)
-    with capture_logs() as logs:
+    with log_guard.capture() as logs:
         async with running_relayer(database, receiver.url, retention_hours=0.0, cleanup_interval_seconds=0.05):
             ids = await insert_events(database, 3)
             await eventually(lambda: sum(receiver.accepted().values()) == 3, timeout=60)

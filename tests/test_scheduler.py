@@ -12,6 +12,7 @@ import pytest
 
 from kenning import Client, WorkflowFailedError
 from kenning.db import Database
+from tests.logguard import expect_log
 from tests.scheduler_support import (
     TIMER_APP,
     Sql,
@@ -114,6 +115,7 @@ async def test_killed_scheduler_restarted_fires_overdue_timers_oldest_first_in_b
 async def test_event_timeout_is_catchable_and_uncaught_runs_compensations(
     database: Database, database_url: str, sql: Sql, processes: ProcessPool, side_channel: str
 ) -> None:
+    expect_log("instance.failed", workflow="impatient")  # the uncaught timeout
     env = {"KENNING_TEST_SIDE_CHANNEL": side_channel}
     processes.worker(database_url, TIMER_APP, env=env)
     spawn_scheduler(processes, database_url)

@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
-from structlog.testing import capture_logs
 
 from kenning import App
 from kenning.db import Database
@@ -21,6 +20,7 @@ from kenning.storage import timers as timers_sql
 from kenning.storage.schedules import TickOutcome
 from kenning.workflow import Workflow
 from tests.apps import timers as apps
+from tests.logguard import LogGuard
 from tests.scheduler_support import (
     Sql,
     check_timer_invariants,
@@ -170,11 +170,11 @@ async def test_next_due_is_the_earliest_timer_or_event_timeout(database: Databas
         assert (await timers_sql.timer_next_due(conn, now + timedelta(seconds=40))).seconds == pytest.approx(-30)
 
 
-async def test_scheduler_logs_stable_event_names(database: Database, sql: Sql) -> None:
+async def test_scheduler_logs_stable_event_names(database: Database, sql: Sql, log_guard: LogGuard) -> None:
     now = db_now(sql)
     insert_waiting_timers(sql, ["t1"], now)
     insert_waiting_event(sql, "e1", now)
-    with capture_logs() as logs:
+    with log_guard.capture() as logs:
         scheduler = Scheduler(database, None, SchedulerSettings(poll_interval=0.5))
         sleep_for = await scheduler.run_once()
     fired = [e for e in logs if e["event"] == "timer.fired"]

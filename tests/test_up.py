@@ -26,6 +26,7 @@ import psutil
 import psycopg
 import pytest
 
+from tests import logguard
 from tests.ingress_support import binary, cloud_event, structured
 from tests.support import REPO_ROOT, check_invariants, eventually, free_port
 
@@ -61,12 +62,22 @@ class Up:
                 text=True,
                 start_new_session=True,
             )
+        self.stdout_path = tmp / "up.stdout"
         self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True)
         self._reader.start()
+        guard = logguard.current()
+        if guard is not None:  # what up prints, and its children's logs under the data directory
+            guard.watch_file("kenning up", self.stderr_path)
+            guard.watch_file("kenning up (stdout)", self.stdout_path)
+            for process in ("ingress", "worker-1", "worker-2", "scheduler", "relayer", "sink"):
+                guard.watch_file(f"up {process}", self.data_dir / "logs" / f"{process}.log")
 
     def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            self.lines.append(line.rstrip("\n"))
+        with open(self.stdout_path, "a") as copy:
+            for line in stream:
+                self.lines.append(line.rstrip("\n"))
+                copy.write(line)
+                copy.flush()
 
     def output(self) -> str:
         return "\n".join(self.lines) + "\n--- stderr ---\n" + self.stderr_path.read_text(errors="replace")[-3000:]

@@ -6,11 +6,11 @@ import asyncio
 
 import psycopg
 import pytest
-from structlog.testing import capture_logs
 
 from kenning import Client, NonDeterminismError, WorkflowFailedError
 from kenning.db import Database
 from tests.apps import core
+from tests.logguard import LogGuard, expect_log
 from tests.support import eventually, executions, running_worker
 
 # Back-offs of 0.2 s (pause_once) exceed this, so they release the instance for a replay.
@@ -86,9 +86,9 @@ async def test_single_model_parameter_takes_the_whole_input(database: Database, 
 
 
 async def test_retries_are_counted_and_then_succeed(
-    database: Database, sql: psycopg.Connection[tuple[object, ...]], side_channel: str
+    database: Database, sql: psycopg.Connection[tuple[object, ...]], side_channel: str, log_guard: LogGuard
 ) -> None:
-    with capture_logs() as logs:
+    with log_guard.capture() as logs:
         async with Client(database=database) as client, running_worker(database, core.app):
             started = await client.start(core.retrying, failures=2)
             assert await client.result(started.instance_id, timeout=10) == "ok"
@@ -134,6 +134,7 @@ async def test_long_backoff_releases_the_worker_and_attempts_survive(
 async def test_saga_compensates_in_reverse_with_positional_and_keyword_arguments(
     database: Database, sql: psycopg.Connection[tuple[object, ...]], side_channel: str
 ) -> None:
+    expect_log("instance.failed", workflow="saga")
     async with Client(database=database) as client, running_worker(database, core.app):
         ok = await client.start(core.saga, amount=7, fail=False)
         bad = await client.start(core.saga, amount=9, fail=True)
@@ -185,6 +186,7 @@ async def test_concurrent_steps_with_explicit_ids_replay_in_any_order(database: 
 async def test_changed_step_is_reported_as_non_determinism(
     database: Database, sql: psycopg.Connection[tuple[object, ...]], side_channel: str
 ) -> None:
+    expect_log("instance.non_deterministic", workflow="changes_shape")
     core.VARIANT["name"] = "a"
     try:
         async with Client(database=database) as client, running_worker(database, core.app, **INLINE):

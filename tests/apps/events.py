@@ -6,6 +6,7 @@ tests can count executions across processes.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -13,7 +14,17 @@ from pydantic import BaseModel
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from kenning import App, ReceivedEvent, WorkflowContext, activity, compensation, on_failure, wait_event, workflow
+from kenning import (
+    App,
+    ReceivedEvent,
+    WorkflowContext,
+    activity,
+    compensation,
+    on_failure,
+    wait_event,
+    wait_timer,
+    workflow,
+)
 from tests.support import executions, record_execution
 
 app = App("kenning-event-tests")
@@ -110,6 +121,24 @@ async def reserve_slot(ctx: WorkflowContext, key: str) -> dict[str, str]:
 async def reserves_then_waits(ctx: WorkflowContext, key: str) -> str:
     await reserve_slot(ctx, key=key)
     await wait_event(ctx, "test.never", match={"key": key})
+    return "not cancelled"
+
+
+@activity
+async def slow_step(ctx: WorkflowContext, key: str, seconds: float) -> None:
+    record_execution(f"slow_step:{key} {ctx.instance_id}")
+    await asyncio.sleep(seconds)
+
+
+@workflow
+async def reserves_slowly_then_waits(ctx: WorkflowContext, key: str, wait: str, seconds: float) -> str:
+    """A cancel that arrives during ``slow_step`` meets the wait right after it."""
+    await reserve_slot(ctx, key=key)
+    await slow_step(ctx, key, seconds)
+    if wait == "event":
+        await wait_event(ctx, "test.never", match={"key": key})
+    else:
+        await wait_timer(ctx, 3600)
     return "not cancelled"
 
 
