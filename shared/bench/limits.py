@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import psycopg
+from psycopg.rows import dict_row
 
 from kenning.rawdb import compiled_sql
 from kenning.storage import history as history_sql
@@ -70,17 +71,17 @@ async def bare_engine_rate(url: str, clients: int, workflows: int, batch: int = 
         before = await commits(conn)
 
     async def loop(i: int) -> None:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
             while True:
                 cur = await conn.execute(
                     CLAIM,
                     {"owner": f"bare-{i}", "names": ["bench_bare"], "limit": batch, "lease_seconds": 30.0, "now": None},
                 )
-                claimed = [row for row in await cur.fetchall() if row[0] is not None]  # not the "next" row
+                claimed = [row for row in await cur.fetchall() if row["id"] is not None]  # not the "next" row
                 if not claimed:
                     return
                 for row in claimed:
-                    instance_id, token = row[0], row[5]
+                    instance_id, token = row["id"], row["lease_token"]
                     for n in (1, 2):
                         await conn.execute(
                             RECORD,

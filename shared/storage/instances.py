@@ -164,7 +164,6 @@ _INSTANCE_CLAIM = text(
         RETURNING i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
                   CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts
     )
-    -- the column order is kenning.bench.limits's too (it reads the bare claim by position)
     SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
            CAST(NULL AS float8) AS seconds_until_next
     FROM claimed
