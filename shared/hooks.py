@@ -3,6 +3,13 @@
 Unlike Edda 0.1.0, every hook fires on every path: a workflow resumed by another
 worker completes, fails or is cancelled with the same hooks as one that ran in one go.
 ``step`` is the step id (``"charge:1"``), which is what Edda passed at run time.
+
+Where each hook runs: the workflow and activity hooks in the worker running the
+instance; ``on_event_sent`` in that worker once the activity's transaction committed;
+``on_event_received(instance_id, event_type, event_data)`` in the worker that delivered
+the event, once per instance it was delivered to, after the delivery committed (never
+again when a replay reads the recorded event; ``event_data`` is the CloudEvent's data,
+JSON or bytes). Edda 0.1.0 declared both event hooks and never called them.
 """
 
 from __future__ import annotations

@@ -524,7 +524,11 @@ class Replayer:
         except Exception as error:
             if self.cancelled:
                 return await compensate_and_finish(self, error=None, cancelled=True)
-            self.log.info("instance.failed", error=repr(error))
+            # Log levels: a workflow that raised is the workflow's outcome, handled as
+            # designed (its saga is undone), so a warning; error is kept for what needs an
+            # operator: non-determinism (a code fix) and a compensation that failed for good
+            # (a saga left half done).
+            self.log.warning("instance.failed", error=repr(error))
             return await compensate_and_finish(self, error=error, cancelled=False)
         except asyncio.CancelledError:
             self.discard()
@@ -558,6 +562,8 @@ class Replayer:
         return "completed"
 
     async def _finish_without_compensation(self, error: Exception) -> str:
+        if not isinstance(error, NonDeterminismError):  # logged at error level already
+            self.log.warning("instance.failed", error=repr(error))
         await self.write_now(
             lambda conn: instances_sql.instance_finish(
                 conn, self.instance_id, self.token, "failed", serialization.encode_error(error)

@@ -9,6 +9,12 @@ processing raises is retried with back-off and parked as ``failed`` after the ma
 attempts; it never blocks the rows behind it. The loop also gives each new subscription
 the chance to take an event already in the inbox (``wait_event(since=...)``), and deletes
 processed rows after the retention period.
+
+The app's ``on_event_received(instance_id, event_type, event_data)`` hook fires here, in
+the worker that delivered the event, once per instance the event was delivered to and
+only after the delivering transaction committed (a batch that rolls back and is redone
+row by row reports each delivery once, when it commits). It does not fire when a replay
+reads the recorded event again.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from kenning.config import add_option, positive_float, positive_int
 from kenning.db import Database
 from kenning.errors import TerminalError
 from kenning.events import ReceivedEvent, event_from_inbox, event_history_payload
+from kenning.hooks import call_hook
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import subscriptions as subscriptions_sql
@@ -96,6 +103,15 @@ def inbox_settings_from_args(args: argparse.Namespace) -> InboxSettings:
 def event_start_key(source: str, event_id: str) -> str:
     """The idempotency key of an instance an event starts: one instance per event."""
     return "cloudevent:" + json.dumps([source, event_id], ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class _Received:
+    """A delivery committed or about to be: what ``on_event_received`` is told."""
+
+    instance_id: str
+    event_type: str
+    data: Any
 
 
 def _is_conflict(error: BaseException) -> bool:
@@ -205,6 +221,7 @@ class InboxProcessor:
         if len(together) < 2 or self._stopping.is_set():
             return claimed
         started: list[tuple[str, str]] = []
+        received: list[_Received] = []
         try:
             async with self.database.engine.begin() as conn:
                 marked = await inbox_sql.inbox_mark_processed(
@@ -215,11 +232,12 @@ class InboxProcessor:
                     if row.event.inbox_id not in marked:
                         log.warning("inbox.claim_lost")
                         continue
-                    await self._apply_event(conn, row, log, started)
+                    await self._apply_event(conn, row, log, started, received)
         except Exception as error:
             self.log.debug("inbox.batch_retried_alone", rows=len(together), error=repr(error))
             return claimed
         self._known_definitions.update(started)
+        await self._report_received(received)
         return alone
 
     # ---------------------------------------------------------------- one row
@@ -239,6 +257,7 @@ class InboxProcessor:
             await self._record_failure(row, log, message, park=True)
             return
         started: list[tuple[str, str]] = []
+        received: list[_Received] = []
         try:
             async with self.database.engine.begin() as conn:
                 if not await inbox_sql.inbox_mark_processed(conn, [(stored.inbox_id, row.claim_token)]):
@@ -247,7 +266,7 @@ class InboxProcessor:
                 if row.kind == "cancel":
                     await self._apply_cancel(conn, row, log)
                 else:
-                    await self._apply_event(conn, row, log, started)
+                    await self._apply_event(conn, row, log, started, received)
         except Exception as error:
             if _is_conflict(error):
                 log.debug("inbox.lock_conflict", error=str(getattr(error, "orig", error)))
@@ -261,6 +280,12 @@ class InboxProcessor:
             )
             return
         self._known_definitions.update(started)
+        await self._report_received(received)
+
+    async def _report_received(self, received: list[_Received]) -> None:
+        """``on_event_received`` for deliveries that committed (a failing hook is logged)."""
+        for item in received:
+            await call_hook(self.app.hooks, "on_event_received", item.instance_id, item.event_type, item.data)
 
     async def _record_failure(self, row: ClaimedRow, log: Any, message: str, *, park: bool) -> None:
         try:
@@ -297,7 +322,12 @@ class InboxProcessor:
             log.info("instance.cancel_requested", instance_id=instance_id, status=outcome[0], applied=outcome[1])
 
     async def _apply_event(
-        self, conn: AsyncConnection, row: ClaimedRow, log: Any, started: list[tuple[str, str]]
+        self,
+        conn: AsyncConnection,
+        row: ClaimedRow,
+        log: Any,
+        started: list[tuple[str, str]],
+        received: list[_Received],
     ) -> None:
         stored = row.event
         event = event_from_inbox(stored)
@@ -325,6 +355,7 @@ class InboxProcessor:
                 workflow=delivery.workflow_name,
                 step=delivery.step_id,
             )
+        received.extend(_Received(d.instance_id, stored.event_type, event.data) for d in deliveries)
         log.debug("event.processed", handlers=len(handlers), delivered=len(deliveries), attempts=row.attempts)
 
     async def _call_handler(self, conn: AsyncConnection, handler: Callable[..., Any], event: ReceivedEvent) -> None:
@@ -367,6 +398,7 @@ class InboxProcessor:
         """Offer each new subscription the oldest event already in the inbox that it takes
         (the ``since`` window, or an event processed while it was being committed)."""
         limit = self.settings.batch_size
+        received: list[_Received] = []
         async with self.database.engine.begin() as conn:
             unchecked = await subscriptions_sql.subscription_claim_unchecked(conn, limit=limit)
             checked: list[tuple[str, str]] = []
@@ -375,7 +407,8 @@ class InboxProcessor:
                 if sub.event is None:
                     checked.append(key)
                     continue
-                payload, payload_bytes = event_history_payload(event_from_inbox(sub.event))
+                event = event_from_inbox(sub.event)
+                payload, payload_bytes = event_history_payload(event)
                 try:
                     async with conn.begin_nested():
                         delivery = await subscriptions_sql.subscription_deliver_to(
@@ -401,7 +434,9 @@ class InboxProcessor:
                         event_type=sub.event.event_type,
                         earlier=True,
                     )
+                    received.append(_Received(delivery.instance_id, event.type, event.data))
             await subscriptions_sql.subscription_mark_checked(conn, checked)
+        await self._report_received(received)
         return len(unchecked) == limit
 
     async def _cleanup(self) -> None:
