@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -24,8 +25,9 @@ from tests.ingress_support import (
     new_id,
     start_ingress,
     structured,
+    wait_until_serving,
 )
-from tests.support import ProcessPool, eventually
+from tests.support import ProcessPool, eventually, free_port
 
 Sql = psycopg.Connection[tuple[object, ...]]
 INGRESS_TOKEN = "in-token-7"
@@ -412,6 +414,8 @@ async def test_unreachable_database_gets_503_and_the_ingress_recovers(
             assert response.headers["retry-after"] == "1"
             ready = await http.get("/readyz")
             assert ready.status_code == 503 and ready.json()["retryable"] is True
+            for said in (response.text, ready.text):  # what happened, not where the database is
+                assert "127.0.0.1" not in said and str(proxy.port) not in said and "connection" not in said, said
             assert (await http.get("/healthz")).status_code == 200  # the process itself is up
 
             await proxy.start()  # the database is back: the next requests succeed
@@ -444,3 +448,164 @@ def test_ingress_cli_reports_bad_configuration(processes: ProcessPool) -> None:
     assert "database URL must start with postgresql://" in processes.log_of(bad_url)
     assert "KENNING_MAX_BODY_BYTES='1MB' is invalid" in processes.log_of(bad_size)
     assert "Traceback" not in processes.log_of(bad_url) + processes.log_of(bad_size)
+
+
+# ------------------------------------------------------------------ the ingress under attack
+
+
+def _big_ints(value: int) -> tuple[dict[str, str], bytes]:
+    return _structured_with(bigext=value)
+
+
+LIMITS: dict[str, tuple[tuple[dict[str, Any], bytes], str]] = {
+    "a 60 KB ce-type": (_binary_header("ce-type", "t" * 60_000), "attribute 'type' is over 4096 characters"),
+    "2,000 extension headers": (
+        ({**binary(cloud_event("t.many", {"a": 1}))[0], **{f"ce-x{n}": "1" for n in range(2000)}}, b"{}"),
+        "over 64 extension attributes",
+    ),
+    "a 9,000-character id": (_binary_header("ce-id", "i" * 9000), "attribute 'id' is over 1024 characters"),
+    "a 2,000-character source": (_binary_header("ce-source", "s" * 2000), "attribute 'source' is over 1024 characters"),
+    "a 2,000-character instance id": (
+        _binary_header("ce-kenninginstanceid", "k" * 2000),
+        "attribute 'kenninginstanceid' is over 1024 characters",
+    ),
+    "a 21-character extension name": (_binary_header("ce-" + "e" * 21, "x"), "over 20 characters"),
+    "an integer over 32 bits": (_big_ints(2**31), "a 32-bit integer"),
+    "an integer under 32 bits": (_big_ints(-(2**31) - 1), "a 32-bit integer"),
+}
+
+
+@pytest.mark.parametrize("case", list(LIMITS))
+async def test_attributes_over_the_limits_get_400_naming_the_limit(http: httpx.AsyncClient, db: Sql, case: str) -> None:
+    (headers, body), says = LIMITS[case]
+    before = inbox_count(db)
+    response = await http.post("/", headers=headers, content=body)
+    assert response.status_code == 400, response.text
+    answer = response.json()
+    assert (answer["error_type"], answer["retryable"]) == ("limit_exceeded", False), answer
+    assert says in answer["error"], answer
+    assert inbox_count(db) == before
+
+
+async def test_attributes_at_the_limits_are_accepted(http: httpx.AsyncClient, db: Sql) -> None:
+    extensions = {f"x{n}": str(n) for n in range(63)} | {"e" * 20: "twenty"}
+    event = cloud_event("t" * 4096, {"a": 1}, id="i" * 1024, source="s" * 1024, **extensions)
+    headers, body = binary(event)
+    response = await http.post("/", headers=headers, content=body)
+    assert response.status_code == 202, response.text
+    assert row_of(db, "s" * 1024, "i" * 1024)["attributes"]["e" * 20] == "twenty"
+    for value in (2**31 - 1, -(2**31)):  # CloudEvents integers are 32-bit, both ends included
+        headers, body = _big_ints(value)
+        response = await http.post("/", headers=headers, content=body)
+        assert response.status_code == 202, response.text
+
+
+UNSTORABLE_PATHS = ["/instances/%00", "/instances/a%00b", "/cancel/%00", "/instances/" + "x" * 9000]
+
+
+async def test_ids_postgresql_cannot_hold_get_400_and_log_no_error(database_url: str, processes: ProcessPool) -> None:
+    ingress = start_ingress(processes, database_url)
+    async with httpx.AsyncClient(base_url=ingress.url, timeout=10) as http:
+        for path in UNSTORABLE_PATHS:
+            method = "POST" if path.startswith("/cancel") else "GET"
+            response = await http.request(method, path)
+            assert response.status_code == 400, (path, response.text)
+            answer = response.json()
+            assert (answer["error_type"], answer["retryable"]) == ("invalid_request", False), answer
+            assert "instance id" in answer["error"]
+        # a query string reaches no SQL, but a NUL in it must not hurt either
+        assert (await http.get("/instances/nope?x=%00")).status_code == 404
+    assert "Traceback" not in processes.log_of(ingress.process)
+
+
+async def test_a_stored_database_error_is_shown_without_its_sql(
+    ingress: Ingress, module_database: str, db: Sql
+) -> None:
+    async with Client(module_database) as client:
+        started = await client.start("waits_any", instance_id=f"sqlerr/{new_id()}")
+    leaked = (
+        "(psycopg.errors.DataError) value too long for type character varying(10)\n"
+        "[SQL: UPDATE kenning_instances SET status = %(status)s WHERE lease_token = %(token)s]\n"
+        "[parameters: {'status': 'failed', 'token': 'lease-secret-42'}]\n"
+        "(Background on this error at: https://sqlalche.me/e/20/9h9h)"
+    )
+    db.execute(
+        "UPDATE kenning_instances SET status = 'failed', error = %s::jsonb, finished_at = now() WHERE id = %s",
+        (json.dumps({"type": "DataError", "message": leaked}), started.instance_id),
+    )
+    async with httpx.AsyncClient(base_url=ingress.url, headers=ingress.headers(token=ADMIN_TOKEN)) as http:
+        answer = (await http.get(f"/instances/{started.instance_id}")).json()
+    assert answer["error"] == {
+        "type": "DataError",
+        "message": "(psycopg.errors.DataError) value too long for type character varying(10)",
+    }
+
+
+def _raw_exchange(url: str, request: bytes, *, timeout: float = 15.0) -> bytes:
+    """Send raw bytes and read until the server closes the connection."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+        if request:
+            conn.sendall(request)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+        return received
+
+
+def _json_answer(raw: bytes) -> tuple[int, dict[str, Any]]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert b"content-type: application/json" in head.lower(), head
+    return status, json.loads(body)
+
+
+async def test_malformed_http_oversized_headers_and_slow_clients_get_json(
+    database_url: str, processes: ProcessPool
+) -> None:
+    ingress = start_ingress(
+        processes, database_url, "--ingress-read-timeout", "1", "--ingress-max-header-bytes", "8192"
+    )
+    status, answer = _json_answer(_raw_exchange(ingress.url, b"THIS IS NOT HTTP\r\n\r\n"))
+    assert (status, answer["error_type"], answer["retryable"]) == (400, "invalid_request", False), answer
+
+    huge = b"POST / HTTP/1.1\r\nHost: x\r\n" + b"".join(b"ce-x%d: %s\r\n" % (n, b"v" * 100) for n in range(200))
+    status, answer = _json_answer(_raw_exchange(ingress.url, huge))
+    assert (status, answer["error_type"]) == (431, "limit_exceeded"), answer
+    assert "8192" in answer["error"]
+
+    # slowloris: a request whose headers never end, and one whose body never comes
+    status, answer = _json_answer(_raw_exchange(ingress.url, b"POST / HTTP/1.1\r\nHost: x\r\nce-id: 1\r\n"))
+    assert (status, answer["error_type"]) == (408, "request_timeout"), answer
+    slow_body = (
+        b"POST / HTTP/1.1\r\nHost: x\r\ncontent-type: application/cloudevents+json\r\ncontent-length: 100\r\n\r\n{"
+    )
+    status, answer = _json_answer(_raw_exchange(ingress.url, slow_body))
+    assert (status, answer["error_type"]) == (408, "request_timeout"), answer
+    assert _raw_exchange(ingress.url, b"") == b""  # a client that says nothing is cut, without an answer
+    async with httpx.AsyncClient(base_url=ingress.url, timeout=10) as http:
+        assert (await http.get("/healthz")).status_code == 200  # and the ingress serves on
+
+
+def test_an_open_ingress_on_a_public_address_refuses_to_start(database_url: str, processes: ProcessPool) -> None:
+    refused = processes.spawn(
+        ["ingress", "--host", "0.0.0.0", "--port", str(free_port()), "--no-migrate"],
+        env={"KENNING_DATABASE_URL": database_url, "KENNING_INGRESS_TOKEN": "", "KENNING_ADMIN_TOKEN": ""},
+        name="open-refused",
+    )
+    assert refused.wait(timeout=30) == 2
+    said = processes.log_of(refused)
+    assert "refusing to listen on 0.0.0.0 without KENNING_INGRESS_TOKEN" in said and "Traceback" not in said
+
+    port = free_port()
+    opened = processes.spawn(
+        ["ingress", "--host", "0.0.0.0", "--port", str(port), "--no-migrate"],
+        env={"KENNING_DATABASE_URL": database_url, "KENNING_INGRESS_ALLOW_OPEN": "true"},
+        name="open-allowed",
+    )
+    wait_until_serving(f"http://127.0.0.1:{port}", opened)
+    warnings = [json.loads(line) for line in processes.log_of(opened).splitlines() if '"ingress.open"' in line]
+    assert [(w["level"], w["host"]) for w in warnings] == [("warning", "0.0.0.0")]
+
+    guarded = start_ingress(processes, database_url, "--host", "0.0.0.0", token="tok")
+    assert '"ingress.open"' not in processes.log_of(guarded.process)

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -95,7 +95,12 @@ class Ingress:
             connect_timeout=max(2, round(timeout)),
             pool_timeout=timeout,
         )
-        _log.info("ingress.started", pid=os.getpid(), max_body_bytes=self.settings.max_body_bytes)
+        _log.info(
+            "ingress.started",
+            pid=os.getpid(),
+            max_body_bytes=self.settings.max_body_bytes,
+            read_timeout=self.settings.read_timeout,
+        )
         try:
             yield
         finally:
@@ -138,6 +143,20 @@ class Ingress:
 
     # ---------------------------------------------------------------- routes
 
+    def _bad_instance_id(self, instance_id: str) -> JSONResponse | None:
+        """A 400 for an id no instance can have: PostgreSQL text cannot hold NUL, and ids
+        are capped like event ids. Answered here, so no such value ever reaches SQL."""
+        if "\x00" in instance_id:
+            return responses.error(400, "the instance id contains a NUL character", "invalid_request")
+        if len(instance_id) > self.settings.limits.max_id_length:
+            limit = self.settings.limits.max_id_length
+            return responses.error(400, f"the instance id is over {limit} characters", "invalid_request")
+        try:
+            instance_id.encode("utf-8")
+        except UnicodeEncodeError:
+            return responses.error(400, "the instance id is not valid Unicode", "invalid_request")
+        return None
+
     async def receive(self, request: Request) -> Response:
         path = request.path_params.get("path", "")
         if path.split("/", 1)[0] in _RESERVED:
@@ -148,11 +167,24 @@ class Ingress:
         if denied is not None:
             return denied
         try:
-            body = await read_body(request, self.settings.max_body_bytes)
+            # a client sending its body slower than this holds a connection for nothing
+            async with asyncio.timeout(self.settings.read_timeout):
+                body = await read_body(request, self.settings.max_body_bytes)
         except BodyTooLargeError:
             return responses.error(413, f"request body over {self.settings.max_body_bytes} bytes", "payload_too_large")
+        except TimeoutError:
+            _log.info("event.read_timeout", seconds=self.settings.read_timeout)
+            return responses.error(
+                408,
+                f"the request body did not arrive within {self.settings.read_timeout:g} s (--ingress-read-timeout)",
+                "request_timeout",
+                headers={"Connection": "close"},
+            )
+        except ClientDisconnect:  # nobody is left to answer; nothing was stored
+            _log.info("event.client_disconnected")
+            return responses.error(400, "the client disconnected", "invalid_request")
         try:
-            events, batch = parse_request(request.headers.raw, body)
+            events, batch = parse_request(request.headers.raw, body, self.settings.limits)
         except InvalidEventError as invalid:
             _log.info("event.rejected", error_type=invalid.error_type, reason=str(invalid))
             return responses.error(400, str(invalid), invalid.error_type)
@@ -180,6 +212,9 @@ class Ingress:
         instance_id = request.path_params["instance_id"]
         if not instance_id:
             return responses.error(400, "missing instance id: POST /cancel/{instance_id}", "invalid_request")
+        bad = self._bad_instance_id(instance_id)
+        if bad is not None:
+            return bad
         try:
             found = await self._run(lambda conn: inbox_sql.inbox_insert_cancel(conn, instance_id))
         except Exception as exc:
@@ -194,6 +229,9 @@ class Ingress:
         if denied is not None:
             return denied
         instance_id = request.path_params["instance_id"]
+        bad = self._bad_instance_id(instance_id)
+        if bad is not None:
+            return bad
         try:
             row = await self._run(lambda conn: instances_sql.instance_get(conn, instance_id))
         except Exception as exc:
@@ -212,7 +250,12 @@ class Ingress:
         if row.status == "completed":
             body["result"] = (row.result or {}).get("result")
         if row.error:
-            body["error"] = {"type": row.error.get("type"), "message": row.error.get("message")}
+            message = row.error.get("message")
+            body["error"] = {
+                "type": row.error.get("type"),
+                # a database error's text carries its statement and parameters (a lease token)
+                "message": responses.without_internals(message) if isinstance(message, str) else message,
+            }
         return JSONResponse(body)
 
     async def healthz(self, request: Request) -> Response:

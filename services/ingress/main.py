@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 
 import structlog
 import uvicorn
 
+from kenning.commands.errors import UsageError
 from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
 from kenning.db import redacted, sqlalchemy_url
-from kenning.ingress.settings import DEFAULT_MAX_BODY_BYTES
+from kenning.ingress.parsing import DEFAULT_LIMITS
+from kenning.ingress.protocol import IngressProtocol
+from kenning.ingress.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES, DEFAULT_READ_TIMEOUT
 from kenning.migrate import migrate
 
 KEEP_ALIVE_SECONDS = 90
@@ -33,12 +37,89 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_option(parser, "--ingress-token", default="", help="bearer token required to post events (prefer the env)")
     add_option(parser, "--admin-token", default="", help="bearer token for /cancel and /instances (prefer the env)")
+    add_option(
+        parser,
+        "--ingress-allow-open",
+        default=False,
+        type=bool,
+        help="serve without KENNING_INGRESS_TOKEN on an address other than loopback (refused otherwise)",
+    )
+    add_option(
+        parser,
+        "--ingress-max-attribute-length",
+        default=DEFAULT_LIMITS.max_attribute_length,
+        type=positive_int,
+        help="characters in one attribute value; longer gets 400",
+    )
+    add_option(
+        parser,
+        "--ingress-max-attribute-name-length",
+        default=DEFAULT_LIMITS.max_attribute_name_length,
+        type=positive_int,
+        help="characters in one attribute name (CloudEvents recommends 20)",
+    )
+    add_option(
+        parser,
+        "--ingress-max-extensions",
+        default=DEFAULT_LIMITS.max_extensions,
+        type=positive_int,
+        help="extension attributes in one event",
+    )
+    add_option(
+        parser,
+        "--ingress-max-id-length",
+        default=DEFAULT_LIMITS.max_id_length,
+        type=positive_int,
+        help="characters in an event's id and source, and in an instance id",
+    )
+    add_option(
+        parser,
+        "--ingress-max-header-bytes",
+        default=DEFAULT_MAX_HEADER_BYTES,
+        type=positive_int,
+        help="bytes of request line and headers; more gets 431",
+    )
+    add_option(
+        parser,
+        "--ingress-read-timeout",
+        default=DEFAULT_READ_TIMEOUT,
+        type=positive_float,
+        help="seconds a client has to send a request's headers, and again its body; then 408",
+    )
     add_option(parser, "--migrate", default=True, type=bool, help="bring the schema up to date at start")
     add_logging_options(parser)
 
 
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def check_exposure(args: argparse.Namespace) -> None:
+    """Refuse an ingress anyone on the network could use, unless the operator said so."""
+    if args.ingress_token or is_loopback(args.host):
+        return
+    if not args.ingress_allow_open:
+        raise UsageError(
+            f"refusing to listen on {args.host} without KENNING_INGRESS_TOKEN: anyone who reaches it could "
+            "post events, cancel workflows and read their results. Set KENNING_INGRESS_TOKEN (and "
+            "KENNING_ADMIN_TOKEN), listen on 127.0.0.1, or pass --ingress-allow-open (KENNING_INGRESS_ALLOW_OPEN=true)"
+        )
+    structlog.get_logger("kenning.ingress").warning(
+        "ingress.open",
+        host=args.host,
+        port=args.port,
+        reason="--ingress-allow-open: no token guards events, /cancel or /instances",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     sqlalchemy_url(args.database_url)  # a missing or malformed URL is a CLI error (exit 2)
+    check_exposure(args)
     # uvicorn workers are fresh processes: hand them the settings through the environment.
     os.environ.update(
         {
@@ -47,6 +128,12 @@ def run(args: argparse.Namespace) -> int:
             "KENNING_DATABASE_TIMEOUT": str(args.database_timeout),
             "KENNING_INGRESS_TOKEN": args.ingress_token,
             "KENNING_ADMIN_TOKEN": args.admin_token,
+            "KENNING_INGRESS_MAX_ATTRIBUTE_LENGTH": str(args.ingress_max_attribute_length),
+            "KENNING_INGRESS_MAX_ATTRIBUTE_NAME_LENGTH": str(args.ingress_max_attribute_name_length),
+            "KENNING_INGRESS_MAX_EXTENSIONS": str(args.ingress_max_extensions),
+            "KENNING_INGRESS_MAX_ID_LENGTH": str(args.ingress_max_id_length),
+            "KENNING_INGRESS_MAX_HEADER_BYTES": str(args.ingress_max_header_bytes),
+            "KENNING_INGRESS_READ_TIMEOUT": str(args.ingress_read_timeout),
             "KENNING_LOG_LEVEL": args.log_level,
             "KENNING_LOG_FORMAT": args.log_format,
         }
@@ -71,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         server_header=False,
+        # uvicorn's httptools protocol with JSON for malformed HTTP, a header size cap
+        # and a header read deadline (kenning.ingress.protocol)
+        http=IngressProtocol,
         # Longer than clients' and proxies' idle pools (httpx 5 s, nginx 75 s), so the
         # client closes an idle connection first and never posts on one being closed.
         timeout_keep_alive=KEEP_ALIVE_SECONDS,

@@ -5,6 +5,10 @@ binding demand it: header values must be valid percent-encoded UTF-8 (the SDK le
 ``%C0%A0`` through), JSON must parse (the SDK falls back to a string), and text must hold
 no NUL and JSON no ``\\u0000``, lone surrogate or non-finite number, which PostgreSQL
 cannot store. Every event then passes the SDK's own validation (``CloudEvent(...)``).
+
+Sizes are capped (``EventLimits``) before anything is stored: attribute names, values,
+the number of extensions, ``id``/``source`` (and the instance id) each have a limit, and
+a request over one gets a 400 ``limit_exceeded`` naming it and the flag that sets it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 from urllib.parse import unquote_to_bytes
@@ -32,6 +37,23 @@ OPTIONAL = ("datacontenttype", "dataschema", "subject", "time")
 _JSON_MEDIA = re.compile(r"^(application|text)/([a-z0-9\-.]+\+)?json$")
 _EXTENSION_NAME = re.compile(r"^[a-z0-9]+$")
 _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# CloudEvents integers are signed 32-bit (the spec's Integer type)
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# attributes whose length is an identifier's, not a value's
+_IDENTIFIERS = ("id", "source", INSTANCE_EXTENSION)
+
+
+@dataclass(frozen=True)
+class EventLimits:
+    """How large one event's attributes may be (``kenning ingress --ingress-max-*``)."""
+
+    max_attribute_length: int = 4096  # characters in any attribute value
+    max_attribute_name_length: int = 20  # the CloudEvents spec's own recommendation
+    max_extensions: int = 64
+    max_id_length: int = 1024  # id, source and kenninginstanceid
+
+
+DEFAULT_LIMITS = EventLimits()
 
 
 class InvalidEventError(Exception):
@@ -54,7 +76,9 @@ def is_json_media(media: str) -> bool:
     return bool(_JSON_MEDIA.match(media))
 
 
-def parse_request(headers: Sequence[tuple[bytes, bytes]], body: bytes) -> tuple[list[NewEvent], bool]:
+def parse_request(
+    headers: Sequence[tuple[bytes, bytes]], body: bytes, limits: EventLimits = DEFAULT_LIMITS
+) -> tuple[list[NewEvent], bool]:
     """The events of one request and whether it was a batch; raises ``InvalidEventError``."""
     content_type: str | None = None
     ce_headers: dict[str, bytes] = {}
@@ -67,20 +91,23 @@ def parse_request(headers: Sequence[tuple[bytes, bytes]], body: bytes) -> tuple[
             if attribute in ce_headers:
                 _invalid(f"header {name} is given more than once", "invalid_attribute")
             ce_headers[attribute] = raw_value
+            # counted while reading, so 100,000 headers are refused before any is decoded
+            if len(ce_headers) > len(REQUIRED) + len(OPTIONAL) + limits.max_extensions:
+                _over_extensions(limits)
     media = media_type(content_type)
     if media.startswith("application/cloudevents-batch"):
         if media != BATCH:
             _invalid(f"unsupported batch format {media!r}: only {BATCH} is accepted", "unsupported_content_type")
-        return _parse_batch(body), True
+        return _parse_batch(body, limits), True
     if media.startswith("application/cloudevents"):
         if media != STRUCTURED:
             _invalid(f"unsupported event format {media!r}: only {STRUCTURED} is accepted", "unsupported_content_type")
         document = load_json(body, "the body")
         if not isinstance(document, dict):
             _invalid("a structured CloudEvent must be a JSON object", "invalid_json")
-        return [_event_from_object(document)], False
+        return [_event_from_object(document, limits)], False
     if ce_headers:
-        return [_parse_binary(ce_headers, content_type, body)], False
+        return [_parse_binary(ce_headers, content_type, body, limits)], False
     _invalid(
         f"not a CloudEvent: content type {media or 'none'!r} without ce- headers; send binary mode "
         f"(ce-* headers), {STRUCTURED} or {BATCH}",
@@ -91,7 +118,11 @@ def parse_request(headers: Sequence[tuple[bytes, bytes]], body: bytes) -> tuple[
 # ------------------------------------------------------------------ binary mode
 
 
-def _decode_header(attribute: str, raw: bytes) -> str:
+def _decode_header(attribute: str, raw: bytes, limits: EventLimits) -> str:
+    _check_name(attribute, limits)
+    # a percent-encoded character is at most 3 bytes per UTF-8 byte: cap before decoding
+    if len(raw) > 12 * _value_limit(attribute, limits):
+        _over_length(attribute, limits)
     if any(b < 0x20 or b > 0x7E for b in raw):
         _invalid(
             f"header ce-{attribute} holds characters outside printable ASCII; percent-encode them", "invalid_encoding"
@@ -105,8 +136,8 @@ def _decode_header(attribute: str, raw: bytes) -> str:
         _invalid(f"header ce-{attribute} does not percent-decode to valid UTF-8", "invalid_encoding")
 
 
-def _parse_binary(ce_headers: dict[str, bytes], content_type: str | None, body: bytes) -> NewEvent:
-    attributes: dict[str, Any] = {name: _decode_header(name, raw) for name, raw in ce_headers.items()}
+def _parse_binary(ce_headers: dict[str, bytes], content_type: str | None, body: bytes, limits: EventLimits) -> NewEvent:
+    attributes: dict[str, Any] = {name: _decode_header(name, raw, limits) for name, raw in ce_headers.items()}
     if "datacontenttype" in attributes or "data" in attributes:
         _invalid("binary mode carries datacontenttype in Content-Type and data in the body", "invalid_attribute")
     if content_type is not None:
@@ -126,13 +157,13 @@ def _parse_binary(ce_headers: dict[str, bytes], content_type: str | None, body: 
                 check_storable(data, "the text data")
         else:
             data_bytes = body
-    return _validated(attributes, data, data_bytes)
+    return _validated(attributes, data, data_bytes, limits)
 
 
 # ------------------------------------------------------------------ structured and batched modes
 
 
-def _parse_batch(body: bytes) -> list[NewEvent]:
+def _parse_batch(body: bytes, limits: EventLimits) -> list[NewEvent]:
     document = load_json(body, "the batch", check=False)  # each event is checked below
     if not isinstance(document, list):
         _invalid("a CloudEvents batch must be a JSON array of events", "invalid_batch")
@@ -142,13 +173,13 @@ def _parse_batch(body: bytes) -> list[NewEvent]:
             _invalid(f"event {position} of the batch is not a JSON object", "invalid_batch")
         try:
             check_storable(item, "the event")
-            events.append(_event_from_object(item))
+            events.append(_event_from_object(item, limits))
         except InvalidEventError as error:
             raise InvalidEventError(f"event {position} of the batch: {error}", error.error_type) from None
     return events
 
 
-def _event_from_object(document: dict[str, Any]) -> NewEvent:
+def _event_from_object(document: dict[str, Any], limits: EventLimits) -> NewEvent:
     attributes = {k: v for k, v in document.items() if v is not None}
     data = attributes.pop("data", None)
     encoded = attributes.pop("data_base64", None)
@@ -162,17 +193,21 @@ def _event_from_object(document: dict[str, Any]) -> NewEvent:
             data_bytes = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             _invalid("data_base64 is not valid base64", "invalid_data")
-    return _validated(attributes, data, data_bytes)
+    return _validated(attributes, data, data_bytes, limits)
 
 
 # ------------------------------------------------------------------ common checks
 
 
-def _validated(attributes: dict[str, Any], data: Any, data_bytes: bytes | None) -> NewEvent:
+def _validated(attributes: dict[str, Any], data: Any, data_bytes: bytes | None, limits: EventLimits) -> NewEvent:
     for name in REQUIRED:
         if name not in attributes:
             _invalid(f"missing required attribute {name!r}", "missing_attribute")
+    extensions = [name for name in attributes if name not in REQUIRED and name not in OPTIONAL]
+    if len(extensions) > limits.max_extensions:
+        _over_extensions(limits)
     for name, value in attributes.items():
+        _check_limits(name, value, limits)
         if name in REQUIRED or name in OPTIONAL:
             if not isinstance(value, str) or not value:
                 _invalid(f"attribute {name!r} must be a non-empty string", "invalid_attribute")
@@ -205,6 +240,38 @@ def _validated(attributes: dict[str, Any], data: Any, data_bytes: bytes | None) 
         data_bytes=data_bytes,
         instance_id=instance_id,
     )
+
+
+def _check_name(name: str, limits: EventLimits) -> None:
+    if len(name) > limits.max_attribute_name_length:
+        _invalid(
+            f"attribute name {name[:40]!r} is over {limits.max_attribute_name_length} characters "
+            "(--ingress-max-attribute-name-length)",
+            "limit_exceeded",
+        )
+
+
+def _value_limit(name: str, limits: EventLimits) -> int:
+    return limits.max_id_length if name in _IDENTIFIERS else limits.max_attribute_length
+
+
+def _over_length(name: str, limits: EventLimits) -> NoReturn:
+    flag = "--ingress-max-id-length" if name in _IDENTIFIERS else "--ingress-max-attribute-length"
+    _invalid(f"attribute {name!r} is over {_value_limit(name, limits)} characters ({flag})", "limit_exceeded")
+
+
+def _over_extensions(limits: EventLimits) -> NoReturn:
+    _invalid(
+        f"the event has over {limits.max_extensions} extension attributes (--ingress-max-extensions)", "limit_exceeded"
+    )
+
+
+def _check_limits(name: str, value: Any, limits: EventLimits) -> None:
+    _check_name(name, limits)
+    if isinstance(value, str) and len(value) > _value_limit(name, limits):
+        _over_length(name, limits)
+    if isinstance(value, int) and not isinstance(value, bool) and not INT32_MIN <= value <= INT32_MAX:
+        _invalid(f"extension attribute {name!r} is not a 32-bit integer ({INT32_MIN} to {INT32_MAX})", "limit_exceeded")
 
 
 def _parse_time(value: str) -> datetime:

@@ -1,4 +1,8 @@
-"""JSON answers of the ingress: every error has ``error``, ``error_type`` and ``retryable``."""
+"""JSON answers of the ingress: every error has ``error``, ``error_type`` and ``retryable``.
+
+Error bodies say what happened, never where or how: no database host or port, no SQL
+text or parameters (which may hold a lease token), no driver detail. The log has those.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +13,44 @@ from starlette.responses import JSONResponse
 
 from kenning.dberrors import is_unavailable
 
+# SQLAlchemy appends these to a driver error's text; everything from there on is internals
+_INTERNALS_MARKERS = ("\n[SQL: ", "\n[parameters: ", "\n(Background on this error")
+
 
 def accepted(**fields: Any) -> JSONResponse:
     return JSONResponse({"status": "accepted", **fields}, status_code=202)
 
 
-def error(status_code: int, message: str, error_type: str, *, retryable: bool = False) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status_code == 401 else None
+def error(
+    status_code: int,
+    message: str,
+    error_type: str,
+    *,
+    retryable: bool = False,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    extra = dict(headers or {})
+    if status_code == 401:
+        extra["WWW-Authenticate"] = "Bearer"
     if retryable and status_code == 503:
-        headers = {"Retry-After": "1"}
+        extra["Retry-After"] = "1"
     return JSONResponse(
-        {"error": message, "error_type": error_type, "retryable": retryable}, status_code=status_code, headers=headers
+        {"error": message, "error_type": error_type, "retryable": retryable},
+        status_code=status_code,
+        headers=extra or None,
     )
 
 
-def database_unavailable(detail: str) -> JSONResponse:
-    return error(503, f"the database is unavailable: {detail}", "database_unavailable", retryable=True)
+def database_unavailable(detail: str = "") -> JSONResponse:
+    message = "the database is unavailable" + (f": {detail}" if detail else "; try again shortly")
+    return error(503, message, "database_unavailable", retryable=True)
+
+
+def without_internals(message: str) -> str:
+    """A stored error message as a client may read it: SQLAlchemy's ``[SQL: ...]`` and
+    ``[parameters: ...]`` sections cut off."""
+    cut = min((message.find(marker) for marker in _INTERNALS_MARKERS if marker in message), default=-1)
+    return message[:cut] if cut >= 0 else message
 
 
 def failure(exc: BaseException) -> tuple[JSONResponse, bool]:
@@ -32,15 +58,18 @@ def failure(exc: BaseException) -> tuple[JSONResponse, bool]:
     is unexpected (to be logged with its traceback). Never a traceback page."""
     if isinstance(exc, DBAPIError):
         sqlstate = str(getattr(exc.orig, "sqlstate", "") or "")
-        detail = (str(exc.orig) if exc.orig is not None else str(exc)).strip().splitlines()
-        first = detail[0] if detail else type(exc).__name__
-        # data exception, or a program limit (an id too long for its index): the event's fault
+        # data exception, or a program limit (an id too long for its index): the event's fault.
+        # The server's primary message names the problem, not the statement or its values.
         if sqlstate[:2] in ("22", "54"):
-            return error(400, f"the database rejected the event: {first}", "invalid_data"), False
+            diag = getattr(exc.orig, "diag", None)
+            primary = getattr(diag, "message_primary", None) or "the value cannot be stored"
+            return error(
+                400, f"the database rejected the event: {primary} (SQLSTATE {sqlstate})", "invalid_data"
+            ), False
         if sqlstate == "42P01":
             return database_unavailable("the schema is missing; run kenning migrate"), False
         if is_unavailable(exc):
-            return database_unavailable(first), False
+            return database_unavailable(), False
     elif is_unavailable(exc):
-        return database_unavailable(str(exc) or type(exc).__name__), False
+        return database_unavailable(), False
     return error(500, "internal error; the event was not stored", "internal_error", retryable=True), True
