@@ -1,4 +1,5 @@
-"""Find the user's ``App`` from ``--app module[:attribute][,module...]``."""
+"""Find the user's ``App`` from ``--app module[:attribute][,module...]``, and the settings
+it provides as fallbacks (Edda's ``EddaApp(db_url, broker_url)``)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,13 @@ def _named_app(module_name: str, namespace: dict[str, object], attribute: str) -
     if not isinstance(value, App):
         raise ConfigurationError(f"{module_name}:{attribute} is not a kenning.App (it is a {type(value).__name__})")
     return value
+
+
+def database_url(configured: str, app: App | None) -> str:
+    """``--database-url``/``KENNING_DATABASE_URL`` if given, else the App's ``db_url``."""
+    return configured or (app.db_url if app is not None and app.db_url else "")
+
+
+def broker_url(configured: str, app: App | None) -> str:
+    """``--broker-url``/``KENNING_BROKER_URL`` if given, else the App's ``broker_url``."""
+    return configured or (app.broker_url if app is not None and app.broker_url else "")

@@ -3,18 +3,21 @@
 
 from __future__ import annotations
 
+import importlib
 from collections import Counter
 
 import psycopg
 import pytest
 
-from kenning import Client, WorkflowFailedError
+from kenning import App, Client, EddaApp, RetryPolicy, WorkflowFailedError
 from kenning.db import Database
+from kenning.errors import ConfigurationError
 from kenning.storage import inbox as inbox_sql
 from kenning.storage.inbox import NewEvent
 from tests.apps import hooks as apps
 from tests.logguard import LogGuard, expect_log
-from tests.support import eventually, running_worker
+from tests.relayer_support import FAST_RELAYER, start_receiver
+from tests.support import ProcessPool, eventually, run_kenning, running_worker
 
 Sql = psycopg.Connection[tuple[object, ...]]
 ATTRIBUTES = {"specversion": "1.0"}
@@ -162,3 +165,75 @@ async def test_a_delivery_rolled_back_with_its_batch_reports_nothing(
             assert await client.result(instance_id, timeout=10) == 1
     assert any(line["event"] == "inbox.batch_retried_alone" and line["rows"] == 2 for line in logs)
     assert apps.hooks.received(instance_id) == [("hooks.go", {"key": "rollback", "n": 0})]
+
+
+# ------------------------------------------------------------------ App's Edda arguments
+
+
+def test_app_takes_eddas_arguments_in_eddas_order(log_guard: LogGuard, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.import_module("kenning.app"), "_outbox_hint_given", False)
+    policy = RetryPolicy(max_attempts=2)
+    with log_guard.capture() as logs:
+        app = EddaApp("svc", "postgresql://u:secret@db/x", True, "http://broker/", apps.hooks, policy)
+        App("again", outbox_enabled=True)
+    assert EddaApp is App
+    assert (app.service_name, app.db_url, app.outbox_enabled, app.broker_url) == (
+        "svc",
+        "postgresql://u:secret@db/x",
+        True,
+        "http://broker/",
+    )
+    assert app.hooks is apps.hooks and app.default_retry_policy is policy
+    hints = [line for line in logs if line["event"] == "app.outbox_enabled"]
+    assert [line["level"] for line in hints] == ["warning"]  # once per process
+    assert "`kenning relayer --app <module>`" in hints[0]["hint"]
+    assert App("plain").db_url is None and App("plain", "").broker_url is None
+
+
+@pytest.mark.parametrize("url", ["sqlite+aiosqlite:///edda.db", "mysql://u:secret@db/x", "db.example.com/x"])
+def test_an_app_db_url_kenning_cannot_use_is_refused_saying_what_to_use(url: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        App("svc", url)
+    message = str(caught.value)
+    assert message.startswith("App(db_url=...) must be a postgresql:// URL, got ")
+    assert "KENNING_DATABASE_URL" in message and "secret" not in message
+
+
+def test_a_process_loading_an_app_with_an_unusable_db_url_says_so_in_one_line() -> None:
+    done = run_kenning(
+        ["worker", "--app", "tests.apps.hooks:edda_app"],
+        {"PATH": "/usr/bin:/bin", "TEST_APP_DATABASE_URL": "sqlite:///edda.db"},
+    )
+    assert done.returncode == 2, done
+    assert done.stderr.strip().splitlines() == [
+        "kenning worker: App(db_url=...) must be a postgresql:// URL, got sqlite:// (Kenning runs on PostgreSQL "
+        "only): pass a postgresql:// URL, or leave db_url out and set KENNING_DATABASE_URL"
+    ]
+
+
+async def test_processes_fall_back_to_the_apps_db_url_and_broker_url(
+    database: Database, database_url: str, processes: ProcessPool
+) -> None:
+    """Worker and scheduler find the database only in the App's db_url; the relayer takes
+    its broker from the App's broker_url, and KENNING_DATABASE_URL wins over the App's
+    (unreachable) db_url."""
+    receiver = await start_receiver(processes)
+    app = ("--app", "tests.apps.hooks:edda_app", "--poll-interval", "0.2")
+    from_app = {"KENNING_DATABASE_URL": "", "TEST_APP_DATABASE_URL": database_url}
+    processes.spawn(["worker", *app], env=from_app, name="worker")
+    processes.spawn(["scheduler", *app], env=from_app, name="scheduler")
+    relayer_env = {
+        "KENNING_DATABASE_URL": database_url,
+        "KENNING_BROKER_URL": "",
+        "TEST_APP_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/unreachable",
+        "TEST_APP_BROKER_URL": receiver.url,
+    }
+    processes.spawn(["relayer", *app[:2], *FAST_RELAYER], env=relayer_env, name="relayer")
+    async with Client(database=database) as client:
+        started = await client.start(apps.nap, key="fallback")
+        assert await client.result(started.instance_id, timeout=60) == 0  # the timer fired
+    await eventually(
+        lambda: [e["attributes"]["type"] for e in receiver.events() if "attributes" in e] == ["hooks.finished"],
+        timeout=60,
+        message="the outbox event reached the App's broker",
+    )

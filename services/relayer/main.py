@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from kenning.appload import broker_url, database_url, load_app
 from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
 from kenning.db import connect
 from kenning.errors import ConfigurationError
@@ -27,6 +28,12 @@ def non_negative_float(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "--broker-url", default="", help="where events are POSTed (http:// or https:// URL)")
+    add_option(
+        parser,
+        "--app",
+        default="",
+        help="optional: module[:attribute] whose App's broker_url and db_url are the fallbacks",
+    )
     add_database_options(parser)
     add_option(parser, "--content-mode", default="binary", choices=CONTENT_MODES, help="CloudEvents HTTP content mode")
     add_option(parser, "--batch-size", default=50, type=positive_int, help="events claimed and sent at once")
@@ -51,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_broker_url(url: str) -> str:
     if not url:
-        raise ConfigurationError("no broker URL: pass --broker-url or set KENNING_BROKER_URL")
+        raise ConfigurationError(
+            "no broker URL: pass --broker-url or set KENNING_BROKER_URL (or --app, an App with broker_url)"
+        )
     try:
         parsed = urlsplit(url)
         host = parsed.hostname
@@ -101,6 +110,9 @@ async def _serve(settings: RelayerSettings, database_url: str, health_file: str)
 
 
 def run(args: argparse.Namespace) -> int:
+    app = load_app(args.app) if args.app.strip() else None
+    args.broker_url = broker_url(args.broker_url, app)  # else the App's broker_url
+    args.database_url = database_url(args.database_url, app)  # else the App's db_url
     settings = settings_from(args)
     if args.migrate:
         migrate(args.database_url)

@@ -9,7 +9,7 @@ import signal
 import structlog
 
 from kenning.app import App
-from kenning.appload import load_app
+from kenning.appload import database_url, load_app
 from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
 from kenning.db import connect
 from kenning.health import heartbeat
@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     app = load_app(args.app) if args.app.strip() else None
     if app is not None:
         scheduled_workflows(app.registry)  # a schedule's workflow that needs arguments: exit 2 now
+    args.database_url = database_url(args.database_url, app)  # else the App's db_url
     if args.migrate:
         migrate(args.database_url)
     structlog.get_logger("kenning.scheduler").info("scheduler.starting", app=args.app or None)

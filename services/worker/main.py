@@ -8,7 +8,8 @@ import signal
 
 import structlog
 
-from kenning.appload import load_app
+from kenning.app import App
+from kenning.appload import database_url, load_app
 from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
 from kenning.db import connect
 from kenning.health import heartbeat
@@ -47,8 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_logging_options(parser)
 
 
-async def _serve(args: argparse.Namespace) -> None:
-    app = load_app(args.app)
+async def _serve(args: argparse.Namespace, app: App) -> None:
     database = connect(args.database_url, pool_size=args.pool_size, max_overflow=2)
     worker = Worker(
         database,
@@ -75,8 +75,10 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    args.database_url = database_url(args.database_url, app)  # else the App's db_url
     if args.migrate:
         migrate(args.database_url)
     structlog.get_logger("kenning.worker").info("worker.starting", app=args.app)
-    run_loop(_serve(args))
+    run_loop(_serve(args, app))
     return 0

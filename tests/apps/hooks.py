@@ -8,11 +8,13 @@ activity once.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
 from kenning import (
     App,
+    EddaApp,
     HooksBase,
     RetryPolicy,
     TerminalError,
@@ -21,6 +23,7 @@ from kenning import (
     compensation,
     on_failure,
     wait_event,
+    wait_timer,
     workflow,
 )
 from kenning.outbox import send_event_transactional
@@ -79,6 +82,13 @@ class CountingHooks(HooksBase):
 
 hooks = CountingHooks()
 app = App("kenning-hook-tests", hooks=hooks)
+edda_app = EddaApp(
+    "kenning-edda-tests",
+    os.environ.get("TEST_APP_DATABASE_URL"),
+    True,
+    os.environ.get("TEST_APP_BROKER_URL"),
+    hooks,
+)
 
 
 @activity
@@ -142,3 +152,9 @@ async def flaky(ctx: WorkflowContext) -> int:
 @workflow(event_handler=True, name="hooks.signup")
 async def signup(ctx: WorkflowContext, email: str) -> str:
     return email
+
+
+@workflow(name="hooks.nap")
+async def nap(ctx: WorkflowContext, key: str) -> int:
+    await wait_timer(ctx, 0.2)
+    return await hooks_finish(ctx, key, 0)
