@@ -54,9 +54,24 @@ def test_compose_runs_the_whole_stack_with_health_and_order() -> None:
         assert service["depends_on"]["postgres"]["condition"] == "service_healthy", name
         assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
         assert "KENNING_DATABASE_URL" in service["environment"], name
-    assert SERVICES["ingress"]["ports"] == ["8000:8000"]
+    # published on loopback only: it may run without tokens (it says so: ingress.open)
+    assert SERVICES["ingress"]["ports"] == ["127.0.0.1:8000:8000"]
+    assert SERVICES["ingress"]["environment"]["KENNING_INGRESS_ALLOW_OPEN"] == "true"
     # scalable with --scale worker=N: no fixed name, no published port
     assert "container_name" not in SERVICES["worker"] and "ports" not in SERVICES["worker"]
+
+
+def test_kenning_connects_as_a_plain_role_not_the_superuser() -> None:
+    postgres = SERVICES["postgres"]
+    superuser = postgres["environment"]["POSTGRES_USER"]
+    assert "./deploy/postgres-init:/docker-entrypoint-initdb.d:ro" in postgres["volumes"]
+    script = (REPO_ROOT / "deploy" / "postgres-init" / "10-kenning-role.sh").read_text()
+    assert "CREATE ROLE kenning LOGIN NOSUPERUSER" in script and "CREATE DATABASE kenning OWNER kenning" in script
+    assert os.access(REPO_ROOT / "deploy" / "postgres-init" / "10-kenning-role.sh", os.X_OK)
+    for name in ("migrate", *KENNING_SERVICES):
+        url = resolve(SERVICES[name]["environment"]["KENNING_DATABASE_URL"])
+        assert url == "postgresql://kenning:kenning@postgres:5432/kenning", name
+        assert superuser != "kenning"
 
 
 def _commands(service: dict[str, Any]) -> list[list[str]]:
