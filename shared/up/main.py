@@ -16,14 +16,15 @@ from pathlib import Path
 
 import psycopg
 
-import kenning
+from kenning.app import App
 from kenning.appload import load_app
 from kenning.config import add_logging_options, add_option, positive_int
 from kenning.embedded import embedded_postgres, with_database
 from kenning.migrate import migrate
+from kenning.up.hints import hints
 from kenning.up.supervisor import ChildSpec, Supervisor, wait_all_ready
 
-EXAMPLE_APP = "examples.orders"
+EXAMPLE_APP = "kenning.examples.orders"  # shipped in the package: found from any install
 CHILD_SHUTDOWN_GRACE = "10"  # seconds a child gets on SIGTERM (unless configured) ...
 STOP_GRACE = 20.0  # ... well within the time ``up`` waits before SIGKILL
 
@@ -45,25 +46,18 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def _python_path(app: str) -> list[str]:
-    """Where the children import the app from: the current directory, ``PYTHONPATH`` and,
-    for the default example, the checkout kenning is installed (editable) from, so that
-    ``kenning up`` runs the example from any directory."""
-    paths = [os.getcwd(), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    if app == EXAMPLE_APP:
-        checkout = Path(kenning.__file__).resolve().parent.parent
-        if (checkout / "examples" / "orders.py").is_file() and str(checkout) not in paths:
-            paths.append(str(checkout))
-    return paths
+def _python_path() -> list[str]:
+    """Where the children import the app from: the current directory and ``PYTHONPATH``."""
+    return [os.getcwd(), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
 
 
-def _check_app(app: str, python_path: list[str]) -> None:
+def _check_app(app: str, python_path: list[str]) -> App:
     """Import the app once here: a typo fails now with exit code 2, not as every child
-    crashing and restarting for ever."""
+    crashing at start; and its workflows give the hints printed once the stack is ready."""
     saved = list(sys.path)
     sys.path[:0] = [p for p in python_path if p not in sys.path]
     try:
-        load_app(app)
+        return load_app(app)
     finally:
         sys.path[:] = saved
 
@@ -78,6 +72,10 @@ def _write_env_file(data_dir: Path, database_url: str, ingress_url: str) -> Path
     return path
 
 
+def _said_orphan(pid: int) -> None:
+    say(f"postgres   stopped a server left running by an earlier run (pid {pid})")
+
+
 @contextlib.contextmanager
 def _database(args: argparse.Namespace, data_dir: Path) -> Iterator[str]:
     if args.database_url:
@@ -87,7 +85,7 @@ def _database(args: argparse.Namespace, data_dir: Path) -> Iterator[str]:
     with contextlib.ExitStack() as stack:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs complains about XDG_RUNTIME_DIR on import
-            server = stack.enter_context(embedded_postgres(data_dir / "pgdata"))
+            server = stack.enter_context(embedded_postgres(data_dir / "pgdata", on_orphan=_said_orphan))
         stack.callback(say, "postgres   stopped")
         with psycopg.connect(with_database(server, "postgres"), autocommit=True) as admin:
             exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = 'kenning'").fetchone()
@@ -144,7 +142,9 @@ def _children(args: argparse.Namespace, data_dir: Path) -> list[ChildSpec]:
     return specs
 
 
-async def _serve(args: argparse.Namespace, database_url: str, data_dir: Path, python_path: list[str]) -> int:
+async def _serve(
+    args: argparse.Namespace, database_url: str, data_dir: Path, python_path: list[str], try_commands: list[str]
+) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -173,10 +173,8 @@ async def _serve(args: argparse.Namespace, database_url: str, data_dir: Path, py
             say(f"all {len(supervisor.children)} processes ready; Ctrl-C stops everything")
             say(f"ingress    {ingress}/   GET /instances/<id>, POST /cancel/<id>")
             say(f"operator   source {env_file}   then: kenning instances list   (docs/quickstart.md)")
-            say(
-                "try        kenning send order.created --data "
-                '\'{"order_id": "o-1", "items": [{"sku": "book", "qty": 1}], "amount": 42}\''
-            )
+            for n, command in enumerate(try_commands or [f"(--app {args.app} defines no workflows)"]):
+                say(f"{'try' if n == 0 else '':<10} {command}")
         elif not stop.is_set():
             waiting = ", ".join(c.spec.name for c in supervisor.children if not c.ready)
             say(f"not ready after 120 s: {waiting} (see {logs})")
@@ -187,15 +185,18 @@ async def _serve(args: argparse.Namespace, database_url: str, data_dir: Path, py
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher  # re-raises if the supervisor itself failed
+    if supervisor.failure is not None:  # a child that cannot start: as uvicorn, compose
+        sys.stderr.write(f"kenning up: {supervisor.failure}\n")
+        return 1
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    python_path = _python_path(args.app)
-    _check_app(args.app, python_path)
+    python_path = _python_path()
+    try_commands = hints(_check_app(args.app, python_path))
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     with _database(args, data_dir) as database_url:
         revision = migrate(database_url)
         say(f"migrate    schema at revision {revision}")
-        return asyncio.run(_serve(args, database_url, data_dir, python_path))
+        return asyncio.run(_serve(args, database_url, data_dir, python_path, try_commands))

@@ -1,11 +1,17 @@
 """Child processes that are started, watched until ready, restarted with back-off when
-they crash, and stopped together."""
+they crash, and stopped together.
+
+A child that cannot start is not restarted: one that exits before it was ever ready (an
+address in use, an import error, a bad setting), or that fails again the same way before it
+was ready after a restart, stops the stack with its error, as uvicorn and compose do.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -43,7 +49,10 @@ class Child:
     backoff: float = FIRST_BACKOFF
     restart_at: float | None = None  # set while waiting out the back-off after a crash
     ready: bool = False
+    ever_ready: bool = False
     history: list[int] = field(default_factory=list)  # exit codes of past crashes
+    last_failure: str = ""  # what its last crash said
+    log_offset: int = 0  # where the log of the current run begins
 
 
 def _exit_text(code: int) -> str:
@@ -68,6 +77,7 @@ class Supervisor:
         self.say = say
         self.children: list[Child] = []
         self.stopping = False
+        self.failure: str | None = None  # why a child that could not start stopped the stack
 
     def start(self, spec: ChildSpec) -> Child:
         child = Child(spec, self.log_dir / f"{spec.name}.log")
@@ -80,6 +90,7 @@ class Supervisor:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(child.spec.health_file)
         with open(child.log_path, "ab") as log:
+            child.log_offset = log.tell()
             child.process = subprocess.Popen(
                 [sys.executable, "-m", "kenning", *child.spec.args],
                 env=self.env,
@@ -124,9 +135,14 @@ class Supervisor:
                     continue
                 code = child.process.poll()
                 if code is not None:
+                    failure = self._failure(child, code)
+                    if not child.ever_ready or (not child.ready and failure == child.last_failure):
+                        self._cannot_start(child, code, failure)
+                        return
+                    child.last_failure = failure
                     self._crashed(child, code)
                 elif not child.ready and await self._is_ready(child):
-                    child.ready = True
+                    child.ready = child.ever_ready = True
                     again = f", restart {child.restarts}" if child.restarts else ""
                     suffix = f"  {child.spec.describe}" if child.spec.describe else ""
                     self.say(f"{child.spec.name:<10} ready (pid {child.process.pid}{again}){suffix}")
@@ -135,13 +151,45 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=0.1)
 
+    def _run_log(self, child: Child) -> list[str]:
+        """The lines its current run wrote (the end of them)."""
+        try:
+            with open(child.log_path, "rb") as log:
+                log.seek(max(child.log_offset, log.seek(0, os.SEEK_END) - 64_000))
+                text = log.read().decode(errors="replace")
+        except OSError:
+            return []
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+    def _failure(self, child: Child, code: int) -> str:
+        """The line that says why it exited: its last plain-text line (uvicorn's, argparse's,
+        a CLI error, a traceback's last line) or error-level JSON line, else its exit code."""
+        for line in reversed(self._run_log(child)):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return line[:300]
+            if not isinstance(record, dict):
+                return line[:300]
+            if str(record.get("level", "")).lower() in ("error", "critical"):
+                exception = str(record.get("exception", "")).strip().splitlines()[-1:]
+                detail = record.get("error") or (exception[0] if exception else "")
+                return f"{record.get('event', '')}: {detail}"[:300] if detail else str(record.get("event", ""))
+        return f"exit code {_exit_text(code)}"
+
+    def _cannot_start(self, child: Child, code: int, failure: str) -> None:
+        child.history.append(code)
+        again = "again " if child.ever_ready else ""
+        self.say(
+            f"{child.spec.name:<10} exited with code {_exit_text(code)} {again}before it was ready; "
+            f"stopping everything (log: {child.log_path})\n    {failure}"
+        )
+        self.failure = f"{child.spec.name} failed at start: {failure}"
+
     def _crashed(self, child: Child, code: int) -> None:
         child.history.append(code)
         child.ready = False
-        try:
-            tail = child.log_path.read_text(errors="replace").strip().splitlines()[-3:]
-        except OSError:
-            tail = []
+        tail = self._run_log(child)[-3:]
         self.say(
             f"{child.spec.name:<10} exited with code {_exit_text(code)}; restarting in {child.backoff:g} s "
             f"(log: {child.log_path})" + "".join(f"\n    {line[:300]}" for line in tail)
@@ -160,7 +208,8 @@ class Supervisor:
         deadline = time.monotonic() + grace
         for child in reversed(self.children):
             if child not in running:
-                self.say(f"{child.spec.name:<10} stopped (was waiting to restart)")
+                if child.restart_at is not None:  # else it exited on its own, and was reported then
+                    self.say(f"{child.spec.name:<10} stopped (was waiting to restart)")
                 continue
             assert child.process is not None
             while child.process.poll() is None and time.monotonic() < deadline:
