@@ -1,6 +1,6 @@
 """The whole stack as compose runs it: the services' commands and environment read from
 compose.yaml, real processes on free ports, a real PostgreSQL, a real HTTP receiver as the
-broker, and the order saga of examples/orders.py driven with the CloudEvents SDK."""
+broker, and the order saga of kenning.examples.orders driven with the CloudEvents SDK."""
 
 from __future__ import annotations
 
@@ -265,7 +265,7 @@ async def test_the_order_saga_through_the_stack_as_compose_runs_it(
         }
         assert _history(sql, declined)[2:] == [
             ("EventReceived", "wait_event:payment.completed"),
-            ("CompensationExecuted", "examples.orders:release_inventory"),
+            ("CompensationExecuted", "kenning.examples.orders:release_inventory"),
         ]
 
         # Cancelled through the ingress while it waits for its payment.
@@ -279,7 +279,7 @@ async def test_the_order_saga_through_the_stack_as_compose_runs_it(
         assert _history(sql, cancelled) == [
             ("ActivityCompleted", "reserve_inventory"),
             ("ActivityCompleted", "request_payment"),
-            ("CompensationExecuted", "examples.orders:release_inventory"),
+            ("CompensationExecuted", "kenning.examples.orders:release_inventory"),
         ]
 
         body = await shop.settled(late, "failed")
