@@ -2,7 +2,7 @@
 
 Not run in CI (tests/test_ingress_fuzz.py is the quick hypothesis version). Run::
 
-    .venv/bin/pip install atheris          # the dev extra has it where it installs
+    .venv/bin/pip install atheris          # not in the dev extra: some releases ship no wheel for a given Python
     .venv/bin/python scripts/fuzz_ingress.py -max_total_time=600 [corpus_dir]
 
 Every input becomes one request: binary-mode headers and a body, in one of the content
