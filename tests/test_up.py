@@ -407,6 +407,21 @@ def test_up_with_an_app_that_does_not_import_fails_at_once_and_starts_nothing(tm
     assert done.stdout == "" and not (tmp_path / "data").exists()  # no database, no children
 
 
+def test_up_on_a_public_address_without_a_token_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "kenning", "up", "--host", "0.0.0.0", "--data-dir", str(tmp_path / "data")],
+        env=_user_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("kenning up: refusing to listen on 0.0.0.0 without KENNING_INGRESS_TOKEN"), line
+    assert done.stdout == "" and not (tmp_path / "data").exists()
+
+
 # ---------------------------------------------------------------- a supervisor that dies
 
 
@@ -527,10 +542,13 @@ def test_up_stops_everything_with_the_error_when_a_child_fails_at_start(database
 
 
 async def test_up_prints_hints_for_the_workflows_of_the_app_it_runs(database_url: str, tmp_path: Path) -> None:
-    env = _user_env(KENNING_DATABASE_URL=database_url, PYTHONPATH=str(REPO_ROOT))
+    """Also: with no KENNING_DATABASE_URL, the App's db_url is the database (no embedded one)."""
+    env = _user_env(KENNING_TEST_APP_DB_URL=database_url, PYTHONPATH=str(REPO_ROOT))
     up = Up(tmp_path, env, app="tests.apps.up_hints")
     try:
+        await up.line(r"^kenning up: postgres   using the App db_url$")
         await up.all_ready()
+        assert not (up.data_dir / "pgdata").exists()
         await up.line(r"^kenning up: \s+kenning start tidy_up$")  # the last hint
         first = next(n for n, line in enumerate(up.lines) if line.startswith("kenning up: try "))
         hints = [line.removeprefix("kenning up: ")[11:] for line in up.lines[first : first + 4]]

@@ -17,9 +17,10 @@ from pathlib import Path
 import psycopg
 
 from kenning.app import App
-from kenning.appload import load_app
+from kenning.appload import broker_url, database_url, load_app
 from kenning.config import add_logging_options, add_option, positive_int
 from kenning.embedded import embedded_postgres, with_database
+from kenning.ingress.main import check_exposure
 from kenning.migrate import migrate
 from kenning.up.hints import hints
 from kenning.up.supervisor import ChildSpec, Supervisor, wait_all_ready
@@ -35,6 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=positive_int, default=2, help="worker processes (default 2)")
     add_option(parser, "--port", default=8000, type=positive_int, help="ingress port")
     add_option(parser, "--host", default="127.0.0.1", help="ingress address")
+    add_option(parser, "--ingress-token", default="", help="bearer token the ingress requires (prefer the env)")
+    add_option(
+        parser,
+        "--ingress-allow-open",
+        default=False,
+        type=bool,
+        help="let the ingress serve without a token on an address other than loopback (refused otherwise)",
+    )
     add_option(parser, "--broker-url", default="", help="where the relayer publishes (default: a local sink)")
     add_option(parser, "--sink-port", default=9000, type=positive_int, help="port of the local sink")
     add_option(parser, "--data-dir", default=".kenning", help="embedded database, logs and health files live here")
@@ -77,10 +86,11 @@ def _said_orphan(pid: int) -> None:
 
 
 @contextlib.contextmanager
-def _database(args: argparse.Namespace, data_dir: Path) -> Iterator[str]:
-    if args.database_url:
-        say("postgres   using KENNING_DATABASE_URL")
-        yield args.database_url
+def _database(args: argparse.Namespace, app: App, data_dir: Path) -> Iterator[str]:
+    configured = database_url(args.database_url, app)
+    if configured:
+        say(f"postgres   using {'KENNING_DATABASE_URL' if args.database_url else 'the App db_url'}")
+        yield configured
         return
     with contextlib.ExitStack() as stack:
         with warnings.catch_warnings():
@@ -99,9 +109,10 @@ def _public(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
-def _children(args: argparse.Namespace, data_dir: Path) -> list[ChildSpec]:
+def _children(args: argparse.Namespace, app: App, data_dir: Path) -> list[ChildSpec]:
     ingress_url = f"http://{_public(args.host)}:{args.port}"
-    broker = args.broker_url or f"http://127.0.0.1:{args.sink_port}/"
+    configured_broker = broker_url(args.broker_url, app)
+    broker = configured_broker or f"http://127.0.0.1:{args.sink_port}/"
     specs = [
         ChildSpec(
             "ingress",
@@ -129,7 +140,7 @@ def _children(args: argparse.Namespace, data_dir: Path) -> list[ChildSpec]:
             describe=f"publishing to {broker}",
         ),
     ]
-    if not args.broker_url:
+    if not configured_broker:
         specs.insert(
             0,
             ChildSpec(
@@ -142,9 +153,7 @@ def _children(args: argparse.Namespace, data_dir: Path) -> list[ChildSpec]:
     return specs
 
 
-async def _serve(
-    args: argparse.Namespace, database_url: str, data_dir: Path, python_path: list[str], try_commands: list[str]
-) -> int:
+async def _serve(args: argparse.Namespace, app: App, database_url: str, data_dir: Path, python_path: list[str]) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -157,6 +166,10 @@ async def _serve(
         "PYTHONPATH": os.pathsep.join(python_path),
     }
     env.setdefault("KENNING_SHUTDOWN_GRACE_SECONDS", CHILD_SHUTDOWN_GRACE)
+    if args.ingress_token:
+        env["KENNING_INGRESS_TOKEN"] = args.ingress_token
+    if args.ingress_allow_open:
+        env["KENNING_INGRESS_ALLOW_OPEN"] = "true"
     for name in ("KENNING_WORKERS", "KENNING_PORT", "KENNING_HOST"):
         env.pop(name, None)  # `up`'s own settings, not the children's
     logs = data_dir / "logs"
@@ -164,7 +177,7 @@ async def _serve(
     ingress = f"http://{_public(args.host)}:{args.port}"
     env_file = _write_env_file(data_dir, database_url, ingress)
     supervisor = Supervisor(env, logs, say)
-    for spec in _children(args, data_dir):
+    for spec in _children(args, app, data_dir):
         supervisor.start(spec)
     watcher = asyncio.create_task(supervisor.watch(stop))
     watcher.add_done_callback(lambda _: stop.set())  # a supervisor that broke stops everything
@@ -173,7 +186,7 @@ async def _serve(
             say(f"all {len(supervisor.children)} processes ready; Ctrl-C stops everything")
             say(f"ingress    {ingress}/   GET /instances/<id>, POST /cancel/<id>")
             say(f"operator   source {env_file}   then: kenning instances list   (docs/quickstart.md)")
-            for n, command in enumerate(try_commands or [f"(--app {args.app} defines no workflows)"]):
+            for n, command in enumerate(hints(app) or [f"(--app {args.app} defines no workflows)"]):
                 say(f"{'try' if n == 0 else '':<10} {command}")
         elif not stop.is_set():
             waiting = ", ".join(c.spec.name for c in supervisor.children if not c.ready)
@@ -192,11 +205,12 @@ async def _serve(
 
 
 def run(args: argparse.Namespace) -> int:
+    check_exposure(args)  # the ingress's own rule, checked before anything starts
     python_path = _python_path()
-    try_commands = hints(_check_app(args.app, python_path))
+    app = _check_app(args.app, python_path)
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    with _database(args, data_dir) as database_url:
-        revision = migrate(database_url)
+    with _database(args, app, data_dir) as url:
+        revision = migrate(url)
         say(f"migrate    schema at revision {revision}")
-        return asyncio.run(_serve(args, database_url, data_dir, python_path, try_commands))
+        return asyncio.run(_serve(args, app, url, data_dir, python_path))

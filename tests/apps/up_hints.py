@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 from pydantic import BaseModel
 
 from kenning import App, WorkflowContext, workflow
 
-app = App("up-hints")
+# The database comes from the App when the environment names none (Edda's EddaApp(name, db_url)).
+app = App("up-hints", os.environ.get("KENNING_TEST_APP_DB_URL"))
 
 
 class Ticket(BaseModel):
