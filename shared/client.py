@@ -25,6 +25,26 @@ from kenning.storage.instances import NewInstance
 from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
 from kenning.workflow import Workflow
 
+MAX_ID_LENGTH = 1024
+"""Longest instance id or idempotency key: the ingress's default cap on ids in its paths."""
+
+
+def _check_storable(what: str, value: str | None) -> None:
+    if value is None:
+        return
+    if "\x00" in value or len(value) > MAX_ID_LENGTH:
+        raise InvalidInputError(f"{what} must be at most {MAX_ID_LENGTH} characters with no NUL character")
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
+
 
 class InvalidInputError(KenningError, TypeError):
     """``start()`` arguments that do not fit the workflow's signature or types (a
@@ -85,7 +105,11 @@ class Client:
         ``idempotency_key`` returns the existing instance (``created=False``)."""
         wf = workflow if isinstance(workflow, Workflow) else REGISTRY.workflows.get(workflow)
         name = workflow.name if isinstance(workflow, Workflow) else workflow
+        _check_storable("instance id", instance_id)
+        _check_storable("idempotency key", idempotency_key)
         input_json = serialization.to_json(kwargs)
+        if _holds_nul(input_json):  # jsonb refuses it: say so now, not as a failed batch of starts
+            raise InvalidInputError(f"invalid input for workflow {name!r}: a NUL character cannot be stored")
         if wf is not None:
             try:
                 serialization.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))

@@ -8,6 +8,7 @@ import psycopg
 import pytest
 
 from kenning import Client, NonDeterminismError, WorkflowFailedError
+from kenning.client import InvalidInputError
 from kenning.db import Database
 from tests.apps import core
 from tests.logguard import LogGuard, expect_log
@@ -40,6 +41,23 @@ async def test_three_steps_complete_with_each_step_recorded_once(
     assert status.status == "completed" and status.lease_owner is None
     counts = executions(side_channel)
     assert counts == {f"{s} {started.instance_id}": 1 for s in ("step_one", "step_two", "step_three")}
+
+
+async def test_start_refuses_ids_and_input_postgresql_cannot_hold(
+    database: Database, sql: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    """A NUL or an over-long id is the caller's mistake, said at once: not a failed batch
+    of starts (shared with other callers) or an id no ingress path could name."""
+    async with Client(database=database) as client:
+        for bad in ("a\x00b", "x" * 1025):
+            with pytest.raises(InvalidInputError, match="at most 1024 characters with no NUL"):
+                await client.start(core.three_steps, instance_id=bad, value=1)
+            with pytest.raises(InvalidInputError, match="at most 1024 characters with no NUL"):
+                await client.start(core.three_steps, idempotency_key=bad, value=1)
+        with pytest.raises(InvalidInputError, match="NUL character cannot be stored"):
+            await client.start("free.form", payload="a\x00b")
+        assert (await client.start(core.three_steps, instance_id="y" * 1024, value=1)).created
+    assert sql.execute("SELECT count(*) FROM kenning_instances").fetchone() == (1,)
 
 
 async def test_start_does_not_run_code_and_is_idempotent(
