@@ -9,6 +9,7 @@ from kenning.client import Client, StartedInstance
 from kenning.compensation import compensation, on_failure, register_compensation
 from kenning.context import WorkflowContext
 from kenning.errors import (
+    ActivityTimeoutError,
     ConfigurationError,
     EventTimeoutError,
     KenningError,
@@ -16,6 +17,7 @@ from kenning.errors import (
     NonDeterminismError,
     RetryExhaustedError,
     TerminalError,
+    UnstorableValueError,
     WorkflowCancelledException,
     WorkflowFailedError,
     WorkflowNotFoundError,
@@ -29,6 +31,7 @@ from kenning.workflow import Workflow, workflow
 
 __all__ = [
     "Activity",
+    "ActivityTimeoutError",
     "App",
     "Client",
     "ConfigurationError",
@@ -43,6 +46,7 @@ __all__ = [
     "RetryPolicy",
     "StartedInstance",
     "TerminalError",
+    "UnstorableValueError",
     "Workflow",
     "WorkflowCancelledException",
     "WorkflowContext",

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import inspect
+import math
+import threading
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
+from kenning.errors import ActivityTimeoutError, ConfigurationError
 from kenning.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -18,12 +25,19 @@ class Activity(Generic[R]):
     """A decorated activity; call it as ``await act(ctx, *args, activity_id=None, **kwargs)``.
 
     Sync functions are accepted and run in a thread (Edda 0.1.0 required ``async def``).
+    ``timeout`` bounds each attempt (None: the worker's ``--activity-timeout``, if any).
     """
 
-    def __init__(self, func: Callable[..., Awaitable[R]] | Callable[..., R], retry_policy: RetryPolicy | None) -> None:
+    def __init__(
+        self,
+        func: Callable[..., Awaitable[R]] | Callable[..., R],
+        retry_policy: RetryPolicy | None,
+        timeout: float | None = None,
+    ) -> None:
         self.func = func
         self.name: str = func.__name__
         self.retry_policy = retry_policy
+        self.timeout = timeout
         self.is_async = inspect.iscoroutinefunction(func)
         self.__name__ = func.__name__
         self.__qualname__ = func.__qualname__
@@ -56,17 +70,95 @@ def activity(func: Callable[..., Awaitable[R]], /) -> Activity[R]: ...
 @overload
 def activity(func: Callable[..., R], /) -> Activity[R]: ...
 @overload
-def activity(*, retry_policy: RetryPolicy | None = None) -> ActivityDecorator: ...
+def activity(
+    *, retry_policy: RetryPolicy | None = None, timeout: float | timedelta | None = None
+) -> ActivityDecorator: ...
 
 
 def activity(
-    func: Callable[..., Any] | None = None, /, *, retry_policy: RetryPolicy | None = None
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    retry_policy: RetryPolicy | None = None,
+    timeout: float | timedelta | None = None,
 ) -> Activity[Any] | ActivityDecorator:
-    """Mark a function as an activity: ``@activity`` or ``@activity(retry_policy=...)``."""
+    """Mark a function as an activity: ``@activity`` or ``@activity(retry_policy=..., timeout=...)``.
+
+    ``timeout`` (seconds, or a ``timedelta``) bounds each attempt, like Temporal's
+    start-to-close timeout: an attempt still running then fails with
+    ``ActivityTimeoutError`` and the retry policy applies. An async activity is cancelled;
+    a sync one cannot be stopped, so its thread is abandoned and keeps running in the
+    background until the function returns (its result is then dropped).
+    """
 
     def wrap(f: Callable[..., Any]) -> Activity[Any]:
         if isinstance(f, Activity):
             raise TypeError(f"{f.name} is already an activity")
-        return Activity(f, retry_policy)
+        return Activity(f, retry_policy, timeout_seconds(timeout, f"@activity {f.__qualname__}"))
 
     return wrap(func) if func is not None else wrap
+
+
+def timeout_seconds(value: float | timedelta | None, owner: str) -> float | None:
+    """A timeout in seconds, checked where it is declared (a positive, finite number)."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigurationError(f"{owner}: timeout must be a positive number of seconds, got {value!r}")
+    return float(seconds)
+
+
+async def call_attempt(act: Activity[Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None) -> Any:
+    """Run one attempt of ``act``; past ``timeout`` seconds raise ``ActivityTimeoutError``."""
+    if timeout is None:
+        if act.is_async:
+            return await act.func(*args, **kwargs)
+        return await asyncio.to_thread(act.func, *args, **kwargs)
+    if not act.is_async:
+        return await _in_abandonable_thread(act, args, kwargs, timeout)
+    scope = asyncio.timeout(timeout)
+    try:
+        async with scope:
+            return await act.func(*args, **kwargs)
+    except TimeoutError:
+        if scope.expired():  # else the activity's own TimeoutError (an HTTP client's): its failure as is
+            raise ActivityTimeoutError(f"activity {act.name} timed out after {timeout:g} s") from None
+        raise
+
+
+async def _in_abandonable_thread(
+    act: Activity[Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float
+) -> Any:
+    """A sync attempt in a daemon thread of its own: a thread cannot be stopped, and one
+    left in the default executor would hold up the loop's and the process's exit."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()  # ctx.session finds the attempt's transaction, as with to_thread
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if answer.done():  # timed out: nobody waits for it any more
+            return
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = context.run(act.func, *args, **kwargs), None
+        except BaseException as raised:  # handed to the awaiting task, as to_thread does
+            result, error = None, raised
+        with contextlib.suppress(RuntimeError):  # the loop closed while it ran
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name=f"kenning-activity-{act.name}", daemon=True).start()
+    try:
+        async with asyncio.timeout(timeout):
+            return await answer
+    except TimeoutError:
+        if answer.cancelled():
+            raise ActivityTimeoutError(
+                f"activity {act.name} timed out after {timeout:g} s (its thread keeps running in the background)"
+            ) from None
+        raise

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kenning import serialization
 from kenning.compensation import ON_FAILURE_PREFIX, CompensationFailedError, bind_on_failure
 from kenning.context import StepTransaction, current_step
-from kenning.errors import KenningError, LeaseLostError
+from kenning.errors import KenningError, LeaseLostError, UnstorableValueError
 from kenning.hooks import call_hook
 from kenning.registry import qualified_name
 from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -57,14 +57,18 @@ async def compensate_and_finish(replayer: Replayer, *, error: BaseException | No
             if succeeded is not None:
                 # Recorded in the compensation's own transaction: its ctx.session writes
                 # and the record commit together, so a crash can never run it twice.
-                await replayer.record(
-                    succeeded,
-                    step_id=step_id,
-                    kind=COMPENSATION_EXECUTED,
-                    step_name=comp.function_name,
-                    payload={"args": comp.args, "kwargs": comp.kwargs},
-                    defer=False,
-                )
+                try:
+                    await replayer.record(
+                        succeeded,
+                        step_id=step_id,
+                        kind=COMPENSATION_EXECUTED,
+                        step_name=comp.function_name,
+                        payload={"args": comp.args, "kwargs": comp.kwargs},
+                        defer=False,
+                    )
+                except UnstorableValueError as refused:  # its ctx.session writes: refused on every try
+                    succeeded, failure = None, refused
+            if succeeded is not None:
                 replayer.log.info("compensation.executed", compensation=comp.function_name, comp_id=comp.comp_id)
             else:
                 assert failure is not None

@@ -26,6 +26,19 @@ class EventTimeoutError(Exception):
     """``wait_event`` waited longer than its ``timeout_seconds``; the workflow may catch it."""
 
 
+class ActivityTimeoutError(KenningError):
+    """An activity attempt ran longer than its ``timeout``; counted as a failed attempt.
+
+    The retry policy applies: retried, and once exhausted the workflow sees a
+    ``RetryExhaustedError`` whose ``__cause__`` is this error (also on replay).
+    """
+
+
+class UnstorableValueError(TerminalError):
+    """A value headed for the database that PostgreSQL cannot store (a NUL character,
+    NaN, a lone surrogate): the step's failure, never retried and never replayed in a loop."""
+
+
 class NonDeterminismError(KenningError):
     """Replay asked for a different step than the one recorded in history."""
 

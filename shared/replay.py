@@ -16,14 +16,17 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import structlog
 
 from kenning import serialization
+from kenning.activity import call_attempt
 from kenning.compensation import ON_FAILURE_PREFIX, on_failure_arguments
 from kenning.context import StepTransaction, WorkflowContext, current_step
-from kenning.dberrors import is_unavailable
+from kenning.dberrors import is_data_error, is_unavailable
 from kenning.errors import (
+    ActivityTimeoutError,
     LeaseLostError,
     NonDeterminismError,
     RetryExhaustedError,
     TerminalError,
+    UnstorableValueError,
     WorkflowCancelledException,
 )
 from kenning.groupcommit import GroupCommit
@@ -111,6 +114,7 @@ class Replayer:
         compensations: list[CompensationRecord],
         inline_retry_seconds: float,
         writes: GroupCommit[InstanceWrite, bool | None],
+        activity_timeout: float | None = None,
     ) -> None:
         self.db = db
         # the worker's group commit for step records and completions
@@ -131,6 +135,8 @@ class Replayer:
         self.cancel_requested = claimed.cancel_requested
         self.cancelled = False
         self.inline_retry_seconds = inline_retry_seconds
+        # the worker's --activity-timeout, for activities that declare none
+        self.activity_timeout = activity_timeout
         self.ctx = WorkflowContext(self)
         self.log = structlog.get_logger("kenning.replay").bind(instance_id=claimed.id, workflow=claimed.workflow_name)
 
@@ -195,22 +201,33 @@ class Replayer:
     # boundary is the workflow's return, the record and the completion are one statement.
     # An activity that opened a transaction (ctx.session, outbox) is recorded inside it.
 
-    async def _autocommit(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
+    async def _autocommit(self, statement: Callable[[Executor], Awaitable[T]], what: str = "a write") -> T:
         async def run() -> T:
             async with self.db.autocommit.connect() as conn:
                 return await statement(conn)
 
-        return await self._storage(run())
+        return await self._storage(run(), what)
 
-    async def _storage(self, write: Awaitable[T]) -> T:
+    async def _storage(self, write: Awaitable[T], what: str = "a write") -> T:
         """Await one of Kenning's own writes. The database being away is not the
         workflow's failure: it is raised as ``StorageUnavailable``, which workflow code
-        cannot catch, and the worker hands the instance back to be run again."""
+        cannot catch, and the worker hands the instance back to be run again.
+
+        A value the database refuses (SQLSTATE class 22) would be refused again on every
+        replay: that is the step's error, ``UnstorableValueError``, and the deferred record
+        that rode along is dropped. Values are checked before they get here
+        (``serialization.storable_json``); this is the guard for what the check missed."""
         try:
             return await write
         except Exception as error:
             if is_unavailable(error):
                 raise StorageUnavailable(f"database unavailable while writing {self.instance_id}") from error
+            if is_data_error(error):
+                self.discard()
+                reason = str(getattr(error, "orig", None) or error).strip().splitlines()
+                raise UnstorableValueError(
+                    f"{what} cannot be stored: {reason[0] if reason else type(error).__name__}"
+                ) from error
             raise
 
     async def _write_record(self, conn: Executor, record: PendingRecord) -> None:
@@ -243,10 +260,10 @@ class Replayer:
         if record.foldable:
             sent = [c.to_json() for c in self.unsaved_compensations]
             write = InstanceWrite(self.instance_id, self.token, steps=[record.as_json()], compensations=sent)
-            (flag,) = await self._storage(self.writes.store([write]))
+            (flag,) = await self._storage(self.writes.store([write]), f"step {record.step_id}")
             self._recorded(record, flag, saved=len(sent))
             return
-        await self._autocommit(lambda conn: self._write_record(conn, record))
+        await self._autocommit(lambda conn: self._write_record(conn, record), f"step {record.step_id}")
 
     async def flush(self) -> None:
         """Write the deferred step record, if any."""
@@ -265,9 +282,14 @@ class Replayer:
         async with self.write_lock:
             await self._flush_locked()
             if step.in_transaction:
-                try:
+
+                async def write_in_step() -> None:
                     await self._write_record(await step.connection(), record)
                     await step.commit()
+
+                try:
+                    # the activity's own ctx.session writes go in this statement's commit
+                    await self._storage(write_in_step(), f"step {record.step_id} (with its ctx.session writes)")
                 except BaseException:
                     await step.rollback()
                     raise
@@ -276,7 +298,7 @@ class Replayer:
             if defer:
                 self.pending = record
             else:
-                await self._autocommit(lambda conn: self._write_record(conn, record))
+                await self._autocommit(lambda conn: self._write_record(conn, record), f"step {record.step_id}")
 
     async def write_now(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
         """Run one fenced statement, after the deferred record, each its own commit."""
@@ -338,6 +360,7 @@ class Replayer:
 
         await self.before_new_step(step_id, act.name)
         policy = act.retry_policy or self.app.default_retry_policy or DEFAULT_RETRY_POLICY
+        timeout = act.timeout if act.timeout is not None else self.activity_timeout
         attempt = int(self.claimed.attempts.get(step_id, {}).get("attempts", 0))
         first_attempt = attempt
         while True:
@@ -346,13 +369,15 @@ class Replayer:
             step = StepTransaction(self.db.engine)
             token = current_step.set(step)
             try:
-                if act.is_async:
-                    result = await act.func(self.ctx, *args, **kwargs)
-                else:
-                    result = await asyncio.to_thread(act.func, self.ctx, *args, **kwargs)
+                result = await call_attempt(act, (self.ctx, *args), kwargs, timeout)
                 payload, payload_bytes = self._encode_result(act, result)
+                # its arguments are stored with the step record: checked here, so an
+                # unstorable one is this attempt's failure
+                self._register_on_failure(act, step_id, args, kwargs, result)
             except Exception as error:
                 await step.rollback()
+                if isinstance(error, ActivityTimeoutError):
+                    self.log.warning("activity.timed_out", step=step_id, attempt=attempt, timeout=timeout)
                 await call_hook(hooks, "on_activity_failed", self.instance_id, step_id, act.name, error)
                 delay = await self._after_failed_attempt(act, step_id, policy, attempt, error)
                 await call_hook(hooks, "on_activity_retry", self.instance_id, step_id, act.name, attempt, delay)
@@ -364,16 +389,19 @@ class Replayer:
                 raise
             finally:
                 current_step.reset(token)
-            self._register_on_failure(act, step_id, args, kwargs, result)
-            await self.record(
-                step,
-                step_id=step_id,
-                kind=ACTIVITY_COMPLETED,
-                step_name=act.name,
-                payload=payload,
-                payload_bytes=payload_bytes,
-                clear_attempts=first_attempt > 0 or attempt > 1,
-            )
+            try:
+                await self.record(
+                    step,
+                    step_id=step_id,
+                    kind=ACTIVITY_COMPLETED,
+                    step_name=act.name,
+                    payload=payload,
+                    payload_bytes=payload_bytes,
+                    clear_attempts=first_attempt > 0 or attempt > 1,
+                )
+            except UnstorableValueError as error:  # its ctx.session writes were refused
+                await self._record_failure(act, step_id, error)
+                raise
             self.log.debug("activity.completed", step=step_id, attempt=attempt)
             await call_hook(hooks, "on_activity_complete", self.instance_id, step_id, act.name, result, False)
             return result
@@ -382,10 +410,7 @@ class Replayer:
     def _encode_result(act: Activity[Any], result: Any) -> tuple[Any, bytes | None]:
         if isinstance(result, bytes | bytearray | memoryview):
             return {"bytes": True}, bytes(result)
-        try:
-            return {"result": serialization.to_json(result)}, None
-        except TypeError as error:
-            raise TerminalError(f"activity {act.name} returned a value that cannot be recorded: {error}") from None
+        return {"result": serialization.storable_json(result, f"activity {act.name}: result")}, None
 
     @staticmethod
     def _decode_result(act: Activity[Any], record: HistoryRecord) -> Any:
@@ -412,7 +437,7 @@ class Replayer:
         if not exhausted:
             outcome = await self.write_now(
                 lambda conn: instances_sql.instance_record_attempt(
-                    conn, self.instance_id, self.token, step_id, attempt, repr(error)
+                    conn, self.instance_id, self.token, step_id, attempt, serialization.storable_text(repr(error))
                 )
             )
             if outcome is None:
@@ -458,15 +483,18 @@ class Replayer:
         kwargs: dict[str, Any],
         activity_id: str | None,
         retry_policy: RetryPolicy | None = None,
+        owner: str = "",
     ) -> None:
+        """``owner`` prefixes the error naming an argument that cannot be stored."""
         position = len(self.compensations) + 1
         policy = retry_policy or getattr(func, "retry_policy", None)
+        name = qualified_name(func)
         record = CompensationRecord(
             comp_id=activity_id or f"comp:{position}",
             position=position,
-            function_name=qualified_name(func),
-            args=serialization.to_json(list(args)),
-            kwargs=serialization.to_json(kwargs),
+            function_name=name,
+            args=serialization.storable_json(list(args), f"{owner}compensation {name} arguments"),
+            kwargs=serialization.storable_json(kwargs, f"{owner}compensation {name} arguments"),
             retry_policy=policy.to_json() if isinstance(policy, RetryPolicy) else None,
         )
         if any(c.comp_id == record.comp_id for c in self.compensations):
@@ -483,19 +511,19 @@ class Replayer:
         # Edda's call, by name: the activity's arguments by parameter name merged with its
         # dict result; the compensation takes the names it declares when it runs.
         named = on_failure_arguments(act.func, comp, args, kwargs, result)
-        self.register_compensation(comp, (), named, f"{ON_FAILURE_PREFIX}{step_id}", act.retry_policy)
+        self.register_compensation(
+            comp, (), named, f"{ON_FAILURE_PREFIX}{step_id}", act.retry_policy, owner=f"activity {act.name}: "
+        )
 
     # ---------------------------------------------------------------- the whole run
 
     async def run(self) -> str:
         """Run to the next resting point; returns the outcome for logs and tests."""
-        from kenning.compensate import compensate_and_finish
-
         hooks = self.app.hooks
         if self.claimed.status == "compensating" or (self.cancel_requested and not self.history):
             # Crash recovery of a saga, or a cancel that arrived before the first step:
             # nothing of the workflow body needs to run again.
-            return await compensate_and_finish(self, error=None, cancelled=self.cancel_requested)
+            return await self._compensate(error=None, cancelled=self.cancel_requested)
         try:
             kwargs = serialization.bind_arguments(self.workflow.func, self.claimed.input)
             if self.claimed.run_count == 1:
@@ -523,38 +551,60 @@ class Replayer:
             return "failed"
         except Exception as error:
             if self.cancelled:
-                return await compensate_and_finish(self, error=None, cancelled=True)
-            # Log levels: a workflow that raised is the workflow's outcome, handled as
-            # designed (its saga is undone), so a warning; error is kept for what needs an
-            # operator: non-determinism (a code fix) and a compensation that failed for good
-            # (a saga left half done).
-            self.log.warning("instance.failed", error=repr(error))
-            return await compensate_and_finish(self, error=error, cancelled=False)
+                return await self._compensate(error=None, cancelled=True)
+            return await self._fail(error)
         except asyncio.CancelledError:
             self.discard()
             raise
         if self.cancelled:
-            return await compensate_and_finish(self, error=None, cancelled=True)
+            return await self._compensate(error=None, cancelled=True)
         return await self._complete(result)
 
-    async def _complete(self, result: Any) -> str:
+    async def _fail(self, error: Exception) -> str:
+        """The workflow's error: its saga is undone and the instance ends failed."""
+        # Log levels: a workflow that raised is the workflow's outcome, handled as
+        # designed (its saga is undone), so a warning; error is kept for what needs an
+        # operator: non-determinism (a code fix) and a compensation that failed for good
+        # (a saga left half done).
+        self.log.warning("instance.failed", error=repr(error))
+        return await self._compensate(error=error, cancelled=False)
+
+    async def _compensate(self, *, error: BaseException | None, cancelled: bool) -> str:
+        from kenning.compensate import compensate_and_finish
+
         try:
-            payload = {"result": serialization.to_json(result)}
-        except TypeError as error:
-            return await self._finish_without_compensation(
-                TerminalError(f"workflow {self.workflow_name} returned a value that cannot be recorded: {error}")
-            )
-        async with self.write_lock:
-            folded = await self._take_folded()
-            write = InstanceWrite(
-                self.instance_id,
-                self.token,
-                steps=folded.pending_steps,
-                compensations=folded.compensations,
-                complete=True,
-                result=payload,
-            )
-            done = (await self._storage(self.writes.store([write])))[0] is not None
+            return await compensate_and_finish(self, error=error, cancelled=cancelled)
+        except UnstorableValueError as refused:
+            # The database refused the compensations registered since the last write: run
+            # the saga without them rather than replay into the same refusal for ever.
+            unsaved = {c.comp_id for c in self.unsaved_compensations}
+            self.compensations = [c for c in self.compensations if c.comp_id not in unsaved]
+            self.unsaved_compensations = []
+            self.log.warning("instance.compensations_unstorable", comp_ids=sorted(unsaved), error=str(refused))
+            return await compensate_and_finish(self, error=error or refused, cancelled=cancelled)
+
+    async def _complete(self, result: Any) -> str:
+        # A result that cannot be stored is the workflow's error (its saga is undone),
+        # decided before the write: written, it would be refused on every replay.
+        try:
+            payload = {"result": serialization.storable_json(result, f"workflow {self.workflow_name}: result")}
+        except UnstorableValueError as error:
+            return await self._fail(error)
+        try:
+            async with self.write_lock:
+                folded = await self._take_folded()
+                write = InstanceWrite(
+                    self.instance_id,
+                    self.token,
+                    steps=folded.pending_steps,
+                    compensations=folded.compensations,
+                    complete=True,
+                    result=payload,
+                )
+                stored = await self._storage(self.writes.store([write]), f"workflow {self.workflow_name}: completion")
+        except UnstorableValueError as error:
+            return await self._fail(error)
+        done = stored[0] is not None
         if not done:
             raise LeaseLostError(f"lease on {self.instance_id} was lost before completion")
         self.log.debug("instance.completed")
@@ -564,10 +614,14 @@ class Replayer:
     async def _finish_without_compensation(self, error: Exception) -> str:
         if not isinstance(error, NonDeterminismError):  # logged at error level already
             self.log.warning("instance.failed", error=repr(error))
-        await self.write_now(
-            lambda conn: instances_sql.instance_finish(
-                conn, self.instance_id, self.token, "failed", serialization.encode_error(error)
-            )
-        )
+        encoded = serialization.encode_error(error)
+
+        def finish(conn: Executor) -> Awaitable[bool]:
+            return instances_sql.instance_finish(conn, self.instance_id, self.token, "failed", encoded)
+
+        try:
+            await self.write_now(finish)
+        except UnstorableValueError:  # the deferred record was refused and dropped; the error is storable
+            await self.write_now(finish)
         await call_hook(self.app.hooks, "on_workflow_failed", self.instance_id, self.workflow_name, error)
         return "failed"

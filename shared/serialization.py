@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
+import math
 import traceback
 import typing
 from collections.abc import Callable
@@ -18,7 +20,10 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from kenning.errors import ReplayedActivityError
+from kenning.errors import ReplayedActivityError, UnstorableValueError
+
+# PostgreSQL's jsonb holds at most 255 MiB (and a field 1 GiB).
+_JSONB_MAX_CHARS = 255 * 1024 * 1024
 
 
 def to_json(value: Any) -> Any:
@@ -27,6 +32,93 @@ def to_json(value: Any) -> Any:
         return pydantic_core.to_jsonable_python(value)
     except pydantic_core.PydanticSerializationError as exc:
         raise TypeError(f"value of type {type(value).__name__} cannot be stored as JSON: {exc}") from None
+
+
+def storable_json(value: Any, what: str) -> Any:
+    """``to_json(value)``, checked before any write: a value PostgreSQL would refuse raises
+    ``UnstorableValueError`` (a ``TerminalError``) saying ``what`` and why.
+
+    A write refused by the database fails again on every replay; deciding here makes the
+    value the step's error instead, once.
+    """
+    try:
+        jsonable = to_json(value)
+    except TypeError as error:
+        raise UnstorableValueError(f"{what} cannot be stored: {error}") from None
+    reason = unstorable_reason(jsonable)
+    if reason is not None:
+        raise UnstorableValueError(f"{what} cannot be stored: {reason}")
+    return jsonable
+
+
+def unstorable_reason(jsonable: Any) -> str | None:
+    """Why PostgreSQL's jsonb would refuse this JSON-compatible value, or None.
+
+    One ``json.dumps`` (the encoding the storage layer sends) and substring tests on it; the
+    value is walked only to name the place of a suspect, which also rules out false alarms
+    (a literal backslash-u0000 in a string, an emoji written as a surrogate pair).
+    """
+    try:
+        text = json.dumps(jsonable, allow_nan=False)
+    except ValueError as error:
+        at = _find(jsonable, lambda v: isinstance(v, float) and not math.isfinite(v))
+        if at is not None:
+            return f"contains NaN or an infinity at {at[0]} (JSON has no such number)"
+        return f"cannot be encoded as JSON: {error}"
+    except RecursionError:
+        return "is nested too deeply to be encoded as JSON"
+    if "\\u0000" in text:
+        found = _find(jsonable, lambda v: isinstance(v, str) and "\x00" in v)
+        if found is not None:
+            where = f"in a key at {found[0]}" if found[1] else f"at {found[0]}"
+            return f"contains a NUL character {where} (PostgreSQL text and jsonb refuse it)"
+    if "\\ud" in text:
+        found = _find(jsonable, lambda v: isinstance(v, str) and not _is_utf8(v))
+        if found is not None:
+            where = f"in a key at {found[0]}" if found[1] else f"at {found[0]}"
+            return f"contains a surrogate code point {where} (not valid Unicode text)"
+    if len(text) > _JSONB_MAX_CHARS:
+        return f"is {len(text)} characters of JSON, more than PostgreSQL's jsonb holds (255 MiB)"
+    return None
+
+
+def storable_text(text: str) -> str:
+    """``text`` as PostgreSQL can store it: NUL and lone surrogates written as escapes.
+
+    For error messages and tracebacks: the failure itself must always be storable.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii() and not _is_utf8(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _find(value: Any, bad: Callable[[Any], bool], path: str = "$") -> tuple[str, bool] | None:
+    """The JSON path of the first value (or key: the flag) ``bad`` accepts."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if bad(key):
+                return path, True
+            found = _find(item, bad, f"{path}.{key}" if str(key).isidentifier() else f"{path}[{str(key)!r}]")
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _find(item, bad, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None
+    return (path, False) if bad(value) else None
 
 
 @lru_cache(maxsize=4096)
@@ -88,11 +180,13 @@ def encode_error(error: BaseException) -> dict[str, Any]:
         args = to_json(list(error.args))
     except TypeError:
         args = None
+    if args is not None and unstorable_reason(args) is not None:
+        args = None  # rebuilt from the (escaped) message instead
     encoded: dict[str, Any] = {
         "type": f"{cls.__module__}.{cls.__qualname__}",
-        "message": str(error),
+        "message": storable_text(str(error)),
         "args": args,
-        "traceback": "".join(traceback.format_exception(error))[-8000:],
+        "traceback": storable_text("".join(traceback.format_exception(error))[-8000:]),
     }
     if error.__cause__ is not None:
         encoded["cause"] = encode_error(error.__cause__)
@@ -148,6 +242,9 @@ __all__ = [
     "decode_error",
     "encode_error",
     "from_json",
+    "storable_json",
+    "storable_text",
     "to_json",
     "type_hints",
+    "unstorable_reason",
 ]

@@ -1,0 +1,201 @@
+"""Values PostgreSQL cannot store are the step's error, decided before any write (issue 13, item 2).
+
+Before, an activity returning ``"a\\x00b"`` made every write of its record fail with
+``UntranslatableCharacter``; the worker released the instance, another run replayed it,
+and the activity's outside effect repeated on each run, forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+
+from kenning import Client, TerminalError, UnstorableValueError, WorkflowFailedError, serialization
+from kenning.db import Database
+from kenning.dberrors import is_data_error, is_unavailable
+from tests.apps import limits
+from tests.logguard import expect_log
+from tests.support import eventually, executions, running_worker
+
+Sql = psycopg.Connection[tuple[object, ...]]
+
+
+def history(sql: Sql, instance_id: str) -> list[tuple[str, str, Any]]:
+    rows = sql.execute(
+        "SELECT step_id, kind, payload FROM kenning_history WHERE instance_id = %s ORDER BY seq", (instance_id,)
+    ).fetchall()
+    return [(str(a), str(b), c) for a, b, c in rows]
+
+
+def instance(sql: Sql, instance_id: str) -> tuple[str, Any, int]:
+    row = sql.execute("SELECT status, error, run_count FROM kenning_instances WHERE id = %s", (instance_id,)).fetchone()
+    assert row is not None
+    return str(row[0]), row[1], int(str(row[2]))
+
+
+async def settled(sql: Sql, instance_id: str) -> str:
+    """Waits until the instance is finished; a replay loop never gets there."""
+
+    def done() -> str:
+        status = instance(sql, instance_id)[0]
+        return status if status in ("completed", "failed", "cancelled") else ""
+
+    return await eventually(done, timeout=10, message=f"instance {instance_id} finished")
+
+
+async def test_activity_returning_a_nul_runs_once_and_the_saga_is_undone(
+    database: Database, sql: Sql, side_channel: str
+) -> None:
+    expect_log("instance.failed", workflow="unstorable_result")
+    async with Client(database=database) as client, running_worker(database, limits.app):
+        started = await client.start(limits.unstorable_result)
+        assert await settled(sql, started.instance_id) == "failed"
+        await asyncio.sleep(0.3)  # a looping instance would have been claimed again by now
+    iid = started.instance_id
+    counts = executions(side_channel)
+    assert counts[f"returns_nul {iid}"] == 1  # a TerminalError: not retried, not replayed
+    assert counts[f"book {iid}"] == 1
+    assert counts[f"cancel_booking {iid}"] == 1  # the workflow's error: its saga is undone
+    status, error, run_count = instance(sql, iid)
+    assert (status, run_count) == ("failed", 1)
+    assert error["type"] == "kenning.errors.UnstorableValueError"
+    assert error["message"] == (
+        "activity returns_nul: result cannot be stored: contains a NUL character at $ "
+        "(PostgreSQL text and jsonb refuse it)"
+    )
+    steps = [(s, k) for s, k, _ in history(sql, iid)]
+    assert steps == [
+        ("book:1", "ActivityCompleted"),
+        ("returns_nul:1", "ActivityFailed"),
+        ("compensation:on_failure:book:1", "CompensationExecuted"),
+    ]
+
+
+async def test_the_workflow_can_catch_it_and_the_path_names_the_field(
+    database: Database, sql: Sql, side_channel: str
+) -> None:
+    async with Client(database=database) as client, running_worker(database, limits.app):
+        started = await client.start(limits.unstorable_result, nested=True, catch=True)
+        result = await client.result(started.instance_id, timeout=10)
+    assert result == (
+        "caught: activity returns_nul: result cannot be stored: contains a NUL character at $.items[1].name "
+        "(PostgreSQL text and jsonb refuse it)"
+    )
+    assert executions(side_channel)[f"returns_nul {started.instance_id}"] == 1
+
+
+async def test_nan_from_a_sync_activity_is_refused_too(database: Database, sql: Sql, side_channel: str) -> None:
+    async with Client(database=database) as client, running_worker(database, limits.app):
+        started = await client.start(limits.unstorable_number)
+        result = await client.result(started.instance_id, timeout=10)
+    assert result == (
+        "caught: activity returns_nan: result cannot be stored: contains NaN or an infinity at $ "
+        "(JSON has no such number)"
+    )
+    assert executions(side_channel)[f"returns_nan {started.instance_id}"] == 1
+
+
+async def test_an_error_message_with_a_nul_is_stored_escaped(database: Database, sql: Sql, side_channel: str) -> None:
+    expect_log("instance.failed", workflow="nul_error")
+    async with Client(database=database) as client, running_worker(database, limits.app):
+        started = await client.start(limits.nul_error)
+        with pytest.raises(WorkflowFailedError, match=r"card\\x00declined"):
+            await client.result(started.instance_id, timeout=10)
+    assert executions(side_channel)[f"fails_with_nul {started.instance_id}"] == 1
+    (step,) = history(sql, started.instance_id)
+    assert step[:2] == ("fails_with_nul:1", "ActivityFailed")
+    assert step[2]["message"] == "card\\x00declined"
+    assert "\\x00" in step[2]["traceback"]
+
+
+async def test_a_workflow_result_with_a_nul_fails_the_instance_once(
+    database: Database, sql: Sql, side_channel: str
+) -> None:
+    expect_log("instance.failed", workflow="nul_workflow_result")
+    async with Client(database=database) as client, running_worker(database, limits.app):
+        started = await client.start(limits.nul_workflow_result)
+        with pytest.raises(WorkflowFailedError, match="workflow nul_workflow_result: result cannot be stored"):
+            await client.result(started.instance_id, timeout=10)
+        await asyncio.sleep(0.3)
+    iid = started.instance_id
+    assert instance(sql, iid)[2] == 1
+    counts = executions(side_channel)
+    assert counts[f"book {iid}"] == 1
+    assert counts[f"cancel_booking {iid}"] == 1  # the instance failed: its saga is undone
+
+
+async def test_a_compensation_argument_with_a_nul_fails_the_step(
+    database: Database, sql: Sql, side_channel: str
+) -> None:
+    async with Client(database=database) as client, running_worker(database, limits.app):
+        started = await client.start(limits.nul_compensation_argument)
+        result = await client.result(started.instance_id, timeout=10)
+    assert result == (
+        "caught: activity hold: compensation tests.apps.limits:cancel_booking arguments cannot be stored: "
+        "contains a NUL character at $.booking (PostgreSQL text and jsonb refuse it)"
+    )
+    assert executions(side_channel)[f"hold {started.instance_id}"] == 1
+    assert [(s, k) for s, k, _ in history(sql, started.instance_id)] == [("hold:1", "ActivityFailed")]
+
+
+@pytest.mark.parametrize("nul_in_type", [False, True])
+async def test_a_write_the_database_refuses_is_the_steps_error_not_an_outage(
+    database: Database, sql: Sql, side_channel: str, nul_in_type: bool
+) -> None:
+    """No check before the write here (wait_event's match, its event type): PostgreSQL's
+    refusal (22P05 for jsonb; psycopg's own for a text parameter) fails the step, once."""
+    expect_log("instance.failed", workflow="nul_in_match")
+    async with Client(database=database) as client, running_worker(database, limits.app):
+        started = await client.start(limits.nul_in_match, nul_in_type=nul_in_type)
+        with pytest.raises(WorkflowFailedError, match=r"UnstorableValueError: .*cannot be stored"):
+            await client.result(started.instance_id, timeout=10)
+        await asyncio.sleep(0.3)
+    iid = started.instance_id
+    assert instance(sql, iid)[2] == 1  # run once: never released and replayed
+    counts = executions(side_channel)
+    assert counts[f"book {iid}"] == 1
+    assert counts[f"cancel_booking {iid}"] == 1
+    assert sql.execute("SELECT count(*) FROM kenning_event_subscriptions").fetchone() == (0,)
+
+
+def test_storable_json_finds_the_first_bad_value() -> None:
+    assert serialization.storable_json({"a": [1, "x"]}, "result") == {"a": [1, "x"]}
+    assert serialization.storable_json("emoji \U0001f600 and a backslash-u \\u0000", "result")
+    with pytest.raises(UnstorableValueError, match=r"at \$\['a b'\]\[0\]"):
+        serialization.storable_json({"a b": ["\x00"]}, "result")
+    with pytest.raises(UnstorableValueError, match=r"contains a NUL character in a key at \$"):
+        serialization.storable_json({"k\x00": 1}, "result")
+    with pytest.raises(UnstorableValueError, match=r"surrogate code point at \$\[0\]"):
+        serialization.storable_json(["\ud800"], "result")
+    with pytest.raises(UnstorableValueError, match=r"NaN or an infinity at \$.x"):
+        serialization.storable_json({"x": float("inf")}, "result")
+    with pytest.raises(UnstorableValueError, match="cannot be stored as JSON"):
+        serialization.storable_json(object(), "result")
+    assert isinstance(UnstorableValueError("x"), TerminalError)
+
+
+def test_encoded_errors_are_always_storable() -> None:
+    encoded = serialization.encode_error(ValueError("a\x00b\ud800"))
+    assert encoded["message"] == "a\\x00b\\ud800"  # escaped as Python writes them
+    assert encoded["args"] is None  # rebuilt from the message on replay
+    assert serialization.unstorable_reason(encoded) is None
+    rebuilt = serialization.decode_error(encoded)
+    assert type(rebuilt) is ValueError and str(rebuilt) == "a\\x00b\\ud800"
+
+
+def test_data_exceptions_are_the_writes_fault_not_an_outage() -> None:
+    class UntranslatableError(Exception):
+        sqlstate = "22P05"
+
+    from sqlalchemy.exc import DataError, OperationalError
+
+    untranslatable = DataError("INSERT", {}, UntranslatableError())
+    assert is_data_error(untranslatable) and not is_unavailable(untranslatable)
+    gone = OperationalError("INSERT", {}, ConnectionError())
+    assert not is_data_error(gone)
+    assert is_data_error(UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"))
+    client_side = DataError("INSERT", {}, Exception("PostgreSQL text fields cannot contain NUL (0x00) bytes"))
+    assert is_data_error(client_side) and not is_unavailable(client_side)
