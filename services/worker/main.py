@@ -40,6 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="retry back-offs up to this long wait in the worker; longer ones free it",
     )
     add_option(parser, "--shutdown-grace-seconds", default=30.0, type=float, help="time to finish on SIGTERM")
+    add_option(
+        parser,
+        "--activity-timeout",
+        default=None,
+        type=positive_float,
+        help="seconds an activity attempt may run when it sets no @activity(timeout=); none by default",
+    )
     add_option(parser, "--listen", default=True, type=bool, help="wake on LISTEN/NOTIFY (else poll only)")
     add_option(parser, "--migrate", default=True, type=bool, help="bring the schema up to date at start")
     add_option(parser, "--worker-id", default="", help="name in leases and logs (default host-pid-random)")
@@ -59,6 +66,7 @@ async def _serve(args: argparse.Namespace, app: App) -> None:
             poll_interval=args.poll_interval,
             inline_retry_seconds=args.inline_retry_seconds,
             shutdown_grace_seconds=args.shutdown_grace_seconds,
+            activity_timeout=args.activity_timeout,
             listen=args.listen,
             worker_id=args.worker_id,
             inbox=inbox_settings_from_args(args),

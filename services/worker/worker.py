@@ -41,6 +41,7 @@ class WorkerSettings:
     poll_interval: float = 1.0
     inline_retry_seconds: float = 5.0
     shutdown_grace_seconds: float = 30.0
+    activity_timeout: float | None = None  # per attempt, for activities without @activity(timeout=)
     listen: bool = True
     worker_id: str = ""
     inbox: InboxSettings = field(default_factory=InboxSettings)
@@ -224,6 +225,7 @@ class Worker:
             compensations=compensations,
             inline_retry_seconds=self.settings.inline_retry_seconds,
             writes=self.writes,
+            activity_timeout=self.settings.activity_timeout,
         )
         try:
             outcome = await replayer.run()
