@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from kenning.cli import SUBCOMMANDS, build_parser
+from kenning.config import declared_variables
 from tests.support import REPO_ROOT
 
 SCHEMA = json.loads((REPO_ROOT / "tests" / "schemas" / "compose-spec.json").read_text())
@@ -101,15 +102,14 @@ def test_every_command_and_variable_compose_uses_exists_in_the_cli(name: str, mo
         assert argv[0] in SUBCOMMANDS, f"{name}: unknown subcommand {argv[0]!r}"
         parser, _ = build_parser(argv)
         parser.parse_args(argv)  # exits 2 (fails the test) on an unknown flag or bad value
-    # every KENNING_* variable must be a flag of the service's own command
+    # every KENNING_* variable must be one the service's own command declares, by the name
+    # that command reads (a per-process setting has the process's name: KENNING_WORKER_...)
     main_command = commands[0]
     parser, _ = build_parser(main_command)
     (commands_action,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    subparser = commands_action.choices[main_command[0]]
-    flags = {opt for action in subparser._actions for opt in action.option_strings if opt.startswith("--")}
-    known = {"KENNING_" + f[2:].replace("-", "_").upper() for f in flags}
+    known = set(declared_variables(commands_action.choices[main_command[0]]).values())
     unknown = sorted(k for k in environment if k.startswith("KENNING_") and k not in known)
-    assert unknown == [], f"{name}: compose sets variables no flag of `kenning {main_command[0]}` reads: {unknown}"
+    assert unknown == [], f"{name}: compose sets variables `kenning {main_command[0]}` does not read: {unknown}"
 
 
 def test_dockerfile_is_one_slim_non_root_image() -> None:

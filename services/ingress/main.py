@@ -10,21 +10,45 @@ import structlog
 import uvicorn
 
 from kenning.commands.errors import UsageError
-from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
+from kenning.config import (
+    add_database_options,
+    add_logging_options,
+    add_migrate_option,
+    add_option,
+    env_name,
+    positive_float,
+    positive_int,
+)
 from kenning.db import redacted, sqlalchemy_url
-from kenning.ingress.parsing import DEFAULT_LIMITS
+from kenning.ingress.parsing import DEFAULT_LIMITS, EventLimits
 from kenning.ingress.protocol import IngressProtocol
-from kenning.ingress.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES, DEFAULT_READ_TIMEOUT
+from kenning.ingress.settings import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_READ_TIMEOUT,
+    IngressSettings,
+    settings_to_environment,
+)
 from kenning.migrate import migrate
 
 KEEP_ALIVE_SECONDS = 90
 
 
+# the name in the variables of settings that differ per process: KENNING_INGRESS_PORT
+PROCESS = "ingress"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_options(parser)
-    add_option(parser, "--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for every interface)")
-    add_option(parser, "--port", default=8000, type=positive_int, help="port to listen on")
-    add_option(parser, "--workers", default=1, type=positive_int, help="uvicorn worker processes")
+    add_option(
+        parser,
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (0.0.0.0 for every interface)",
+        process=PROCESS,
+    )
+    add_option(parser, "--port", default=8000, type=positive_int, help="port to listen on", process=PROCESS)
+    add_option(parser, "--workers", default=1, type=positive_int, help="uvicorn worker processes", process=PROCESS)
     add_option(
         parser, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=positive_int, help="larger bodies get 413"
     )
@@ -86,7 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_float,
         help="seconds a client has to send a request's headers, and again its body; then 408",
     )
-    add_option(parser, "--migrate", default=True, type=bool, help="bring the schema up to date at start")
+    add_migrate_option(parser)
     add_logging_options(parser)
 
 
@@ -117,27 +141,30 @@ def check_exposure(args: argparse.Namespace) -> None:
     )
 
 
+def settings_from(args: argparse.Namespace) -> IngressSettings:
+    return IngressSettings(
+        database_url=args.database_url,
+        ingress_token=args.ingress_token,
+        admin_token=args.admin_token,
+        max_body_bytes=args.max_body_bytes,
+        database_timeout=args.database_timeout,
+        limits=EventLimits(
+            max_attribute_length=args.ingress_max_attribute_length,
+            max_attribute_name_length=args.ingress_max_attribute_name_length,
+            max_extensions=args.ingress_max_extensions,
+            max_id_length=args.ingress_max_id_length,
+        ),
+        read_timeout=args.ingress_read_timeout,
+        max_header_bytes=args.ingress_max_header_bytes,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     sqlalchemy_url(args.database_url)  # a missing or malformed URL is a CLI error (exit 2)
     check_exposure(args)
     # uvicorn workers are fresh processes: hand them the settings through the environment.
-    os.environ.update(
-        {
-            "KENNING_DATABASE_URL": args.database_url,
-            "KENNING_MAX_BODY_BYTES": str(args.max_body_bytes),
-            "KENNING_DATABASE_TIMEOUT": str(args.database_timeout),
-            "KENNING_INGRESS_TOKEN": args.ingress_token,
-            "KENNING_ADMIN_TOKEN": args.admin_token,
-            "KENNING_INGRESS_MAX_ATTRIBUTE_LENGTH": str(args.ingress_max_attribute_length),
-            "KENNING_INGRESS_MAX_ATTRIBUTE_NAME_LENGTH": str(args.ingress_max_attribute_name_length),
-            "KENNING_INGRESS_MAX_EXTENSIONS": str(args.ingress_max_extensions),
-            "KENNING_INGRESS_MAX_ID_LENGTH": str(args.ingress_max_id_length),
-            "KENNING_INGRESS_MAX_HEADER_BYTES": str(args.ingress_max_header_bytes),
-            "KENNING_INGRESS_READ_TIMEOUT": str(args.ingress_read_timeout),
-            "KENNING_LOG_LEVEL": args.log_level,
-            "KENNING_LOG_FORMAT": args.log_format,
-        }
-    )
+    os.environ.update(settings_to_environment(settings_from(args)))
+    os.environ.update({env_name("--log-level"): args.log_level, env_name("--log-format"): args.log_format})
     if args.migrate:
         migrate(args.database_url)
     structlog.get_logger("kenning.ingress").info(

@@ -10,7 +10,17 @@ from urllib.parse import urlsplit
 import structlog
 
 from kenning.appload import broker_url, database_url, load_app
-from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
+from kenning.config import (
+    add_database_options,
+    add_health_file_option,
+    add_listen_option,
+    add_logging_options,
+    add_migrate_option,
+    add_option,
+    add_poll_interval_option,
+    positive_float,
+    positive_int,
+)
 from kenning.db import connect
 from kenning.errors import ConfigurationError
 from kenning.health import heartbeat
@@ -26,6 +36,10 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+# the name in the variables of settings that differ per process: KENNING_RELAYER_BATCH_SIZE
+PROCESS = "relayer"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "--broker-url", default="", help="where events are POSTed (http:// or https:// URL)")
     add_option(
@@ -36,10 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_database_options(parser)
     add_option(parser, "--content-mode", default="binary", choices=CONTENT_MODES, help="CloudEvents HTTP content mode")
-    add_option(parser, "--batch-size", default=50, type=positive_int, help="events claimed and sent at once")
+    add_option(
+        parser, "--batch-size", default=50, type=positive_int, help="events claimed and sent at once", process=PROCESS
+    )
     add_option(parser, "--max-connections", default=20, type=positive_int, help="HTTP connections to the broker")
-    add_option(parser, "--lease-seconds", default=30.0, type=positive_float, help="lease on a claimed batch")
-    add_option(parser, "--poll-interval", default=1.0, type=positive_float, help="fallback poll interval (s)")
+    add_option(
+        parser, "--lease-seconds", default=30.0, type=positive_float, help="lease on a claimed batch", process=PROCESS
+    )
+    add_poll_interval_option(parser)
     add_option(parser, "--request-timeout-seconds", default=10.0, type=positive_float, help="HTTP timeout per event")
     add_option(parser, "--max-attempts", default=10, type=positive_int, help="attempts before an event is dead")
     add_option(parser, "--retry-initial-seconds", default=1.0, type=positive_float, help="first retry back-off")
@@ -48,11 +66,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser, "--retention-hours", default=168.0, type=non_negative_float, help="keep published events this long"
     )
     add_option(parser, "--cleanup-interval-seconds", default=60.0, type=positive_float, help="how often old events go")
-    add_option(parser, "--shutdown-grace-seconds", default=10.0, type=float, help="time to finish a batch on SIGTERM")
-    add_option(parser, "--listen", default=True, type=bool, help="wake on LISTEN/NOTIFY (else poll only)")
-    add_option(parser, "--migrate", default=True, type=bool, help="bring the schema up to date at start")
+    add_option(
+        parser,
+        "--shutdown-grace-seconds",
+        default=10.0,
+        type=float,
+        help="on SIGTERM, time for the batch in flight",
+        process=PROCESS,
+    )
+    add_listen_option(parser)
+    add_migrate_option(parser)
     add_option(parser, "--relayer-id", default="", help="name in leases and logs (default host-pid-random)")
-    add_option(parser, "--health-file", default="", help="touched every 5 s while alive (for healthchecks)")
+    add_health_file_option(parser)
     add_logging_options(parser)
 
 
@@ -116,6 +141,14 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.migrate:
         migrate(args.database_url)
-    structlog.get_logger("kenning.relayer").info("relayer.starting", broker_url=settings.broker_url)
+    structlog.get_logger("kenning.relayer").info(
+        "relayer.starting",
+        broker_url=settings.broker_url,
+        batch_size=settings.batch_size,
+        lease_seconds=settings.lease_seconds,
+        shutdown_grace_seconds=settings.shutdown_grace_seconds,
+        poll_interval=settings.poll_interval,
+        listen=settings.listen,
+    )
     run_loop(_serve(settings, args.database_url, args.health_file))
     return 0

@@ -10,13 +10,25 @@ import structlog
 
 from kenning.app import App
 from kenning.appload import database_url, load_app
-from kenning.config import add_database_options, add_logging_options, add_option, positive_float, positive_int
+from kenning.config import (
+    add_database_options,
+    add_health_file_option,
+    add_listen_option,
+    add_logging_options,
+    add_migrate_option,
+    add_option,
+    add_poll_interval_option,
+    positive_int,
+)
 from kenning.db import connect
 from kenning.health import heartbeat
 from kenning.loop import run as run_loop
 from kenning.migrate import migrate
 from kenning.scheduler.scheduler import Scheduler, SchedulerSettings
 from kenning.schedules import scheduled_workflows
+
+# the name in the variables of settings that differ per process: KENNING_SCHEDULER_BATCH_SIZE
+PROCESS = "scheduler"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,12 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(timers and event timeouts need none)",
     )
     add_database_options(parser)
-    add_option(parser, "--batch-size", default=100, type=positive_int, help="timers fired per transaction")
-    add_option(parser, "--poll-interval", default=1.0, type=positive_float, help="fallback poll interval (s)")
-    add_option(parser, "--listen", default=True, type=bool, help="wake on LISTEN/NOTIFY (else poll only)")
-    add_option(parser, "--migrate", default=True, type=bool, help="bring the schema up to date at start")
+    add_option(
+        parser, "--batch-size", default=100, type=positive_int, help="timers fired per transaction", process=PROCESS
+    )
+    add_poll_interval_option(parser)
+    add_listen_option(parser)
+    add_migrate_option(parser)
     add_option(parser, "--scheduler-id", default="", help="name in logs (default host-pid-random)")
-    add_option(parser, "--health-file", default="", help="touched every 5 s while alive (for healthchecks)")
+    add_health_file_option(parser)
     add_logging_options(parser)
 
 
@@ -66,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
     args.database_url = database_url(args.database_url, app)  # else the App's db_url
     if args.migrate:
         migrate(args.database_url)
-    structlog.get_logger("kenning.scheduler").info("scheduler.starting", app=args.app or None)
+    structlog.get_logger("kenning.scheduler").info(
+        "scheduler.starting",
+        app=args.app or None,
+        batch_size=args.batch_size,
+        poll_interval=args.poll_interval,
+        listen=args.listen,
+    )
     run_loop(_serve(args, app))
     return 0

@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import Any
 
-from kenning.appload import load_app
+from kenning.appload import database_url, load_app
 from kenning.client import Client, InvalidInputError, ResultTimeoutError
 from kenning.commands.argparsing import did_you_mean
 from kenning.commands.errors import UsageError
@@ -37,7 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-unknown", action="store_true", help="start it even if no process ever registered this workflow"
     )
-    add_option(parser, "--app", default="", help="optional: modules defining workflows, to check the input")
+    add_option(
+        parser,
+        "--app",
+        default="",
+        help="optional: modules defining workflows, to check the input (its App's db_url is the fallback)",
+    )
     add_database_options(parser)
     add_logging_options(parser)
 
@@ -57,9 +62,8 @@ async def _check_known(client: Client, name: str) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    if args.app:
-        load_app(args.app)
-    async with Client(args.database_url) as client:
+    app = load_app(args.app) if args.app.strip() else None
+    async with Client(database_url(args.database_url, app)) as client:  # else the App's db_url
         if not args.allow_unknown:
             await _check_known(client, args.workflow)
         try:
