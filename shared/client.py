@@ -36,16 +36,6 @@ def _check_storable(what: str, value: str | None) -> None:
         raise InvalidInputError(f"{what} must be at most {MAX_ID_LENGTH} characters with no NUL character")
 
 
-def _holds_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_holds_nul(item) for item in value)
-    return False
-
-
 class InvalidInputError(KenningError, TypeError):
     """``start()`` arguments that do not fit the workflow's signature or types (a
     ``TypeError``, as a call with the wrong arguments would be)."""
@@ -108,8 +98,9 @@ class Client:
         _check_storable("instance id", instance_id)
         _check_storable("idempotency key", idempotency_key)
         input_json = serialization.to_json(kwargs)
-        if _holds_nul(input_json):  # jsonb refuses it: say so now, not as a failed batch of starts
-            raise InvalidInputError(f"invalid input for workflow {name!r}: a NUL character cannot be stored")
+        reason = serialization.unstorable_reason(input_json)
+        if reason is not None:  # jsonb refuses it: say so now, not as a failed batch of starts
+            raise InvalidInputError(f"invalid input for workflow {name!r}: it cannot be stored: {reason}")
         if wf is not None:
             try:
                 serialization.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))

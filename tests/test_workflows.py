@@ -54,7 +54,7 @@ async def test_start_refuses_ids_and_input_postgresql_cannot_hold(
                 await client.start(core.three_steps, instance_id=bad, value=1)
             with pytest.raises(InvalidInputError, match="at most 1024 characters with no NUL"):
                 await client.start(core.three_steps, idempotency_key=bad, value=1)
-        with pytest.raises(InvalidInputError, match="NUL character cannot be stored"):
+        with pytest.raises(InvalidInputError, match="cannot be stored: contains a NUL character"):
             await client.start("free.form", payload="a\x00b")
         assert (await client.start(core.three_steps, instance_id="y" * 1024, value=1)).created
     assert sql.execute("SELECT count(*) FROM kenning_instances").fetchone() == (1,)
