@@ -113,7 +113,7 @@ async def _serve(args: argparse.Namespace, app: App) -> None:
     bound.install(loop)
 
     def stop() -> None:
-        pass
+        bound.arm()
         worker.stop()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -123,7 +123,7 @@ async def _serve(args: argparse.Namespace, app: App) -> None:
             await worker.run()
     finally:
         await database.dispose()
-    pass
+    await bound.finish(abandoned_runs=worker.abandoned)
 
 
 def run(args: argparse.Namespace) -> int:

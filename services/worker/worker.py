@@ -3,6 +3,15 @@
 One claim statement takes many instances (``FOR UPDATE SKIP LOCKED``), expired leases
 included; a heartbeat extends the leases of everything in flight and cancels the runs
 whose lease was taken over. Wakes on ``NOTIFY``, polls as a fallback.
+
+Crash loops: an instance whose previous run did not end cleanly (its lease expired) is a
+*suspect*; a worker runs at most one suspect at a time, until it records a step or its run
+ends, so an instance that kills its process takes no other suspect down with it, and the
+claim parks an instance after ``max_runs`` such runs in a row (``crashloop.py``).
+
+Shutdown is bounded: in-flight runs get the grace period (counted from ``stop()``), then
+are cancelled and release their leases; a run that ignores its cancellation is released
+here and counted in ``abandoned``, for the process to exit without waiting on it.
 """
 
 from __future__ import annotations
@@ -25,13 +34,20 @@ from kenning.replay import Replayer, StorageUnavailable
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import writes as writes_sql
+from kenning.storage.instances import DEFAULT_MAX_RUNS
 from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord
 from kenning.storage.tables import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS
 from kenning.storage.writes import InstanceWrite
+from kenning.worker.crashloop import report_parked
 from kenning.worker.inbox import InboxProcessor, InboxSettings
 from kenning.worker.unknown import UnknownWorkflows
 
 _log = structlog.get_logger("kenning.worker")
+
+# After the grace period: how long cancelled runs get to release their leases, and how
+# long the worker then spends releasing those of runs that ignored the cancellation.
+CANCEL_SECONDS = 2.0
+RELEASE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +58,7 @@ class WorkerSettings:
     inline_retry_seconds: float = 5.0
     shutdown_grace_seconds: float = 30.0
     activity_timeout: float | None = None  # per attempt, for activities without @activity(timeout=)
+    max_runs: int = DEFAULT_MAX_RUNS  # runs in a row without a clean end or a step: then crash_loop
     listen: bool = True
     worker_id: str = ""
     inbox: InboxSettings = field(default_factory=InboxSettings)
@@ -82,6 +99,12 @@ class Worker:
         self.worker_id = self.settings.worker_id or process_id()
         self.workflow_names = sorted(app.registry.workflows)
         self._running: dict[str, asyncio.Task[None]] = {}  # lease token -> run
+        self._claimed: dict[str, ClaimedInstance] = {}  # lease token -> what was claimed
+        # The lease token of the suspect in flight (previous run did not end cleanly), if
+        # any: until it records a step or ends, the claim takes no other suspect.
+        self._suspect: str | None = None
+        self._drain_deadline: float | None = None
+        self.abandoned = 0  # runs that outlived their cancellation at shutdown
         self._wake = asyncio.Event()
         # Whether another claim may find work: set by NOTIFY and polls, and after a claim
         # that filled every free slot; a finished run frees a slot but brings no new work.
@@ -106,6 +129,8 @@ class Worker:
 
     def stop(self) -> None:
         """Stop claiming; in-flight runs get the grace period to finish (SIGTERM)."""
+        if self._drain_deadline is None:
+            self._drain_deadline = asyncio.get_running_loop().time() + self.settings.shutdown_grace_seconds
         self._stopping.set()
         self._wake.set()
         self.inbox.stop()
@@ -196,6 +221,8 @@ class Worker:
                 workflow_names=self.workflow_names,
                 limit=limit,
                 lease_seconds=self.settings.lease_seconds,
+                max_runs=self.settings.max_runs,
+                take_suspect=self._suspect is None,
             )
             claimed = claim.instances
             # Fresh instances have no history: skip the load for them.
@@ -203,8 +230,17 @@ class Worker:
             histories = await history_sql.history_load(conn, resumed)
             compensating = [c.id for c in claimed if c.status == "compensating" or c.cancel_requested]
             compensations = await history_sql.compensations_load(conn, compensating)
+        if claim.parked:
+            self._work_likely = True  # they took slots of this claim that others may fill
+            self._wake.set()
+            await report_parked(self.app, self.log, claim.parked, max_runs=self.settings.max_runs)
         for instance in claimed:
-            self.log.debug("instance.claimed", instance_id=instance.id, workflow=instance.workflow_name)
+            self.log.debug(
+                "instance.claimed", instance_id=instance.id, workflow=instance.workflow_name, suspect=instance.suspect
+            )
+            if instance.suspect:
+                self._suspect = instance.lease_token
+            self._claimed[instance.lease_token] = instance
             task = asyncio.create_task(
                 self._execute(instance, histories.get(instance.id, []), compensations.get(instance.id, [])),
                 name=f"kenning-instance-{instance.id}",
@@ -240,11 +276,26 @@ class Worker:
             await self._release(claimed, log, delay=1.0)
         finally:
             self._running.pop(claimed.lease_token, None)
+            self._claimed.pop(claimed.lease_token, None)
+            if self._suspect == claimed.lease_token:
+                self._cleared_suspect()
             self._wake.set()
+
+    def _cleared_suspect(self) -> None:
+        """The suspect in flight ended or made progress: another may be claimed."""
+        self._suspect = None
+        self._work_likely = True
+        self._wake.set()
 
     async def _apply_writes(self, writes: Sequence[InstanceWrite]) -> list[bool | None]:
         async with self.database.autocommit.connect() as conn:
-            return await writes_sql.writes_apply(conn, writes)
+            flags = await writes_sql.writes_apply(conn, writes)
+        suspect = self._suspect
+        if suspect is not None and any(
+            w.token == suspect and w.steps and flag is not None for w, flag in zip(writes, flags, strict=True)
+        ):
+            self._cleared_suspect()  # it recorded a step: whatever kills workers, it is not stuck on it
+        return flags
 
     async def _release(self, claimed: ClaimedInstance, log: Any, delay: float = 0.0) -> None:
         """Hand the instance back (shutdown or crash) so another worker need not wait for
@@ -277,12 +328,26 @@ class Worker:
                     task.cancel()
 
     async def _drain(self) -> None:
+        """Give in-flight runs what is left of the grace period, then cancel them (each
+        releases its lease) and release the leases of those that ignore it: the worker's
+        part of the bound on exit after SIGTERM."""
         if not self._running:
             return
         tasks = list(self._running.values())
         self.log.info("worker.draining", in_flight=len(tasks), grace=self.settings.shutdown_grace_seconds)
-        _, still_running = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_seconds)
+        loop = asyncio.get_running_loop()
+        deadline = self._drain_deadline or loop.time() + self.settings.shutdown_grace_seconds
+        _, still_running = await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
+        if not still_running:
+            return
         for task in still_running:
             task.cancel()
-        if still_running:
-            await asyncio.wait(still_running)
+        _, stuck = await asyncio.wait(still_running, timeout=CANCEL_SECONDS)
+        if not stuck:
+            return
+        self.abandoned = len(stuck)
+        self.log.warning("worker.runs_abandoned", count=len(stuck), hint="a run ignored its cancellation")
+        abandoned = [self._claimed[t] for t, task in self._running.items() if task in stuck and t in self._claimed]
+        releases = [self._release(c, self.log.bind(instance_id=c.id, workflow=c.workflow_name)) for c in abandoned]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*releases), timeout=RELEASE_SECONDS)

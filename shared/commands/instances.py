@@ -85,7 +85,9 @@ async def _run(args: argparse.Namespace) -> int:
                 else:
                     emit(f"{row.id}: cancellation requested" if accepted else f"{row.id}: already {row.status}")
                 return 0 if accepted else 1
-            rerun = await sagas_sql.saga_retry(conn, row.id)
+            # a crash-looped instance resumes as it was parked, compensating ones included
+            crash_loop = (row.error or {}).get("reason") == instances_sql.CRASH_LOOP
+            rerun = None if crash_loop else await sagas_sql.saga_retry(conn, row.id)
             if rerun is not None:  # the rollback stopped at a failed compensation: finish it
                 retried = {
                     "retried": True,
@@ -123,12 +125,17 @@ def _show(
                 ("result", row["result"]),
                 ("error", (row["error"] or {}).get("message")),
                 ("error type", (row["error"] or {}).get("type")),
+                ("reason", (row["error"] or {}).get("reason")),
+                ("runs", _runs(row)),
                 ("created", row["created_at"]),
                 ("finished", row["finished_at"]),
                 ("lease owner", row["lease_owner"]),
             ],
         )
     )
+    error = row["error"] or {}
+    if error.get("reason") == instances_sql.CRASH_LOOP:  # in full, with what to do: the table cuts it
+        emit(f"\n{error.get('message')}")
     emit("")
     emit(
         table(
@@ -149,6 +156,12 @@ def _show(
         for c in compensations:  # in full: the table cuts long cells
             if c["error"]:
                 emit(f"compensation #{c['position']} {c['function_name']} failed: {c['error']}")
+
+
+def _runs(row: dict[str, Any]) -> str:
+    """How often it was claimed; and how many runs in a row died without a step, if any."""
+    dead = row["runs_without_progress"]
+    return f"{row['run_count']}" + (f" ({dead} in a row ended without a clean end or a step)" if dead else "")
 
 
 def _add_outcomes(compensations: list[dict[str, Any]], history: list[dict[str, Any]]) -> None:

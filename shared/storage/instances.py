@@ -7,19 +7,20 @@ The database clock is the only clock; ``now`` parameters exist so tests can move
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from kenning.rawdb import Executor
 from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
-from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow
+from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow, ParkedInstance
 
 _DEFINITION_UPSERT = text(
     """
@@ -140,45 +141,103 @@ async def instance_find_existing(
     return str(existing.id)
 
 
-_INSTANCE_CLAIM = text(
-    f"""
+# Runs in a row that may end without a clean end or a new step before the claim parks the
+# instance as failed (``crash_loop``); the worker's ``--max-runs``.
+DEFAULT_MAX_RUNS = 10
+CRASH_LOOP = "crash_loop"
+CRASH_LOOP_ERROR_TYPE = "kenning.worker.crashloop.CrashLoopError"
+
+
+@functools.cache
+def _claim_statement(max_runs: int, take_suspect: bool) -> TextClause:
+    """The claim of a worker with this ``--max-runs`` that may (or may not, because it
+    runs one already) take a suspect: an instance whose previous run did not end cleanly.
+
+    Both are process constants, written into the statement as literals (``max_runs`` is a
+    validated int): a worker runs at most two variants, each compiled once.
+    """
+    suspects = "true" if take_suspect else "false"
+    return text(
+        f"""
     WITH candidates AS (
-        SELECT id FROM kenning_instances
+        SELECT id, lease_token IS NOT NULL AS suspect, runs_without_progress, claimed_at, available_at
+        FROM kenning_instances
         WHERE status IN ('pending', 'running', 'compensating')
           AND available_at <= {NOW}
           AND workflow_name = ANY(:names)
+          AND (lease_token IS NULL OR {suspects})
         ORDER BY available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
+    ), chosen AS (
+        -- the previous run ended cleanly (or there was none): no run counted against it
+        SELECT id, false AS suspect, 0 AS runs_without_progress FROM candidates WHERE NOT suspect
+        UNION ALL
+        -- an expired lease: the run before died or stalled. One such instance per claim
+        -- (the worker runs it apart from other suspects, so one that kills its process
+        -- takes no other suspect down with it); that run counts unless it recorded a step.
+        -- The history is read only here, on the rare path of a reclaimed lease.
+        (SELECT c.id, true AS suspect,
+                CASE WHEN EXISTS (SELECT FROM kenning_history AS h
+                                  WHERE h.instance_id = c.id
+                                    AND h.created_at >= coalesce(c.claimed_at, CAST('-infinity' AS timestamptz)))
+                     THEN 0 ELSE c.runs_without_progress + 1 END AS runs_without_progress
+         FROM candidates AS c WHERE c.suspect ORDER BY c.available_at, c.id LIMIT 1)
+    ), verdict AS (
+        SELECT id, suspect, runs_without_progress, runs_without_progress >= {max_runs:d} AS park,
+               format('crash loop: %s runs in a row ended without finishing cleanly or recording a step '
+                      '(--max-runs {max_runs:d}); fix the cause, then run kenning instances retry %s',
+                      runs_without_progress, id) AS message
+        FROM chosen
     ), claimed AS (
+        -- a parked instance is never handed out: failed, lease cleared, its state kept for
+        -- kenning instances retry (resume_status, previous_error)
         UPDATE kenning_instances AS i
-        SET status = CASE WHEN i.status = 'pending' THEN 'running' ELSE i.status END,
-            lease_owner = :owner,
-            lease_token = gen_random_uuid(),
-            available_at = {NOW} + make_interval(secs => :lease_seconds),
-            run_count = i.run_count + 1,
+        SET status = CASE WHEN v.park THEN 'failed' WHEN i.status = 'pending' THEN 'running' ELSE i.status END,
+            lease_owner = CASE WHEN v.park THEN NULL ELSE :owner END,
+            lease_token = CASE WHEN v.park THEN NULL ELSE gen_random_uuid() END,
+            available_at = CASE WHEN v.park THEN NULL ELSE {NOW} + make_interval(secs => :lease_seconds) END,
+            run_count = CASE WHEN v.park THEN i.run_count ELSE i.run_count + 1 END,
+            runs_without_progress = v.runs_without_progress,
+            error = CASE WHEN v.park THEN jsonb_build_object(
+                        'type', '{CRASH_LOOP_ERROR_TYPE}', 'reason', '{CRASH_LOOP}',
+                        'message', v.message, 'args', jsonb_build_array(v.message),
+                        'runs_without_progress', v.runs_without_progress,
+                        'resume_status', CASE WHEN i.status = 'compensating' THEN 'compensating' ELSE 'pending' END,
+                        'previous_error', i.error)
+                    ELSE i.error END,
+            finished_at = CASE WHEN v.park THEN now() ELSE i.finished_at END,
             started_at = coalesce(i.started_at, {NOW}),
+            -- the database's own clock, as history rows' created_at: progress is judged by it
+            claimed_at = now(),
             updated_at = {NOW}
-        FROM candidates
-        WHERE i.id = candidates.id
+        FROM verdict AS v
+        WHERE i.id = v.id
         RETURNING i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
-                  CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts
+                  CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts,
+                  v.suspect, v.park, i.runs_without_progress
     )
     SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
-           CAST(NULL AS float8) AS seconds_until_next
+           suspect, park, runs_without_progress, CAST(NULL AS float8) AS seconds_until_next
     FROM claimed
     UNION ALL
     -- nothing claimed: one row saying when the next instance becomes claimable, so an
     -- idle worker knows how long to sleep without a second round trip
     SELECT NULL AS id, NULL AS workflow_name, NULL AS status, NULL AS input, NULL AS cancel_requested,
-           NULL AS lease_token, NULL AS run_count, NULL AS attempts,
+           NULL AS lease_token, NULL AS run_count, NULL AS attempts, NULL AS suspect, NULL AS park,
+           NULL AS runs_without_progress,
            (SELECT CAST(extract(epoch FROM min(available_at) - {NOW}) AS float8)
             FROM kenning_instances
-            WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names))
+            WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names)
+              AND (lease_token IS NULL OR {suspects}))
                AS seconds_until_next
     WHERE NOT EXISTS (SELECT FROM claimed)
     """
-)
+    )
+
+
+# The statement of a worker with the default settings (the benchmark's bare engine runs it).
+_INSTANCE_CLAIM = _claim_statement(DEFAULT_MAX_RUNS, True)
 
 
 @dataclass(frozen=True)
@@ -187,6 +246,8 @@ class Claim:
     # when nothing was claimed: seconds until the next instance becomes claimable
     # (negative: due, but locked by another claim), None if there is none
     seconds_until_next: float | None
+    # instances this claim parked as failed (crash loop) instead of handing them out
+    parked: list[ParkedInstance] = field(default_factory=list)
 
 
 async def instance_claim(
@@ -196,15 +257,22 @@ async def instance_claim(
     workflow_names: Sequence[str],
     limit: int,
     lease_seconds: float,
+    max_runs: int = DEFAULT_MAX_RUNS,
+    take_suspect: bool = True,
     now: datetime | None = None,
 ) -> Claim:
     """Claim up to ``limit`` runnable instances in one round trip.
 
     Runnable means pending and due, or leased with an expired lease: expired leases are
-    reclaimed here, by the normal claim, not by a sweeper (design invariant 4).
+    reclaimed here, by the normal claim, not by a sweeper (design invariant 4). An
+    expired lease is a run that did not end cleanly; ``max_runs`` of them in a row
+    without a step recorded park the instance (``Claim.parked``). ``take_suspect=False``
+    leaves expired leases to other workers (this one runs such an instance already).
     """
+    if max_runs < 1:
+        raise ValueError("max_runs must be at least 1")
     result = await conn.execute(
-        _INSTANCE_CLAIM,
+        _claim_statement(max_runs, take_suspect),
         {
             "owner": owner,
             "names": list(workflow_names),
@@ -213,10 +281,13 @@ async def instance_claim(
             "now": now,
         },
     )
-    instances, until = [], None
+    instances, parked, until = [], [], None
     for row in result:
         if row.id is None:
             until = seconds_or_none(row.seconds_until_next)
+            continue
+        if row.park:
+            parked.append(ParkedInstance(row.id, row.workflow_name, row.run_count, row.runs_without_progress))
             continue
         instances.append(
             ClaimedInstance(
@@ -228,9 +299,10 @@ async def instance_claim(
                 lease_token=row.lease_token,
                 run_count=row.run_count,
                 attempts=row.attempts,
+                suspect=row.suspect,
             )
         )
-    return Claim(instances, until)
+    return Claim(instances, until, parked)
 
 
 _INSTANCE_HEARTBEAT = text(
@@ -452,7 +524,8 @@ async def instance_request_cancel(conn: AsyncConnection, instance_id: str) -> tu
 _INSTANCE_GET = text(
     """
     SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
-           available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key
+           available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key,
+           runs_without_progress
     FROM kenning_instances WHERE id = :id
     """
 )
@@ -471,7 +544,8 @@ async def instance_get(conn: Executor, instance_id: str) -> InstanceRow | None:
 _INSTANCE_LIST = text(
     """
     SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
-           available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key
+           available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key,
+           runs_without_progress
     FROM kenning_instances
     WHERE (CAST(:status AS text) IS NULL OR status = :status)
       AND (CAST(:workflow AS text) IS NULL OR workflow_name = :workflow)
@@ -489,9 +563,10 @@ async def instance_list(
 
 
 _INSTANCE_RETRY = text(
-    """
+    f"""
     WITH target AS (
         SELECT i.id,
+               coalesce(i.error ->> 'reason' = '{CRASH_LOOP}', false) AS crash_loop,
                (SELECT count(*) FROM kenning_history h
                 WHERE h.instance_id = i.id AND h.kind = 'CompensationExecuted') AS compensated
         FROM kenning_instances i
@@ -499,18 +574,26 @@ _INSTANCE_RETRY = text(
         FOR UPDATE
     ), cleared AS (
         DELETE FROM kenning_history h USING target
-        WHERE h.instance_id = target.id AND target.compensated = 0
+        WHERE h.instance_id = target.id AND target.compensated = 0 AND NOT target.crash_loop
           AND h.kind IN ('ActivityFailed', 'EventTimeout', 'CompensationFailed')
         RETURNING h.step_id
     ), retried AS (
+        -- a crash-looped instance failed in no step: it resumes where it was parked (its
+        -- saga's compensations included), with the error, attempts and cancel it had then
         UPDATE kenning_instances AS i
-        SET status = 'pending', error = NULL, result = NULL, attempts = '{}', cancel_requested = false,
+        SET status = CASE WHEN target.crash_loop THEN coalesce(i.error ->> 'resume_status', 'pending')
+                          ELSE 'pending' END,
+            error = CASE WHEN target.crash_loop
+                         THEN nullif(i.error -> 'previous_error', CAST('null' AS jsonb)) END,
+            attempts = CASE WHEN target.crash_loop THEN i.attempts ELSE '{{}}' END,
+            cancel_requested = target.crash_loop AND i.cancel_requested,
+            result = NULL, runs_without_progress = 0,
             available_at = now(), finished_at = NULL, updated_at = now()
         FROM target
-        WHERE i.id = target.id AND target.compensated = 0
+        WHERE i.id = target.id AND (target.compensated = 0 OR target.crash_loop)
         RETURNING i.id
     )
-    SELECT target.compensated, (SELECT count(*) FROM cleared) AS cleared_count,
+    SELECT target.compensated, target.crash_loop, (SELECT count(*) FROM cleared) AS cleared_count,
            (SELECT count(*) FROM retried) AS retried_count,
            (SELECT pg_notify('kenning_instances', '') IS NULL FROM retried) AS notified
     FROM target
@@ -523,12 +606,15 @@ async def instance_retry(conn: AsyncConnection, instance_id: str) -> dict[str, A
     re-runs them, and every step that succeeded is replayed from history.
 
     Refused once a compensation has run: replaying steps whose effects were undone would
-    leave the saga inconsistent; start a new instance instead.
+    leave the saga inconsistent; start a new instance instead. A crash-looped instance
+    (parked by the claim) resumes as it was parked, its run counter reset.
     """
     row = (await conn.execute(_INSTANCE_RETRY, {"id": instance_id})).first()
     if row is None:
         return {"retried": False, "message": "only a failed instance can be retried"}
     compensated, cleared, retried = int(row.compensated), int(row.cleared_count), int(row.retried_count)
+    if row.crash_loop:
+        return {"retried": bool(retried), "message": "runnable again; its crash-loop run counter was reset"}
     if compensated:
         return {
             "retried": False,

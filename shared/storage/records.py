@@ -19,6 +19,19 @@ class ClaimedInstance:
     lease_token: str
     run_count: int
     attempts: dict[str, Any]
+    # its previous run did not end cleanly (the lease expired): the worker runs it apart
+    # from other such instances, so one that kills its process takes no other down with it
+    suspect: bool = False
+
+
+@dataclass(frozen=True)
+class ParkedInstance:
+    """An instance the claim parked as failed (``crash_loop``) instead of handing it out."""
+
+    id: str
+    workflow_name: str
+    run_count: int
+    runs_without_progress: int
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,7 @@ class InstanceRow:
     finished_at: datetime | None
     source_hash: str = ""
     idempotency_key: str | None = None
+    runs_without_progress: int = 0  # consecutive runs that died without a step (crash loop)
 
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})

@@ -52,6 +52,8 @@ instances = Table(
     _ts("available_at"),
     Column("attempts", JSONB, nullable=False),
     Column("run_count", Integer, nullable=False),
+    Column("runs_without_progress", Integer, nullable=False),
+    _ts("claimed_at"),
     _ts("created_at", False),
     _ts("updated_at", False),
     _ts("started_at"),
