@@ -18,7 +18,7 @@ import psycopg
 
 from kenning.app import App
 from kenning.appload import broker_url, database_url, load_app
-from kenning.config import add_logging_options, add_option, positive_int
+from kenning.config import add_logging_options, add_option, env_name, positive_int
 from kenning.embedded import embedded_postgres, with_database
 from kenning.ingress.main import check_exposure
 from kenning.migrate import migrate
@@ -33,9 +33,10 @@ STOP_GRACE = 20.0  # ... well within the time ``up`` waits before SIGKILL
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "--database-url", default="", help="use this database instead of an embedded one")
     add_option(parser, "--app", default=EXAMPLE_APP, help="modules defining workflows (default: the order example)")
-    parser.add_argument("--workers", type=positive_int, default=2, help="worker processes (default 2)")
-    add_option(parser, "--port", default=8000, type=positive_int, help="ingress port")
-    add_option(parser, "--host", default="127.0.0.1", help="ingress address")
+    # up's own meaning of these names (worker processes; the ingress it starts): KENNING_UP_*
+    add_option(parser, "--workers", default=2, type=positive_int, help="worker processes", process="up")
+    add_option(parser, "--port", default=8000, type=positive_int, help="ingress port", process="up")
+    add_option(parser, "--host", default="127.0.0.1", help="ingress address", process="up")
     add_option(parser, "--ingress-token", default="", help="bearer token the ingress requires (prefer the env)")
     add_option(
         parser,
@@ -165,13 +166,11 @@ async def _serve(args: argparse.Namespace, app: App, database_url: str, data_dir
         "KENNING_LOG_FORMAT": "json",
         "PYTHONPATH": os.pathsep.join(python_path),
     }
-    env.setdefault("KENNING_SHUTDOWN_GRACE_SECONDS", CHILD_SHUTDOWN_GRACE)
+    env.setdefault(env_name("--shutdown-grace-seconds", "worker"), CHILD_SHUTDOWN_GRACE)
     if args.ingress_token:
         env["KENNING_INGRESS_TOKEN"] = args.ingress_token
     if args.ingress_allow_open:
         env["KENNING_INGRESS_ALLOW_OPEN"] = "true"
-    for name in ("KENNING_WORKERS", "KENNING_PORT", "KENNING_HOST"):
-        env.pop(name, None)  # `up`'s own settings, not the children's
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     ingress = f"http://{_public(args.host)}:{args.port}"
