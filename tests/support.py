@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
-import psycopg
 
 from kenning.app import App
 from kenning.db import Database
 from kenning.worker import Worker, WorkerSettings
 from tests import logguard
+from tests.invariants import check_invariants as check_invariants  # its callers import it from here
 from tests.logguard import LogGuard
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -162,39 +162,3 @@ async def running_worker(database: Database, app: App | None = None, **settings:
 
 def iter_lines(text: str) -> Iterator[str]:
     yield from (line for line in text.splitlines() if line.strip())
-
-
-def check_invariants(sql: psycopg.Connection[tuple[object, ...]], *, settled: bool = True) -> None:
-    """The SQL invariant checker run after every multi-process test.
-
-    ``settled``: the run is over, so no accepted event or outbox row may still be pending.
-    """
-    dup = sql.execute(
-        "SELECT instance_id, step_id, count(*) FROM kenning_history GROUP BY 1, 2 HAVING count(*) > 1"
-    ).fetchall()
-    assert dup == [], f"steps recorded twice: {dup}"
-    orphan = sql.execute(
-        "SELECT id FROM kenning_instances WHERE status IN ('running', 'compensating') AND lease_token IS NULL"
-    ).fetchall()
-    assert orphan == [], f"running without a lease: {orphan}"
-    finished_with_lease = sql.execute(
-        "SELECT id FROM kenning_instances WHERE status IN ('completed', 'failed', 'cancelled') "
-        "AND (lease_token IS NOT NULL OR available_at IS NOT NULL)"
-    ).fetchall()
-    assert finished_with_lease == [], f"finished but still leased: {finished_with_lease}"
-    early = sql.execute(
-        "SELECT instance_id, step_id FROM kenning_history WHERE kind = 'TimerExpired' "
-        "AND CAST(payload ->> 'fired_at' AS timestamptz) < CAST(payload ->> 'due_at' AS timestamptz)"
-    ).fetchall()
-    assert early == [], f"timers fired before their due time: {early}"
-    waiting_without_cause = sql.execute(
-        "SELECT id FROM kenning_instances i WHERE (status = 'waiting_for_timer' AND NOT EXISTS "
-        "(SELECT 1 FROM kenning_timers t WHERE t.instance_id = i.id)) OR (status = 'waiting_for_event' AND NOT EXISTS "
-        "(SELECT 1 FROM kenning_event_subscriptions s WHERE s.instance_id = i.id))"
-    ).fetchall()
-    assert waiting_without_cause == [], f"waiting on nothing (would never wake): {waiting_without_cause}"
-    if settled:
-        unprocessed = sql.execute("SELECT id, status FROM kenning_inbox WHERE status = 'pending'").fetchall()
-        assert unprocessed == [], f"accepted events never processed: {unprocessed}"
-        unpublished = sql.execute("SELECT id FROM kenning_outbox WHERE status = 'pending'").fetchall()
-        assert unpublished == [], f"outbox rows neither published nor dead: {unpublished}"

@@ -1,0 +1,297 @@
+"""The SQL invariant checker run after every end-to-end, multi-process and chaos test.
+
+Each invariant is a function of its own that fails with the rows that break it, so a
+failure names the instances, events or steps to look at. ``check_invariants`` runs them
+all; ``tests.support`` re-exports it for the tests that import it from there.
+
+Every unfinished instance must have a way forward at any moment (a lease, a due time, a
+timer or a subscription). ``settled`` means the run is over and every process has had time
+to finish what it was given (quiescence): then nothing accepted may still be pending either.
+Tests that stop before that pass ``settled=False``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from types import ModuleType
+from typing import Any
+
+import psycopg
+
+from kenning.activity import Activity
+from kenning.retry import DEFAULT_RETRY_POLICY
+
+Sql = psycopg.Connection[tuple[Any, ...]]
+
+TERMINAL = ("completed", "failed", "cancelled")
+# Side-channel lines of effects whose step must be recorded: ``step <instance id> <step id>``.
+STEP_EFFECT = re.compile(r"^step (?P<instance>\S+) (?P<step>\S+)$")
+
+
+def _rows(sql: Sql, query: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+    return sql.execute(query, tuple(params)).fetchall()
+
+
+def _fail_if(rows: list[tuple[Any, ...]], what: str, limit: int = 20) -> None:
+    more = f" (and {len(rows) - limit} more)" if len(rows) > limit else ""
+    assert rows == [], f"{what}: {rows[:limit]}{more}"
+
+
+def no_step_recorded_twice(sql: Sql) -> None:
+    """A step is recorded once (the primary key says so; this catches a schema that stops saying it)."""
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT instance_id, step_id, count(*) AS records FROM kenning_history "
+            "GROUP BY instance_id, step_id HAVING count(*) > 1",
+        ),
+        "steps recorded twice (instance, step, records)",
+    )
+
+
+def events_stored_once(sql: Sql, *, settled: bool = True) -> None:
+    """Every accepted event is in the inbox once and, once settled, processed or parked."""
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT kind, source, event_id, count(*) AS copies FROM kenning_inbox "
+            "GROUP BY kind, source, event_id HAVING count(*) > 1",
+        ),
+        "events stored more than once (kind, source, id, copies)",
+    )
+    if settled:
+        _fail_if(
+            _rows(sql, "SELECT id, source, event_id, attempts, last_error FROM kenning_inbox WHERE status = 'pending'"),
+            "accepted events neither processed nor parked (inbox id, source, event id, attempts, last error)",
+        )
+
+
+def leases_consistent(sql: Sql) -> None:
+    """Running and compensating instances hold a lease; finished ones hold none."""
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT id, status FROM kenning_instances "
+            "WHERE status IN ('running', 'compensating') AND (lease_token IS NULL OR available_at IS NULL)",
+        ),
+        "running without a lease (instance, status)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT id, status FROM kenning_instances WHERE status IN ('completed', 'failed', 'cancelled') "
+            "AND (lease_token IS NOT NULL OR available_at IS NOT NULL)",
+        ),
+        "finished but still leased or scheduled (instance, status)",
+    )
+
+
+def every_instance_has_a_way_forward(sql: Sql) -> None:
+    """An unfinished instance is runnable (pending with a due or future time, or leased: an
+    expired lease is reclaimed by the claim), or waits on a timer or a subscription."""
+    _fail_if(
+        _rows(
+            sql,
+            """
+            SELECT i.id, i.status FROM kenning_instances AS i
+            WHERE i.status NOT IN ('completed', 'failed', 'cancelled')
+              AND NOT (i.status = 'pending' AND i.available_at IS NOT NULL)
+              AND NOT (i.status IN ('running', 'compensating')
+                       AND i.lease_token IS NOT NULL AND i.available_at IS NOT NULL)
+              AND NOT (i.status = 'waiting_for_timer'
+                       AND EXISTS (SELECT FROM kenning_timers AS t WHERE t.instance_id = i.id))
+              AND NOT (i.status = 'waiting_for_event'
+                       AND EXISTS (SELECT FROM kenning_event_subscriptions AS s WHERE s.instance_id = i.id))
+            """,
+        ),
+        "instances with no way forward: nothing would ever run or wake them (instance, status)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT i.id, i.status FROM kenning_instances AS i WHERE i.status <> 'waiting_for_timer' "
+            "AND EXISTS (SELECT FROM kenning_timers AS t WHERE t.instance_id = i.id)",
+        ),
+        "timers left behind by instances that no longer wait for one (instance, status)",
+    )
+
+
+def outbox_published_or_dead(sql: Sql, *, settled: bool = True) -> None:
+    """Every outbox row is published or a dead letter once settled; one being published holds a lease."""
+    _fail_if(
+        _rows(sql, "SELECT id FROM kenning_outbox WHERE status = 'publishing' AND lease_token IS NULL"),
+        "outbox rows publishing without a lease",
+    )
+    if settled:
+        _fail_if(
+            _rows(
+                sql,
+                "SELECT id, status, attempts, last_error FROM kenning_outbox "
+                "WHERE status NOT IN ('published', 'failed')",
+            ),
+            "outbox rows neither published nor dead (id, status, attempts, last error)",
+        )
+
+
+def no_timer_fired_early(sql: Sql) -> None:
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT instance_id, step_id, payload ->> 'due_at' AS due_at, payload ->> 'fired_at' AS fired_at "
+            "FROM kenning_history WHERE kind = 'TimerExpired' "
+            "AND CAST(payload ->> 'fired_at' AS timestamptz) < CAST(payload ->> 'due_at' AS timestamptz)",
+        ),
+        "timers fired before their due time (instance, step, due, fired)",
+    )
+
+
+def activity_policies(*modules: ModuleType) -> dict[str, int]:
+    """``{activity name: max_attempts}`` of every ``@activity`` defined in ``modules``
+    (Edda's default policy when an activity has none; unbounded ones are left out)."""
+    found: dict[str, int] = {}
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, Activity):
+                policy = value.retry_policy or DEFAULT_RETRY_POLICY
+                if policy.max_attempts is not None:
+                    found[value.name] = policy.max_attempts
+    return found
+
+
+def attempts_within_policy(sql: Sql, max_attempts: Mapping[str, int] | None = None) -> None:
+    """No activity ran more attempts than its policy allows: the counters kept for steps
+    still retrying, and the count an exhausted step's ``ActivityFailed`` states.
+
+    ``max_attempts`` maps activity names to their policy's bound (``activity_policies``);
+    without it only the shape of the counters is checked."""
+    counters = _rows(
+        sql,
+        "SELECT i.id AS instance_id, a.key AS step_id, a.value ->> 'attempts' AS attempts "
+        "FROM kenning_instances AS i, jsonb_each(i.attempts) AS a",
+    )
+    malformed = [row for row in counters if not str(row[2] or "").isdigit() or int(row[2]) < 1]
+    _fail_if(malformed, "attempt counters that are not positive integers (instance, step, attempts)")
+    if max_attempts is None:
+        return
+    over: list[tuple[Any, ...]] = []
+    for instance_id, step_id, attempts in counters:
+        name = str(step_id).rpartition(":")[0] or str(step_id)
+        bound = max_attempts.get(name)
+        # a counter is written only for an attempt that leaves more to make
+        if bound is not None and int(attempts) >= bound:
+            over.append((instance_id, step_id, int(attempts), bound))
+    _fail_if(over, "attempts counted at or past the policy's bound (instance, step, attempts, max)")
+    failed = _rows(
+        sql,
+        "SELECT instance_id, step_id, step_name, "
+        "substring(payload ->> 'message' FROM 'failed after ([0-9]+) attempts') AS attempts "
+        "FROM kenning_history WHERE kind = 'ActivityFailed'",
+    )
+    over = [
+        (instance_id, step_id, int(attempts), max_attempts[name])
+        for instance_id, step_id, name, attempts in failed
+        if attempts is not None and name in max_attempts and int(attempts) > max_attempts[name]
+    ]
+    _fail_if(over, "steps that failed after more attempts than their policy allows (instance, step, attempts, max)")
+
+
+def compensations_once_in_reverse(sql: Sql) -> None:
+    """Every compensation record belongs to a registered compensation, each is recorded
+    at most once, newest registration first; a saga that began undoing (any compensation
+    record) or was cancelled has a record for every registered compensation once finished."""
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT h.instance_id, h.step_id FROM kenning_history AS h "
+            "WHERE h.kind IN ('CompensationExecuted', 'CompensationFailed') AND NOT EXISTS "
+            "(SELECT FROM kenning_compensations AS c "
+            " WHERE c.instance_id = h.instance_id AND 'compensation:' || c.comp_id = h.step_id)",
+        ),
+        "compensation records of no registered compensation (instance, step)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            """
+            WITH ran AS (
+                SELECT h.instance_id, h.seq, c.position,
+                       lag(c.position) OVER (PARTITION BY h.instance_id ORDER BY h.seq) AS previous_position
+                FROM kenning_history AS h
+                JOIN kenning_compensations AS c
+                  ON c.instance_id = h.instance_id AND h.step_id = 'compensation:' || c.comp_id
+                WHERE h.kind IN ('CompensationExecuted', 'CompensationFailed')
+            )
+            SELECT instance_id, previous_position, position FROM ran WHERE position >= previous_position
+            """,
+        ),
+        "compensations not run in reverse order of registration (instance, earlier position, later position)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            """
+            SELECT i.id, i.status, c.comp_id FROM kenning_instances AS i
+            JOIN kenning_compensations AS c ON c.instance_id = i.id
+            WHERE i.status IN ('failed', 'cancelled')
+              AND (i.status = 'cancelled' OR EXISTS (
+                    SELECT FROM kenning_history AS any_comp WHERE any_comp.instance_id = i.id
+                    AND any_comp.kind IN ('CompensationExecuted', 'CompensationFailed')))
+              AND NOT EXISTS (SELECT FROM kenning_history AS h WHERE h.instance_id = i.id
+                              AND h.step_id = 'compensation:' || c.comp_id)
+            """,
+        ),
+        "finished sagas with a compensation never run (instance, status, compensation)",
+    )
+
+
+def effects_recorded_once(sql: Sql, executions: Counter[str]) -> Counter[str]:
+    """Every effect of the side channel (``step <instance> <step>`` lines) whose instance
+    finished has its step recorded exactly once. Returns how often each such step ran
+    outside the database (more than once: the at-least-once of outside effects)."""
+    ran: Counter[str] = Counter()
+    for line, count in executions.items():
+        found = STEP_EFFECT.match(line)
+        if found:
+            ran[f"{found['instance']} {found['step']}"] += count
+    if not ran:
+        return ran
+    keys = sorted(ran)
+    recorded = _rows(
+        sql,
+        """
+        SELECT k.key AS key, i.status AS status,
+               (SELECT count(*) FROM kenning_history AS h
+                WHERE h.instance_id = split_part(k.key, ' ', 1) AND h.step_id = split_part(k.key, ' ', 2)
+                  AND h.kind IN ('ActivityCompleted', 'CompensationExecuted')) AS records
+        FROM unnest(CAST(%s AS text[])) AS k(key)
+        LEFT JOIN kenning_instances AS i ON i.id = split_part(k.key, ' ', 1)
+        """,
+        (keys,),
+    )
+    _fail_if(
+        [(key, status, records) for key, status, records in recorded if status in TERMINAL and records != 1],
+        "effects of finished instances whose step is not recorded exactly once (instance step, status, records)",
+    )
+    return ran
+
+
+def check_invariants(
+    sql: Sql,
+    *,
+    settled: bool = True,
+    max_attempts: Mapping[str, int] | None = None,
+    executions: Counter[str] | None = None,
+) -> None:
+    """Every invariant; ``settled``: the run is over (see the module's docstring)."""
+    no_step_recorded_twice(sql)
+    events_stored_once(sql, settled=settled)
+    leases_consistent(sql)
+    every_instance_has_a_way_forward(sql)
+    outbox_published_or_dead(sql, settled=settled)
+    no_timer_fired_early(sql)
+    attempts_within_policy(sql, max_attempts)
+    compensations_once_in_reverse(sql)
+    if executions is not None:
+        effects_recorded_once(sql, executions)
