@@ -38,15 +38,7 @@ async def compensate_and_finish(replayer: Replayer, *, error: BaseException | No
 
     encoded = serialization.encode_error(error) if error is not None else None
     try:
-        unsaved = [c.to_json() for c in replayer.unsaved_compensations]
-        ok = await replayer.write_now(
-            lambda conn: instances_sql.instance_begin_compensating(
-                conn, replayer.instance_id, replayer.token, encoded, unsaved
-            )
-        )
-        if not ok:
-            raise LeaseLostError(f"lease on {replayer.instance_id} was lost before compensating")
-        replayer.unsaved_compensations = []
+        dropped = await _begin(replayer, encoded)
         done = {s for s, r in replayer.history.items() if r.kind in (COMPENSATION_EXECUTED, COMPENSATION_FAILED)}
         failures: list[tuple[CompensationRecord, BaseException]] = []
         for comp in sorted(replayer.compensations, key=lambda c: c.position, reverse=True):
@@ -82,9 +74,9 @@ async def compensate_and_finish(replayer: Replayer, *, error: BaseException | No
                     "compensation.failed", compensation=comp.function_name, comp_id=comp.comp_id, error=repr(failure)
                 )
                 failures.append((comp, failure))
-        status = "cancelled" if cancelled and not failures else "failed"
-        if failures:
-            incomplete = _incomplete_saga(replayer.instance_id, failures, error, cancelled)
+        status = "cancelled" if cancelled and not failures and not dropped else "failed"
+        if failures or dropped:
+            incomplete = _incomplete_saga(replayer.instance_id, failures, dropped, error, cancelled)
             finished = await replayer.write_now(
                 lambda conn: sagas_sql.saga_fail(
                     conn, replayer.instance_id, replayer.token, serialization.encode_error(incomplete)
@@ -112,26 +104,76 @@ async def compensate_and_finish(replayer: Replayer, *, error: BaseException | No
     return status
 
 
+async def _begin(replayer: Replayer, encoded: dict[str, Any] | None) -> list[tuple[CompensationRecord, str]]:
+    """Make the instance ``compensating``, saving with it the compensations registered since
+    the last write. Returns those the database refused to store, with why: they are dropped
+    and never run, so the saga cannot end as undone.
+
+    Only this write's refusal is handled here. One that comes later (a compensation's
+    record, the end of the saga) ends the run: the next run resumes the saga from what is
+    stored, so a compensation already recorded never runs twice.
+    """
+    try:
+        # The deferred step record on its own first: when it is the value refused, it is
+        # dropped (the run is undoing its step anyway) and the compensations riding with it
+        # still get their own write below.
+        await replayer.flush()
+    except UnstorableValueError as refused:
+        replayer.log.warning("instance.step_unstorable", error=str(refused))
+    unsaved = list(replayer.unsaved_compensations)
+    try:
+        await _write_begin(replayer, encoded, unsaved)
+        return []
+    except UnstorableValueError as refused:
+        if not unsaved:
+            raise  # the error is always storable (encode_error): nothing else to leave out
+        reason = str(refused)
+    # Run the saga without them rather than replay into the same refusal for ever.
+    ids = {c.comp_id for c in unsaved}
+    replayer.compensations = [c for c in replayer.compensations if c.comp_id not in ids]
+    replayer.log.error("instance.compensations_unstorable", comp_ids=sorted(ids), error=reason)
+    await _write_begin(replayer, encoded, [])
+    return [(c, reason) for c in unsaved]
+
+
+async def _write_begin(replayer: Replayer, encoded: dict[str, Any] | None, comps: list[CompensationRecord]) -> None:
+    sent = [c.to_json() for c in comps]
+    ok = await replayer.write_now(
+        lambda conn: instances_sql.instance_begin_compensating(
+            conn, replayer.instance_id, replayer.token, encoded, sent
+        )
+    )
+    if not ok:
+        raise LeaseLostError(f"lease on {replayer.instance_id} was lost before compensating")
+    replayer.unsaved_compensations = []
+
+
 def _incomplete_saga(
     instance_id: str,
     failures: list[tuple[CompensationRecord, BaseException]],
+    dropped: list[tuple[CompensationRecord, str]],
     error: BaseException | None,
     cancelled: bool,
 ) -> CompensationFailedError:
-    """The instance's error when compensations failed: which, why, and what was undone."""
-    each = "; ".join(
-        f"compensation {c.function_name} ({c.comp_id}) failed: {type(e).__name__}: {e}" for c, e in failures
-    )
+    """The instance's error when compensations failed or were never stored: which, why, and
+    what was undone."""
+    each = [f"compensation {c.function_name} ({c.comp_id}) failed: {type(e).__name__}: {e}" for c, e in failures]
+    each += [
+        f"compensation {c.function_name} ({c.comp_id}) was never run: the database refused to store it ({why})"
+        for c, why in dropped
+    ]
     if cancelled:
         undoing = " (the instance was cancelled)"
     elif error is not None:
         undoing = f" (it was undoing {type(error).__name__}: {error})"
     else:
         undoing = ""
-    return CompensationFailedError(
-        f"{each}; the saga is not undone{undoing}; fix the compensation, then run "
-        f"`kenning instances retry {instance_id}`"
-    )
+    advice = []
+    if failures:
+        advice.append(f"fix the compensation, then run `kenning instances retry {instance_id}`")
+    if dropped:  # nothing stored to retry: its arguments are known only from this message
+        advice.append("undo by hand what the compensation never run would have undone")
+    return CompensationFailedError(f"{'; '.join(each)}; the saga is not undone{undoing}; {'; '.join(advice)}")
 
 
 def _arguments(func: Any, comp: CompensationRecord) -> tuple[list[Any], dict[str, Any]]:

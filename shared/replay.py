@@ -572,16 +572,8 @@ class Replayer:
     async def _compensate(self, *, error: BaseException | None, cancelled: bool) -> str:
         from kenning.compensate import compensate_and_finish
 
-        try:
-            return await compensate_and_finish(self, error=error, cancelled=cancelled)
-        except UnstorableValueError as refused:
-            # The database refused the compensations registered since the last write: run
-            # the saga without them rather than replay into the same refusal for ever.
-            unsaved = {c.comp_id for c in self.unsaved_compensations}
-            self.compensations = [c for c in self.compensations if c.comp_id not in unsaved]
-            self.unsaved_compensations = []
-            self.log.warning("instance.compensations_unstorable", comp_ids=sorted(unsaved), error=str(refused))
-            return await compensate_and_finish(self, error=error or refused, cancelled=cancelled)
+        # compensations the database refuses to store are dealt with there
+        return await compensate_and_finish(self, error=error, cancelled=cancelled)
 
     async def _complete(self, result: Any) -> str:
         # A result that cannot be stored is the workflow's error (its saga is undone),
