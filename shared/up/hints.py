@@ -20,14 +20,20 @@ from kenning.workflow import Workflow
 MAX_HINTS = 4
 
 
-def _sample(annotation: Any) -> Any:
-    """A JSON value of this type: a model's first declared example, else placeholders."""
+def _sample(annotation: Any, seen: frozenset[type] = frozenset()) -> Any:
+    """A JSON value of this type: a model's first declared example, else placeholders.
+
+    ``seen`` holds the models being sampled on the way here: a model that contains itself
+    (``children: list["Node"]``) gets an empty list or ``None`` there, never a recursion."""
     origin = typing.get_origin(annotation)
     arguments = typing.get_args(annotation)
     if origin is typing.Annotated:
-        return _sample(arguments[0])
+        return _sample(arguments[0], seen)
     if origin in (typing.Union, types.UnionType):
-        return _sample(next((a for a in arguments if a is not type(None)), None))
+        present = next((a for a in arguments if a is not type(None)), None)
+        if present in seen and type(None) in arguments:
+            return None
+        return _sample(present, seen)
     if origin is typing.Literal:
         return arguments[0]
     if isinstance(origin, type) and issubclass(origin, Mapping):
@@ -35,11 +41,11 @@ def _sample(annotation: Any) -> Any:
     if isinstance(origin, type) and issubclass(origin, (Sequence, set, frozenset)) and not issubclass(origin, str):
         items = [a for a in arguments if a is not Ellipsis]
         if origin is tuple and Ellipsis not in arguments:
-            return [_sample(a) for a in items]
-        return [_sample(items[0])] if items else []
+            return [_sample(a, seen) for a in items]
+        return [_sample(items[0], seen)] if items and items[0] not in seen else []
     if isinstance(annotation, type):
         if issubclass(annotation, pydantic.BaseModel):
-            return _model_sample(annotation)
+            return _model_sample(annotation, seen)
         if issubclass(annotation, enum.Enum):
             return next(iter(annotation)).value
         if issubclass(annotation, bool):
@@ -55,13 +61,16 @@ def _sample(annotation: Any) -> Any:
     return "..."
 
 
-def _model_sample(model: type[pydantic.BaseModel]) -> dict[str, Any]:
+def _model_sample(model: type[pydantic.BaseModel], seen: frozenset[type] = frozenset()) -> dict[str, Any]:
     extra = model.model_config.get("json_schema_extra")  # as written: the schema sorts keys
     examples = extra.get("examples") if isinstance(extra, dict) else None
     if isinstance(examples, list) and examples and isinstance(examples[0], dict):
         return examples[0]
+    if model in seen:  # a required field of its own type: no finite value has it
+        return {}
+    inner = seen | {model}
     return {
-        field.alias or name: _sample(field.annotation)
+        field.alias or name: _sample(field.annotation, inner)
         for name, field in model.model_fields.items()
         if field.is_required()
     }
@@ -87,7 +96,7 @@ def _command(verb: str, name: str, flag: str, func: Callable[..., Any] | None) -
     try:
         data = sample_input(func) if func is not None else {}
         shown = json.dumps(data)
-    except (TypeError, ValueError):  # a type we cannot sample: a hint must never stop `up`
+    except Exception:  # a type we cannot sample, whatever the reason: a hint must never stop `up`
         data, shown = {"...": "..."}, "{...}"
     text = f"kenning {verb} {shlex.quote(name)}"
     return f"{text} {flag} {shlex.quote(shown)}" if data or verb == "send" else text
