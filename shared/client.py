@@ -19,14 +19,12 @@ from kenning.db import Database, connect
 from kenning.dberrors import may_be_one_callers_fault
 from kenning.errors import ConfigurationError, KenningError, WorkflowFailedError, WorkflowNotFoundError
 from kenning.groupcommit import GroupCommit
+from kenning.limits import MAX_ID_LENGTH
 from kenning.registry import REGISTRY
 from kenning.storage import instances as instances_sql
 from kenning.storage.instances import NewInstance
 from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
 from kenning.workflow import Workflow
-
-MAX_ID_LENGTH = 1024
-"""Longest instance id or idempotency key: the ingress's default cap on ids in its paths."""
 
 
 def _check_storable(what: str, value: str | None) -> None:

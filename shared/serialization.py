@@ -14,6 +14,7 @@ import math
 import traceback
 import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -51,8 +52,18 @@ def storable_json(value: Any, what: str) -> Any:
     return jsonable
 
 
-def unstorable_reason(jsonable: Any) -> str | None:
-    """Why PostgreSQL's jsonb would refuse this JSON-compatible value, or None.
+@dataclass(frozen=True)
+class Unstorable:
+    """Why jsonb would refuse a value: ``kind`` for callers that word it their own way (the
+    ingress's 400 answers), ``reason`` in Kenning's words, naming the place."""
+
+    kind: typing.Literal["number", "encoding", "depth", "nul", "surrogate", "size"]
+    reason: str
+
+
+def unstorable(jsonable: Any) -> Unstorable | None:
+    """What PostgreSQL's jsonb would refuse in this JSON-compatible value, or None: the one
+    definition, for the engine's writes, ``Client.start`` and the ingress.
 
     One ``json.dumps`` (the encoding the storage layer sends) and substring tests on it; the
     value is walked only to name the place of a suspect, which also rules out false alarms
@@ -63,23 +74,31 @@ def unstorable_reason(jsonable: Any) -> str | None:
     except ValueError as error:
         at = _find(jsonable, lambda v: isinstance(v, float) and not math.isfinite(v))
         if at is not None:
-            return f"contains NaN or an infinity at {at[0]} (JSON has no such number)"
-        return f"cannot be encoded as JSON: {error}"
+            return Unstorable("number", f"contains NaN or an infinity at {at[0]} (JSON has no such number)")
+        return Unstorable("encoding", f"cannot be encoded as JSON: {error}")
+    except TypeError as error:
+        return Unstorable("encoding", f"cannot be encoded as JSON: {error}")
     except RecursionError:
-        return "is nested too deeply to be encoded as JSON"
+        return Unstorable("depth", "is nested too deeply to be encoded as JSON")
     if "\\u0000" in text:
         found = _find(jsonable, lambda v: isinstance(v, str) and "\x00" in v)
         if found is not None:
             where = f"in a key at {found[0]}" if found[1] else f"at {found[0]}"
-            return f"contains a NUL character {where} (PostgreSQL text and jsonb refuse it)"
+            return Unstorable("nul", f"contains a NUL character {where} (PostgreSQL text and jsonb refuse it)")
     if "\\ud" in text:
         found = _find(jsonable, lambda v: isinstance(v, str) and not _is_utf8(v))
         if found is not None:
             where = f"in a key at {found[0]}" if found[1] else f"at {found[0]}"
-            return f"contains a surrogate code point {where} (not valid Unicode text)"
+            return Unstorable("surrogate", f"contains a surrogate code point {where} (not valid Unicode text)")
     if len(text) > _JSONB_MAX_CHARS:
-        return f"is {len(text)} characters of JSON, more than PostgreSQL's jsonb holds (255 MiB)"
+        return Unstorable("size", f"is {len(text)} characters of JSON, more than PostgreSQL's jsonb holds (255 MiB)")
     return None
+
+
+def unstorable_reason(jsonable: Any) -> str | None:
+    """Why PostgreSQL's jsonb would refuse this JSON-compatible value, or None."""
+    found = unstorable(jsonable)
+    return None if found is None else found.reason
 
 
 def storable_text(text: str) -> str:
@@ -112,7 +131,7 @@ def _find(value: Any, bad: Callable[[Any], bool], path: str = "$") -> tuple[str,
             if found is not None:
                 return found
         return None
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # json.dumps writes a tuple as a list
         for index, item in enumerate(value):
             found = _find(item, bad, f"{path}[{index}]")
             if found is not None:
@@ -238,6 +257,7 @@ def decode_error(encoded: dict[str, Any]) -> BaseException:
 
 
 __all__ = [
+    "Unstorable",
     "bind_arguments",
     "decode_error",
     "encode_error",
@@ -246,5 +266,6 @@ __all__ = [
     "storable_text",
     "to_json",
     "type_hints",
+    "unstorable",
     "unstorable_reason",
 ]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +26,9 @@ from urllib.parse import unquote_to_bytes
 from cloudevents.core.exceptions import BaseCloudEventException
 from cloudevents.core.v1.event import CloudEvent
 
+from kenning import serialization
 from kenning.events import INSTANCE_EXTENSION
+from kenning.limits import MAX_ID_LENGTH
 from kenning.storage.inbox import NewEvent
 
 STRUCTURED = "application/cloudevents+json"
@@ -50,7 +51,7 @@ class EventLimits:
     max_attribute_length: int = 4096  # characters in any attribute value
     max_attribute_name_length: int = 20  # the CloudEvents spec's own recommendation
     max_extensions: int = 64
-    max_id_length: int = 1024  # id, source and kenninginstanceid
+    max_id_length: int = MAX_ID_LENGTH  # id, source and kenninginstanceid
 
 
 DEFAULT_LIMITS = EventLimits()
@@ -305,29 +306,18 @@ def load_json(raw: bytes, what: str, *, check: bool = True) -> Any:
     return value
 
 
+# The ingress's own words for what jsonb refuses (``serialization.unstorable`` decides).
+_UNSTORABLE_ANSWERS = {
+    "nul": "contains a NUL character (\\u0000), which PostgreSQL cannot store",
+    "surrogate": "contains a lone surrogate, which is not valid Unicode",
+    "number": "holds a number out of range",
+}
+
+
 def check_storable(value: Any, what: str) -> None:
     """Reject what PostgreSQL's text and jsonb refuse: NUL characters, lone surrogates,
-    non-finite numbers."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            _check_text(item, what)
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                _invalid(f"{what} holds a number out of range", "invalid_data")
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                _check_text(key, what)
-                stack.append(child)
-        elif isinstance(item, list):
-            stack.extend(item)
-
-
-def _check_text(text: str, what: str) -> None:
-    if "\x00" in text:
-        _invalid(f"{what} contains a NUL character (\\u0000), which PostgreSQL cannot store", "invalid_data")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        _invalid(f"{what} contains a lone surrogate, which is not valid Unicode", "invalid_data")
+    non-finite numbers (``serialization.unstorable``, as for every other write)."""
+    found = serialization.unstorable(value)
+    if found is not None:
+        answer = _UNSTORABLE_ANSWERS.get(found.kind, f"cannot be stored: {found.reason}")
+        _invalid(f"{what} {answer}", "invalid_data")
