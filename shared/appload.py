@@ -3,12 +3,12 @@ it provides as fallbacks (Edda's ``EddaApp(db_url, broker_url)``)."""
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import sys
 from pathlib import Path
 
 from kenning.app import App
+from kenning.commands.argparsing import did_you_mean
 from kenning.errors import ConfigurationError
 
 
@@ -41,8 +41,8 @@ def load_app(spec: str) -> App:
 def _named_app(module_name: str, namespace: dict[str, object], attribute: str) -> App:
     apps = [name for name, value in namespace.items() if isinstance(value, App)]
     if attribute not in namespace:
-        close = difflib.get_close_matches(attribute, apps or [n for n in namespace if not n.startswith("_")], n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else (f"; its kenning.App is {apps[0]!r}" if apps else "")
+        hint = did_you_mean(attribute, apps or [n for n in namespace if not n.startswith("_")])
+        hint = hint or (f"; its kenning.App is {apps[0]!r}" if apps else "")
         raise ConfigurationError(f"{module_name} has no attribute {attribute!r}{hint}")
     value = namespace[attribute]
     if not isinstance(value, App):
