@@ -16,19 +16,11 @@ from kenning.config import (
     add_migrate_option,
     add_option,
     env_name,
-    positive_float,
     positive_int,
 )
 from kenning.db import redacted, sqlalchemy_url
-from kenning.ingress.parsing import DEFAULT_LIMITS, EventLimits
 from kenning.ingress.protocol import IngressProtocol
-from kenning.ingress.settings import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_HEADER_BYTES,
-    DEFAULT_READ_TIMEOUT,
-    IngressSettings,
-    settings_to_environment,
-)
+from kenning.ingress.settings import OPTIONS, IngressSettings, settings_of, settings_to_environment
 from kenning.migrate import migrate
 
 KEEP_ALIVE_SECONDS = 90
@@ -49,66 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_option(parser, "--port", default=8000, type=positive_int, help="port to listen on", process=PROCESS)
     add_option(parser, "--workers", default=1, type=positive_int, help="uvicorn worker processes", process=PROCESS)
-    add_option(
-        parser, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=positive_int, help="larger bodies get 413"
-    )
-    add_option(
-        parser,
-        "--database-timeout",
-        default=5.0,
-        type=positive_float,
-        help="seconds to connect to or wait on the database before answering 503",
-    )
-    add_option(parser, "--ingress-token", default="", help="bearer token required to post events (prefer the env)")
-    add_option(parser, "--admin-token", default="", help="bearer token for /cancel and /instances (prefer the env)")
+    for option in OPTIONS:
+        add_option(parser, option.flag, default=option.default, type=option.type, help=option.help)
     add_option(
         parser,
         "--ingress-allow-open",
         default=False,
         type=bool,
         help="serve without KENNING_INGRESS_TOKEN on an address other than loopback (refused otherwise)",
-    )
-    add_option(
-        parser,
-        "--ingress-max-attribute-length",
-        default=DEFAULT_LIMITS.max_attribute_length,
-        type=positive_int,
-        help="characters in one attribute value; longer gets 400",
-    )
-    add_option(
-        parser,
-        "--ingress-max-attribute-name-length",
-        default=DEFAULT_LIMITS.max_attribute_name_length,
-        type=positive_int,
-        help="characters in one attribute name (CloudEvents recommends 20)",
-    )
-    add_option(
-        parser,
-        "--ingress-max-extensions",
-        default=DEFAULT_LIMITS.max_extensions,
-        type=positive_int,
-        help="extension attributes in one event",
-    )
-    add_option(
-        parser,
-        "--ingress-max-id-length",
-        default=DEFAULT_LIMITS.max_id_length,
-        type=positive_int,
-        help="characters in an event's id and source, and in an instance id",
-    )
-    add_option(
-        parser,
-        "--ingress-max-header-bytes",
-        default=DEFAULT_MAX_HEADER_BYTES,
-        type=positive_int,
-        help="bytes of request line and headers; more gets 431",
-    )
-    add_option(
-        parser,
-        "--ingress-read-timeout",
-        default=DEFAULT_READ_TIMEOUT,
-        type=positive_float,
-        help="seconds a client has to send a request's headers, and again its body; then 408",
     )
     add_migrate_option(parser)
     add_logging_options(parser)
@@ -142,21 +82,7 @@ def check_exposure(args: argparse.Namespace) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> IngressSettings:
-    return IngressSettings(
-        database_url=args.database_url,
-        ingress_token=args.ingress_token,
-        admin_token=args.admin_token,
-        max_body_bytes=args.max_body_bytes,
-        database_timeout=args.database_timeout,
-        limits=EventLimits(
-            max_attribute_length=args.ingress_max_attribute_length,
-            max_attribute_name_length=args.ingress_max_attribute_name_length,
-            max_extensions=args.ingress_max_extensions,
-            max_id_length=args.ingress_max_id_length,
-        ),
-        read_timeout=args.ingress_read_timeout,
-        max_header_bytes=args.ingress_max_header_bytes,
-    )
+    return settings_of(args.database_url, {option.field: getattr(args, option.dest) for option in OPTIONS})
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,16 +1,19 @@
 """Ingress settings, read from the ``KENNING_*`` environment in every uvicorn worker.
 
-``kenning ingress`` parses its flags (whose defaults are these variables) and writes them
-back to the environment before uvicorn starts, so worker processes see the same values.
+``OPTIONS`` declares each setting once (flag, variable, type, help, the field it fills):
+``kenning ingress`` parses its flags from it (whose defaults are these variables) and
+writes them back to the environment before uvicorn starts, so worker processes see the
+same values.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kenning.config import env_name
+from kenning.config import env_name, positive_float, positive_int
 from kenning.ingress.parsing import DEFAULT_LIMITS, EventLimits
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -31,40 +34,100 @@ class IngressSettings:
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES  # request line and headers together
 
 
-# IngressSettings field -> the flag whose variable hands it to each uvicorn worker
-_HANDED_OVER = {
-    "database_url": "--database-url",
-    "ingress_token": "--ingress-token",
-    "admin_token": "--admin-token",
-    "max_body_bytes": "--max-body-bytes",
-    "database_timeout": "--database-timeout",
-    "read_timeout": "--ingress-read-timeout",
-    "max_header_bytes": "--ingress-max-header-bytes",
-}
-# EventLimits field -> its flag, the same way
-_LIMITS_HANDED_OVER = {
-    "max_attribute_length": "--ingress-max-attribute-length",
-    "max_attribute_name_length": "--ingress-max-attribute-name-length",
-    "max_extensions": "--ingress-max-extensions",
-    "max_id_length": "--ingress-max-id-length",
-}
+@dataclass(frozen=True)
+class Option:
+    """One ``kenning ingress`` setting, declared once: its flag (and through
+    ``kenning.config`` its ``KENNING_*`` variable), how it is parsed, its help, and the field
+    it fills. Its default is that field's default. ``kenning ingress`` declares the flag,
+    fills the settings from it, and hands the value to each uvicorn worker in the
+    variable, which the worker reads back with ``type``."""
+
+    flag: str
+    field: str  # an IngressSettings field, or ``limits.`` and an EventLimits field
+    type: Callable[[str], Any]
+    help: str
+
+    @property
+    def dest(self) -> str:
+        """The ``argparse`` attribute of the flag."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def variable(self) -> str:
+        return env_name(self.flag)
+
+    @property
+    def default(self) -> Any:
+        return self.value(_DEFAULTS)
+
+    def value(self, settings: IngressSettings) -> Any:
+        owner: object = settings
+        for part in self.field.split("."):
+            owner = getattr(owner, part)
+        return owner
+
+
+OPTIONS = (
+    Option("--max-body-bytes", "max_body_bytes", positive_int, "larger bodies get 413"),
+    Option(
+        "--database-timeout",
+        "database_timeout",
+        positive_float,
+        "seconds to connect to or wait on the database before answering 503",
+    ),
+    Option("--ingress-token", "ingress_token", str, "bearer token required to post events (prefer the env)"),
+    Option("--admin-token", "admin_token", str, "bearer token for /cancel and /instances (prefer the env)"),
+    Option(
+        "--ingress-max-attribute-length",
+        "limits.max_attribute_length",
+        positive_int,
+        "characters in one attribute value; longer gets 400",
+    ),
+    Option(
+        "--ingress-max-attribute-name-length",
+        "limits.max_attribute_name_length",
+        positive_int,
+        "characters in one attribute name (CloudEvents recommends 20)",
+    ),
+    Option("--ingress-max-extensions", "limits.max_extensions", positive_int, "extension attributes in one event"),
+    Option(
+        "--ingress-max-id-length",
+        "limits.max_id_length",
+        positive_int,
+        "characters in an event's id and source, and in an instance id",
+    ),
+    Option(
+        "--ingress-max-header-bytes",
+        "max_header_bytes",
+        positive_int,
+        "bytes of request line and headers; more gets 431",
+    ),
+    Option(
+        "--ingress-read-timeout",
+        "read_timeout",
+        positive_float,
+        "seconds a client has to send a request's headers, and again its body; then 408",
+    ),
+)
+_DEFAULTS = IngressSettings(database_url="")
+# declared with the other processes' (kenning.config.add_database_options), handed over too
+_DATABASE_URL = env_name("--database-url")
+
+
+def settings_of(database_url: str, values: Mapping[str, Any]) -> IngressSettings:
+    """Settings from option values by field (``Option.field``); a missing one is its
+    default."""
+    top = {field: value for field, value in values.items() if not field.startswith("limits.")}
+    limits = {field.removeprefix("limits."): value for field, value in values.items() if field.startswith("limits.")}
+    return replace(_DEFAULTS, database_url=database_url, limits=replace(DEFAULT_LIMITS, **limits), **top)
 
 
 def settings_to_environment(settings: IngressSettings) -> dict[str, str]:
     """The variables ``kenning ingress`` sets before uvicorn starts its workers: each
     setting under its flag's variable, which ``settings_from_environment`` reads back."""
-    handed = {env_name(flag): str(getattr(settings, name)) for name, flag in _HANDED_OVER.items()}
-    limits = {env_name(flag): str(getattr(settings.limits, name)) for name, flag in _LIMITS_HANDED_OVER.items()}
-    return {**handed, **limits}
-
-
-def _read(template: object, table: dict[str, str]) -> dict[str, Any]:
-    """The fields of ``table`` set in the environment, of the type of ``template``'s."""
-    found = {name: os.environ.get(env_name(flag)) for name, flag in table.items()}
-    return {name: type(getattr(template, name))(raw) for name, raw in found.items() if raw is not None}
+    return {_DATABASE_URL: settings.database_url, **{o.variable: str(o.value(settings)) for o in OPTIONS}}
 
 
 def settings_from_environment() -> IngressSettings:
-    template = IngressSettings(database_url="")
-    limits = replace(DEFAULT_LIMITS, **_read(DEFAULT_LIMITS, _LIMITS_HANDED_OVER))
-    return replace(template, **_read(template, _HANDED_OVER), limits=limits)
+    values = {o.field: o.type(raw) for o in OPTIONS if (raw := os.environ.get(o.variable)) is not None}
+    return settings_of(os.environ.get(_DATABASE_URL, ""), values)
