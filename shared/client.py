@@ -21,7 +21,9 @@ from kenning.errors import ConfigurationError, KenningError, WorkflowFailedError
 from kenning.groupcommit import GroupCommit
 from kenning.limits import MAX_ID_LENGTH
 from kenning.registry import REGISTRY
+from kenning.storage import definitions as definitions_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage.definitions import Definition
 from kenning.storage.instances import NewInstance
 from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
 from kenning.workflow import Workflow
@@ -107,7 +109,7 @@ class Client:
         source_hash = wf.source_hash if wf is not None else ""
         if wf is not None and (name, source_hash) not in self._known_definitions:
             async with self.database.autocommit.connect() as conn:
-                await instances_sql.definition_upsert(conn, name, source_hash, wf.source)
+                await definitions_sql.definitions_register(conn, [Definition(name, source_hash, wf.source)])
             self._known_definitions.add((name, source_hash))
         start = NewInstance(
             instance_id=instance_id or f"{name}-{uuid.uuid4().hex}",

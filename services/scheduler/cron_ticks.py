@@ -15,8 +15,9 @@ import structlog
 
 from kenning.db import Database
 from kenning.schedules import tick_instance_id, tick_key
-from kenning.storage import instances as instances_sql
+from kenning.storage import definitions as definitions_sql
 from kenning.storage import schedules as schedules_sql
+from kenning.storage.definitions import Definition
 from kenning.storage.schedules import TickOutcome
 from kenning.workflow import Workflow
 
@@ -43,9 +44,9 @@ class CronTicker:
         its ticks begin to count."""
         if self._registered or not self.workflows:
             return
+        definitions = [Definition(wf.name, wf.source_hash, wf.source) for wf in self.workflows]
         async with self.database.engine.begin() as conn:
-            for wf in self.workflows:
-                await instances_sql.definition_upsert(conn, wf.name, wf.source_hash, wf.source)
+            await definitions_sql.definitions_register(conn, definitions)
         self._registered = True
 
     async def start_due(self, now: datetime) -> dict[str, TickOutcome]:

@@ -40,9 +40,11 @@ from kenning.db import Database
 from kenning.errors import TerminalError
 from kenning.events import ReceivedEvent, event_from_inbox, event_history_payload
 from kenning.hooks import call_hook
+from kenning.storage import definitions as definitions_sql
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import subscriptions as subscriptions_sql
+from kenning.storage.definitions import Definition
 from kenning.storage.inbox import ClaimedRow
 from kenning.workflow import Workflow
 
@@ -380,7 +382,7 @@ class InboxProcessor:
         except (TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
             raise TerminalError(f"event data is not valid input for workflow {wf.name!r}: {error}") from None
         if (wf.name, wf.source_hash) not in self._known_definitions:
-            await instances_sql.definition_upsert(conn, wf.name, wf.source_hash, wf.source)
+            await definitions_sql.definitions_register(conn, [Definition(wf.name, wf.source_hash, wf.source)])
             started.append((wf.name, wf.source_hash))
         instance_id, created = await instances_sql.instance_insert(
             conn,

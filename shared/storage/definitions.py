@@ -34,7 +34,8 @@ class Definition:
 
 
 async def definitions_register(conn: Executor, definitions: Sequence[Definition]) -> None:
-    """Record many definitions in one statement (a worker's workflows, at its start)."""
+    """Record definitions in one statement: a worker's or a scheduler's workflows at its
+    start, the one a client or the inbox starts an instance of."""
     if not definitions:
         return
     payload = [{"name": d.workflow_name, "hash": d.source_hash, "source": d.source} for d in definitions]

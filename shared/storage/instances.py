@@ -22,19 +22,6 @@ from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
 from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow, ParkedInstance
 
-_DEFINITION_UPSERT = text(
-    """
-    INSERT INTO kenning_workflow_definitions (workflow_name, source_hash, source)
-    VALUES (:name, :hash, :source)
-    ON CONFLICT DO NOTHING
-    """
-)
-
-
-async def definition_upsert(conn: Executor, name: str, source_hash: str, source: str) -> None:
-    await conn.execute(_DEFINITION_UPSERT, {"name": name, "hash": source_hash, "source": source})
-
-
 _INSTANCE_INSERT = text(
     """
     WITH inserted AS (

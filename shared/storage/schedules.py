@@ -54,7 +54,7 @@ async def schedule_start_tick(
 ) -> TickOutcome:
     """Insert the runnable instance of ``tick`` unless it exists, and wake the workers.
 
-    The workflow's definition must have been recorded (``definition_upsert``) first: its
+    The workflow's definition must have been recorded (``definitions.definitions_register``) first: its
     earliest ``created_at`` is when the schedule was first seen.
     """
     row = (
