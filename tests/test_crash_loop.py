@@ -13,14 +13,16 @@ from pathlib import Path
 
 import psutil
 import psycopg
+import pytest
 from sqlalchemy import text
 
-from kenning import Client
+from kenning import App, Client, WorkflowContext, activity, workflow
 from kenning.db import Database
+from kenning.replay import Replayer
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from tests.logguard import expect_log
-from tests.support import ProcessPool, check_invariants, eventually, executions, kenning_command
+from tests.support import ProcessPool, check_invariants, eventually, executions, kenning_command, running_worker
 
 APP = "tests.apps.poison"
 MAX_RUNS = 3
@@ -38,7 +40,9 @@ async def test_an_instance_that_kills_its_worker_is_parked_and_the_others_finish
     poison_file = tmp_path / "poison"
     poison_file.touch()
     env = {"KENNING_TEST_SIDE_CHANNEL": side_channel, "KENNING_TEST_POISON_FILE": str(poison_file)}
-    options = ("--max-runs", str(MAX_RUNS), "--lease-seconds", "1", "--concurrency", "8")
+    # a 3 s lease (heartbeat every second): on a loaded machine a shorter one may expire
+    # under a live worker, and a second worker would run the poison too
+    options = ("--max-runs", str(MAX_RUNS), "--lease-seconds", "3", "--concurrency", "8")
 
     def start_worker() -> psutil.Popen:
         return processes.worker(database_url, APP, *options, env=env)
@@ -64,7 +68,7 @@ async def test_an_instance_that_kills_its_worker_is_parked_and_the_others_finish
 
     # a supervisor: a worker that died is replaced (ProcessPool does not restart them)
     deaths = 0
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 240  # each death costs a lease (3 s) and a worker start
     while not settled():
         assert time.monotonic() < deadline, f"not settled after {deaths} worker deaths: {_states(sql)}"
         for i, worker in enumerate(workers):
@@ -164,12 +168,211 @@ async def test_the_claim_counts_expired_leases_without_a_step_and_parks_at_max_r
     assert (await _counts(database))["a"] == ("pending", 0, 2)
 
 
+async def test_a_run_that_raised_counts_like_an_expired_lease(database: Database) -> None:
+    """The worker hands back a run that raised as an expired lease: the next claim takes
+    it as a suspect (not by a worker that runs one already) and counts it; at max_runs it
+    is parked; a cancel then resumes it to be compensated, its count reset."""
+    async with database.engine.begin() as conn:
+        await instances_sql.instance_insert(
+            conn, instance_id="r", workflow_name="wf", source_hash="h", input_json={}, idempotency_key=None
+        )
+        now = (await conn.execute(text("SELECT now() AS now"))).scalar_one()
+
+    async def claim(seconds: float, *, take_suspect: bool = True) -> instances_sql.Claim:
+        async with database.autocommit.connect() as conn:
+            return await instances_sql.instance_claim(
+                conn,
+                owner="w",
+                workflow_names=["wf"],
+                limit=10,
+                lease_seconds=30,
+                max_runs=2,
+                take_suspect=take_suspect,
+                now=now + timedelta(seconds=seconds),
+            )
+
+    async def crashed(claimed: instances_sql.Claim) -> None:
+        (instance,) = claimed.instances
+        async with database.autocommit.connect() as conn:
+            assert await instances_sql.instance_release_crashed(conn, instance.id, instance.lease_token, 0)
+            # its old token is no lease any more: a late write or heartbeat of it is fenced off
+            assert not await instances_sql.instance_release(conn, instance.id, instance.lease_token)
+
+    first = await claim(0)
+    assert [(c.id, c.suspect) for c in first.instances] == [("r", False)]
+    await crashed(first)
+    assert (await claim(1, take_suspect=False)).instances == []  # left to a worker free of suspects
+    second = await claim(1)
+    assert [(c.id, c.suspect) for c in second.instances] == [("r", True)]
+    assert (await _counts(database))["r"] == ("running", 1, 2)
+    await crashed(second)
+    third = await claim(2)
+    assert [(p.id, p.runs_without_progress) for p in third.parked] == [("r", 2)] and third.instances == []
+    async with database.autocommit.connect() as raw:
+        row = await instances_sql.instance_get(raw, "r")
+    assert row is not None and row.error is not None
+    assert row.error["message"] == instances_sql.crash_loop_message("r", 2, 2)  # one text, stored and logged
+
+    # a parked saga that was compensating: a cancel resumes its compensations
+    async with database.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE kenning_instances SET error = jsonb_set(error, '{resume_status}', '\"compensating\"')")
+        )
+        assert await instances_sql.instance_request_cancel(conn, "r") == ("failed", True)
+        row = await instances_sql.instance_get(conn, "r")
+    assert row is not None
+    assert (row.status, row.cancel_requested, row.runs_without_progress, row.error) == ("compensating", True, 0, None)
+
+
+inprocess = App("kenning-crash-loop-inprocess")
+
+
+@workflow
+async def raises_in_replay(ctx: WorkflowContext) -> str:
+    return "done"
+
+
+async def test_an_instance_whose_run_raises_every_time_is_parked_and_a_cancel_ends_it(
+    database: Database, sql: psycopg.Connection[tuple[object, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that raises unexpectedly (``instance.run_crashed``: a bug the replay does not
+    handle) is handed back for another run; before, that clean release reset the count,
+    so the instance ran again every second for ever. Now each such run counts, and
+    ``--max-runs`` of them park it. A cancel of the parked instance is accepted: it
+    resumes only to be compensated and ends ``cancelled``."""
+    runs: list[str] = []
+    original = Replayer.run
+
+    async def run(self: Replayer) -> str:
+        if self.workflow_name == "raises_in_replay" and not self.cancel_requested:
+            runs.append(self.instance_id)
+            raise RuntimeError("a bug the replay does not handle")
+        return await original(self)
+
+    monkeypatch.setattr(Replayer, "run", run)
+    async with Client(database=database) as client, running_worker(database, inprocess, max_runs=MAX_RUNS):
+        started = await client.start("raises_in_replay")
+        iid = started.instance_id
+        expect_log("instance.run_crashed", instance_id=iid)
+        expect_log("instance.crash_loop", instance_id=iid)
+
+        await eventually(lambda: _status(sql, iid) == "failed", timeout=30, message="parked as crash_loop")
+        async with database.autocommit.connect() as conn:
+            row = await instances_sql.instance_get(conn, iid)
+        assert row is not None and row.error is not None
+        assert (row.error["reason"], row.runs_without_progress, row.run_count) == ("crash_loop", MAX_RUNS, MAX_RUNS)
+        assert len(runs) == MAX_RUNS  # never handed out again
+
+        assert await client.cancel(iid)  # a crash-looped instance can still be given up on
+        with pytest.raises(Exception, match="cancel"):
+            await client.result(iid, timeout=30)
+    assert _status(sql, iid) == "cancelled"
+    assert len(runs) == MAX_RUNS
+
+
+release_held = asyncio.Event()
+
+
+@activity
+async def write_in_session(ctx: WorkflowContext) -> int:
+    await ctx.session.execute(text("SELECT 1"))  # recorded in its own transaction
+    return 1
+
+
+@activity
+async def hold(ctx: WorkflowContext) -> int:
+    await release_held.wait()
+    return 2
+
+
+@workflow
+async def records_in_its_transaction(ctx: WorkflowContext) -> int:
+    return await write_in_session(ctx) + await hold(ctx)
+
+
+async def test_a_suspect_that_records_a_step_in_its_own_transaction_frees_the_suspect_slot(
+    database: Database,
+) -> None:
+    """A worker runs one suspect at a time until it records a step. A step recorded in
+    the activity's own transaction (ctx.session) does not pass through the worker's group
+    commit: before, it never freed the slot, so no other suspect was taken while it ran."""
+    release_held.clear()
+    async with database.engine.begin() as conn:
+        await instances_sql.instance_insert(
+            conn,
+            instance_id="suspect",
+            workflow_name="records_in_its_transaction",
+            source_hash="h",
+            input_json={},
+            idempotency_key=None,
+        )
+    async with database.autocommit.connect() as conn:  # a worker that died: its lease has expired
+        dead = await instances_sql.instance_claim(
+            conn, owner="dead", workflow_names=["records_in_its_transaction"], limit=1, lease_seconds=-60
+        )
+    assert [c.id for c in dead.instances] == ["suspect"]
+    async with Client(database=database) as client, running_worker(database, inprocess, lease_seconds=1.5) as worker:
+        await eventually(lambda: worker._suspect is not None, timeout=15, message="the suspect claimed")
+        await eventually(lambda: worker._suspect is None, timeout=15, message="its step freed the suspect slot")
+        release_held.set()
+        assert await client.result("suspect", timeout=15) == 3
+
+
+@workflow
+async def quick(ctx: WorkflowContext) -> int:
+    return 5
+
+
+class SlowFailureHook:
+    """An ``on_workflow_failed`` hook that takes as long as the test says."""
+
+    def __init__(self) -> None:
+        self.called = asyncio.Event()
+        self.proceed = asyncio.Event()
+
+    async def on_workflow_failed(self, instance_id: str, workflow_name: str, error: BaseException) -> None:
+        self.called.set()
+        await self.proceed.wait()
+
+
+async def test_the_runs_claimed_beside_a_parked_instance_do_not_wait_for_its_failure_hook(
+    database: Database,
+) -> None:
+    """Before, the worker awaited the failure hook of what the claim parked before it
+    started the runs claimed in the same statement: their leases were not renewed
+    meanwhile, and a hook slower than the lease let another worker run them too."""
+    hook = SlowFailureHook()
+    app = App("kenning-crash-loop-hook", hooks=hook)
+    async with database.engine.begin() as conn:
+        for iid, name in (("doomed", "raises_in_replay"), ("beside", "quick")):
+            await instances_sql.instance_insert(
+                conn, instance_id=iid, workflow_name=name, source_hash="h", input_json={}, idempotency_key=None
+            )
+    async with database.autocommit.connect() as raw:  # doomed: one more run without progress parks it
+        claimed = await instances_sql.instance_claim(
+            raw, owner="dead", workflow_names=["raises_in_replay"], limit=1, lease_seconds=-60
+        )
+        assert [c.id for c in claimed.instances] == ["doomed"]
+        await raw.execute(text("UPDATE kenning_instances SET runs_without_progress = :n"), {"n": MAX_RUNS - 1})
+    expect_log("instance.crash_loop", instance_id="doomed")
+    async with Client(database=database) as client, running_worker(database, app, max_runs=MAX_RUNS):
+        await asyncio.wait_for(hook.called.wait(), timeout=15)
+        assert await client.result("beside", timeout=15) == 5  # while the hook still runs
+        hook.proceed.set()
+    assert (await _counts(database))["doomed"] == ("failed", MAX_RUNS, 1)
+
+
 async def _counts(database: Database) -> dict[str, tuple[str, int, int]]:
     async with database.autocommit.connect() as conn:
         rows = await conn.execute(
             text("SELECT id, status, runs_without_progress, run_count FROM kenning_instances ORDER BY id")
         )
         return {row.id: (row.status, row.runs_without_progress, row.run_count) for row in rows}
+
+
+def _status(sql: psycopg.Connection[tuple[object, ...]], instance_id: str) -> object:
+    row = sql.execute("SELECT status FROM kenning_instances WHERE id = %s", (instance_id,)).fetchone()
+    return None if row is None else row[0]
 
 
 def _states(sql: psycopg.Connection[tuple[object, ...]]) -> list[tuple[object, ...]]:

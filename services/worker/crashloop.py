@@ -1,9 +1,13 @@
 """Crash loops: an instance whose runs keep dying without progress (an activity that
 kills its process, standing in for an OOM kill or a segfault) is parked by the claim
 itself (``storage.instances``) as failed with reason ``crash_loop``, and never handed
-out again until an operator runs ``kenning instances retry``. This module reports what
+out again until an operator runs ``kenning instances retry`` (or ``cancel``). This module reports what
 the claim parked: an error-level line, since an operator must look, and the failure
-hook, as for any failed instance."""
+hook, as for any failed instance.
+
+A run counts when its lease expired (the process died or stalled) and when it raised
+unexpectedly (``instance.run_crashed``: the worker hands it back as an expired lease), in
+both cases unless it recorded a step since its claim."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import Any
 
 from kenning.app import App
 from kenning.hooks import call_hook
+from kenning.storage.instances import crash_loop_message
 from kenning.storage.records import ParkedInstance
 
 
@@ -19,12 +24,11 @@ class CrashLoopError(Exception):
 
 
 async def report_parked(app: App, log: Any, parked: list[ParkedInstance], *, max_runs: int) -> None:
+    """Log and hook each parked instance. The worker runs this in a task of its own: the
+    hook may take any time, and the runs claimed beside the parked ones must not wait for
+    it (their leases are renewed only once they run)."""
     for instance in parked:
-        message = (
-            f"crash loop: {instance.runs_without_progress} runs in a row ended without finishing cleanly "
-            f"or recording a step (--max-runs {max_runs}); fix the cause, then run "
-            f"kenning instances retry {instance.id}"
-        )
+        message = crash_loop_message(instance.id, instance.runs_without_progress, max_runs)
         log.error(
             "instance.crash_loop",
             instance_id=instance.id,

@@ -25,6 +25,7 @@ from kenning.db import connect
 from kenning.health import heartbeat
 from kenning.loop import run as run_loop
 from kenning.migrate import migrate
+from kenning.storage.instances import DEFAULT_MAX_RUNS
 from kenning.worker.inbox import add_inbox_arguments, inbox_settings_from_args
 from kenning.worker.shutdown import ExitBound
 from kenning.worker.worker import Worker, WorkerSettings
@@ -80,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(
         parser,
         "--max-runs",
-        default=10,
+        default=DEFAULT_MAX_RUNS,
         type=positive_int,
         help="runs in a row that may die without a step before the instance fails as crash_loop",
     )

@@ -1,7 +1,11 @@
 """Workflows nobody has: a worker records the workflows it has in the definitions table
 when it starts, and reports, once per name, pending instances of workflows that no
 process ever registered (a mistyped ``kenning start``, a worker deployed without the
-module): the claim only takes names a worker has, so those would wait forever unseen."""
+module): the claim only takes names a worker has, so those would wait forever unseen.
+
+The check runs at start and then only when the worker is idle (a claim found nothing), at
+most once per ``interval``: a busy worker never pays for it, and it looks at a bounded
+sample of the oldest pending instances (``definitions.unknown_workflows_pending``)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ class UnknownWorkflows:
         self.definitions = [Definition(w.name, w.source_hash, w.source) for w in app.registry.workflows.values()]
         self.registered = not self.definitions
         self.reported: set[str] = set()
+        self._idle = asyncio.Event()
 
     async def register(self) -> None:
         """Record this worker's workflows, so that starting one by name is known to be
@@ -48,6 +53,10 @@ class UnknownWorkflows:
                 hint="no worker has this workflow: run a worker whose --app defines it, or cancel these instances",
             )
 
+    def idle(self) -> None:
+        """A claim found nothing: a good time for the next check (``run`` spaces them)."""
+        self._idle.set()
+
     async def run(self) -> None:
         while True:
             if not self.registered:
@@ -57,3 +66,6 @@ class UnknownWorkflows:
             except Exception as error:  # database down: the claim loop reports it; try later
                 self.log.debug("worker.unknown_check_failed", error=repr(error))
             await asyncio.sleep(self.interval)
+            self._idle.clear()  # an idle spell that began before the pause is seen anew
+            if self.registered:
+                await self._idle.wait()

@@ -103,6 +103,8 @@ class Worker:
         # The lease token of the suspect in flight (previous run did not end cleanly), if
         # any: until it records a step or ends, the claim takes no other suspect.
         self._suspect: str | None = None
+        # crash loops being reported (log line and failure hook), apart from the claim loop
+        self._reports: set[asyncio.Task[None]] = set()
         self._drain_deadline: float | None = None
         self.abandoned = 0  # runs that outlived their cancellation at shutdown
         self._wake = asyncio.Event()
@@ -124,7 +126,8 @@ class Worker:
             poll_interval=self.settings.poll_interval,
             lease_seconds=self.settings.lease_seconds,
         )
-        # every tenth poll: cheap, and soon enough for an operator looking at a stuck start
+        # at start and when a claim finds nothing, at most every tenth poll: soon enough for
+        # an operator looking at a stuck start, and never on a busy worker's hot path
         self.unknown = UnknownWorkflows(database, app, interval=self.settings.poll_interval * 10, log=self.log)
 
     def stop(self) -> None:
@@ -163,6 +166,7 @@ class Worker:
             if inbox is not None:
                 await inbox  # it finishes the row in hand and gives the rest back
             await self._drain()
+            await self._finish_reports()
             for task in (heartbeat, unknown):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -186,6 +190,8 @@ class Worker:
             free = self.settings.concurrency - len(self._running)
             sleep_for = self.settings.poll_interval
             wanted = self._work_likely and free > 0 and (not saturated or free >= refill_at)
+            if not self.workflow_names:
+                self.unknown.idle()  # it claims nothing: idle whenever it polls
             if wanted and self.workflow_names:
                 self._work_likely = False
                 try:
@@ -196,7 +202,14 @@ class Worker:
                     sleep_for = min(self.settings.poll_interval, 1.0)
                 else:
                     pacer.claimed(loop.time(), found=claimed > 0)
-                    if claimed == 0 and until is not None:
+                    if claimed == 0:
+                        self.unknown.idle()
+                    if claimed == 0 and until is not None and until <= 0 and self._suspect is not None:
+                        # due but not claimed may be a suspect this worker leaves to others
+                        # while it runs one: no spinning on it; the end of its own suspect,
+                        # or a NOTIFY, wakes it
+                        sleep_for = self.settings.poll_interval
+                    elif claimed == 0 and until is not None:
                         # due but not claimed means another worker holds it: back off as
                         # after any lost race instead of spinning on it
                         sleep_for = min(self.settings.poll_interval, max(until, pacer.spacing))
@@ -230,10 +243,6 @@ class Worker:
             histories = await history_sql.history_load(conn, resumed)
             compensating = [c.id for c in claimed if c.status == "compensating" or c.cancel_requested]
             compensations = await history_sql.compensations_load(conn, compensating)
-        if claim.parked:
-            self._work_likely = True  # they took slots of this claim that others may fill
-            self._wake.set()
-            await report_parked(self.app, self.log, claim.parked, max_runs=self.settings.max_runs)
         for instance in claimed:
             self.log.debug(
                 "instance.claimed", instance_id=instance.id, workflow=instance.workflow_name, suspect=instance.suspect
@@ -246,6 +255,17 @@ class Worker:
                 name=f"kenning-instance-{instance.id}",
             )
             self._running[instance.lease_token] = task
+        if claim.parked:
+            self._work_likely = True  # they took slots of this claim that others may fill
+            self._wake.set()
+            # after the runs started (their leases renewed by the heartbeat from now on),
+            # and apart from the claim loop: the failure hook may take any time
+            report = asyncio.create_task(
+                report_parked(self.app, self.log, claim.parked, max_runs=self.settings.max_runs),
+                name="kenning-crash-loop-report",
+            )
+            self._reports.add(report)
+            report.add_done_callback(self._reports.discard)
         return len(claimed), claim.seconds_until_next
 
     async def _execute(
@@ -273,7 +293,9 @@ class Worker:
             await self._release(claimed, log, delay=1.0)  # may fail too: then the lease expires
         except Exception as error:
             log.exception("instance.run_crashed", error=repr(error))
-            await self._release(claimed, log, delay=1.0)
+            # counted as a run without progress, as if its lease had expired: one that
+            # raises the same way every time is parked after --max-runs runs
+            await self._release(claimed, log, delay=1.0, crashed=True)
         finally:
             self._running.pop(claimed.lease_token, None)
             self._claimed.pop(claimed.lease_token, None)
@@ -297,12 +319,18 @@ class Worker:
             self._cleared_suspect()  # it recorded a step: whatever kills workers, it is not stuck on it
         return flags
 
-    async def _release(self, claimed: ClaimedInstance, log: Any, delay: float = 0.0) -> None:
+    async def _release(self, claimed: ClaimedInstance, log: Any, delay: float = 0.0, *, crashed: bool = False) -> None:
         """Hand the instance back (shutdown or crash) so another worker need not wait for
-        the lease to expire; a lease already lost makes this a no-op."""
+        the lease to expire; a lease already lost makes this a no-op. A crashed run is
+        handed back as an expired lease, which the next claim counts (``crashloop.py``)."""
         try:
             async with self.database.engine.begin() as conn:
-                released = await instances_sql.instance_release(conn, claimed.id, claimed.lease_token, delay)
+                if crashed:
+                    released = await instances_sql.instance_release_crashed(
+                        conn, claimed.id, claimed.lease_token, delay
+                    )
+                else:
+                    released = await instances_sql.instance_release(conn, claimed.id, claimed.lease_token, delay)
             if released:
                 log.info("instance.released")
         except Exception as error:
@@ -326,6 +354,32 @@ class Worker:
                 if task is not None:
                     self.log.warning("instance.lease_lost", lease_token=token)
                     task.cancel()
+            await self._check_suspect()
+
+    async def _check_suspect(self) -> None:
+        """Clear the suspect in flight once it recorded a step since its claim. Steps
+        written through the group commit clear it at once (``_apply_writes``); those an
+        activity records in its own transaction (ctx.session, outbox) are seen here, by the
+        claim's own test of progress, within a heartbeat."""
+        suspect = self._suspect
+        if suspect is None or suspect not in self._running:
+            return
+        try:
+            async with self.database.autocommit.connect() as conn:
+                progressed = await instances_sql.instance_progressed(conn, suspect)
+        except Exception as error:
+            self.log.debug("worker.suspect_check_failed", error=repr(error))
+            return
+        if progressed and self._suspect == suspect:
+            self._cleared_suspect()
+
+    async def _finish_reports(self) -> None:
+        """Crash-loop reports still running at shutdown get a bounded wait (their hooks)."""
+        if not self._reports:
+            return
+        _, late = await asyncio.wait(set(self._reports), timeout=CANCEL_SECONDS)
+        for task in late:
+            task.cancel()
 
     async def _drain(self) -> None:
         """Give in-flight runs what is left of the grace period, then cancel them (each

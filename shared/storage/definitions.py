@@ -70,12 +70,20 @@ async def definition_known(conn: Executor, workflow_name: str) -> bool:
 
 _UNKNOWN_WORKFLOWS_PENDING = text(
     """
-    SELECT i.workflow_name AS workflow_name, count(*) AS instances
-    FROM kenning_instances AS i
-    WHERE i.status = 'pending'
-      AND NOT EXISTS (SELECT FROM kenning_workflow_definitions AS d WHERE d.workflow_name = i.workflow_name)
-    GROUP BY i.workflow_name
-    ORDER BY i.workflow_name
+    -- A bounded sample, read in the claimable index's order: nobody claims instances of an
+    -- unknown workflow, so they stay among the oldest due rows, where it looks first; the
+    -- cost does not grow with the backlog.
+    WITH sample AS (
+        SELECT workflow_name FROM kenning_instances
+        WHERE status = 'pending' AND available_at IS NOT NULL
+        ORDER BY available_at
+        LIMIT :sample
+    )
+    SELECT s.workflow_name AS workflow_name, count(*) AS instances
+    FROM sample AS s
+    WHERE NOT EXISTS (SELECT FROM kenning_workflow_definitions AS d WHERE d.workflow_name = s.workflow_name)
+    GROUP BY s.workflow_name
+    ORDER BY s.workflow_name
     LIMIT :limit
     """
 )
@@ -84,10 +92,12 @@ _UNKNOWN_WORKFLOWS_PENDING = text(
 @dataclass(frozen=True)
 class UnknownWorkflow:
     workflow_name: str
-    instances: int  # pending instances of it, which no worker will ever claim
+    instances: int  # its pending instances in the sample, which no worker will ever claim
 
 
-async def unknown_workflows_pending(conn: Executor, limit: int = 100) -> list[UnknownWorkflow]:
-    """Workflow names of pending instances that have no definition row at all."""
-    rows = await conn.execute(_UNKNOWN_WORKFLOWS_PENDING, {"limit": limit})
+async def unknown_workflows_pending(conn: Executor, limit: int = 100, sample: int = 1000) -> list[UnknownWorkflow]:
+    """Workflow names that have no definition row at all, among the ``sample`` oldest
+    pending instances: a backlog of claimable work queued before them hides them until
+    it is claimed."""
+    rows = await conn.execute(_UNKNOWN_WORKFLOWS_PENDING, {"limit": limit, "sample": sample})
     return [UnknownWorkflow(str(row.workflow_name), int(row.instances)) for row in rows]

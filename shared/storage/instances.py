@@ -133,17 +133,91 @@ async def instance_find_existing(
 DEFAULT_MAX_RUNS = 10
 CRASH_LOOP = "crash_loop"
 CRASH_LOOP_ERROR_TYPE = "kenning.worker.crashloop.CrashLoopError"
+# The one text of a crash loop's error: stored by the claim that parks the instance (the
+# statement fills it in with format()) and given to the failure hook (crash_loop_message).
+_CRASH_LOOP_MESSAGE = (
+    "crash loop: {runs} runs in a row ended without finishing cleanly or recording a step "
+    "(--max-runs {max_runs}); fix the cause, then run kenning instances retry {instance_id}"
+)
+
+
+def crash_loop_message(instance_id: str, runs: int, max_runs: int) -> str:
+    return _CRASH_LOOP_MESSAGE.format(runs=runs, max_runs=max_runs, instance_id=instance_id)
+
+
+def _crash_loop_format(max_runs: int) -> str:
+    """``_CRASH_LOOP_MESSAGE`` as a SQL string literal for format(runs, instance id)."""
+    template = _CRASH_LOOP_MESSAGE.replace("%", "%%").format(runs="%1$s", max_runs=max_runs, instance_id="%2$s")
+    return "'" + template.replace("'", "''") + "'"
+
+
+# What the claim writes into each row it takes: a lease, or for a parked instance
+# (``{park}`` true) none, and the crash-loop error with what ``kenning instances retry``
+# needs to resume it (resume_status, previous_error).
+_CLAIM_SET = """
+        status = CASE WHEN {park} THEN 'failed' WHEN i.status = 'pending' THEN 'running' ELSE i.status END,
+        lease_owner = CASE WHEN {park} THEN NULL ELSE :owner END,
+        lease_token = CASE WHEN {park} THEN NULL ELSE gen_random_uuid() END,
+        available_at = CASE WHEN {park} THEN NULL ELSE {now} + make_interval(secs => :lease_seconds) END,
+        run_count = CASE WHEN {park} THEN i.run_count ELSE i.run_count + 1 END,
+        runs_without_progress = {runs},
+        error = CASE WHEN {park} THEN jsonb_build_object(
+                    'type', '{error_type}', 'reason', '{reason}',
+                    'message', format({message}, {runs}, i.id),
+                    'args', jsonb_build_array(format({message}, {runs}, i.id)),
+                    'runs_without_progress', {runs},
+                    'resume_status', CASE WHEN i.status = 'compensating' THEN 'compensating' ELSE 'pending' END,
+                    'previous_error', i.error)
+                ELSE i.error END,
+        finished_at = CASE WHEN {park} THEN now() ELSE i.finished_at END,
+        started_at = coalesce(i.started_at, {now}),
+        -- the database's own clock, as history rows' created_at: progress is judged by it
+        claimed_at = now(),
+        updated_at = {now}"""
 
 
 @functools.cache
 def _claim_statement(max_runs: int, take_suspect: bool) -> TextClause:
     """The claim of a worker with this ``--max-runs`` that may (or may not, because it
-    runs one already) take a suspect: an instance whose previous run did not end cleanly.
+    runs one already) take a suspect: an instance whose previous run did not end cleanly
+    (its lease expired, or the run raised and ``instance_release_crashed`` handed it back).
 
     Both are process constants, written into the statement as literals (``max_runs`` is a
-    validated int): a worker runs at most two variants, each compiled once.
+    validated int): a worker runs at most two variants, each compiled once. The common
+    path (no suspect among the rows taken) costs what the claim cost before crash loops
+    were counted: one locked index range, one update; the history is read, the verdict
+    and the message computed, only for a suspect.
     """
-    suspects = "true" if take_suspect else "false"
+    if take_suspect:
+        # One suspect per claim (the worker runs it apart from other suspects, so one that
+        # kills its process takes no other suspect down with it); its run counts unless it
+        # recorded a step since it was claimed. The OR stops at a non-suspect row: the
+        # subquery runs only when a suspect was taken.
+        chosen = """SELECT c.id, c.suspect,
+               CASE WHEN NOT c.suspect THEN 0
+                    WHEN EXISTS (SELECT FROM kenning_history AS h
+                                 WHERE h.instance_id = c.id
+                                   AND h.created_at >= coalesce(c.claimed_at, CAST('-infinity' AS timestamptz)))
+                    THEN 0
+                    ELSE c.runs_without_progress + 1 END AS runs
+        FROM candidates AS c
+        WHERE NOT c.suspect
+           OR c.id = (SELECT s.id FROM candidates AS s WHERE s.suspect ORDER BY s.available_at, s.id LIMIT 1)"""
+        lease_filter = ""
+        park = f"(c.suspect AND c.runs >= {max_runs:d})"
+    else:
+        # the previous runs ended cleanly (or there were none): no run counted against them
+        chosen = "SELECT id, false AS suspect, 0 AS runs FROM candidates"
+        lease_filter = "AND lease_token IS NULL"
+        park = "false"
+    set_clause = _CLAIM_SET.format(
+        park=park,
+        runs="c.runs",
+        now=NOW,
+        error_type=CRASH_LOOP_ERROR_TYPE,
+        reason=CRASH_LOOP,
+        message=_crash_loop_format(max_runs),
+    )
     return text(
         f"""
     WITH candidates AS (
@@ -152,71 +226,36 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> TextClause:
         WHERE status IN ('pending', 'running', 'compensating')
           AND available_at <= {NOW}
           AND workflow_name = ANY(:names)
-          AND (lease_token IS NULL OR {suspects})
+          {lease_filter}
         ORDER BY available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
-    ), chosen AS (
-        -- the previous run ended cleanly (or there was none): no run counted against it
-        SELECT id, false AS suspect, 0 AS runs_without_progress FROM candidates WHERE NOT suspect
-        UNION ALL
-        -- an expired lease: the run before died or stalled. One such instance per claim
-        -- (the worker runs it apart from other suspects, so one that kills its process
-        -- takes no other suspect down with it); that run counts unless it recorded a step.
-        -- The history is read only here, on the rare path of a reclaimed lease.
-        (SELECT c.id, true AS suspect,
-                CASE WHEN EXISTS (SELECT FROM kenning_history AS h
-                                  WHERE h.instance_id = c.id
-                                    AND h.created_at >= coalesce(c.claimed_at, CAST('-infinity' AS timestamptz)))
-                     THEN 0 ELSE c.runs_without_progress + 1 END AS runs_without_progress
-         FROM candidates AS c WHERE c.suspect ORDER BY c.available_at, c.id LIMIT 1)
-    ), verdict AS (
-        SELECT id, suspect, runs_without_progress, runs_without_progress >= {max_runs:d} AS park,
-               format('crash loop: %s runs in a row ended without finishing cleanly or recording a step '
-                      '(--max-runs {max_runs:d}); fix the cause, then run kenning instances retry %s',
-                      runs_without_progress, id) AS message
-        FROM chosen
+    ), chosen AS MATERIALIZED (
+        -- materialized: each row's count is computed once, not once per column using it
+        {chosen}
     ), claimed AS (
-        -- a parked instance is never handed out: failed, lease cleared, its state kept for
-        -- kenning instances retry (resume_status, previous_error)
         UPDATE kenning_instances AS i
-        SET status = CASE WHEN v.park THEN 'failed' WHEN i.status = 'pending' THEN 'running' ELSE i.status END,
-            lease_owner = CASE WHEN v.park THEN NULL ELSE :owner END,
-            lease_token = CASE WHEN v.park THEN NULL ELSE gen_random_uuid() END,
-            available_at = CASE WHEN v.park THEN NULL ELSE {NOW} + make_interval(secs => :lease_seconds) END,
-            run_count = CASE WHEN v.park THEN i.run_count ELSE i.run_count + 1 END,
-            runs_without_progress = v.runs_without_progress,
-            error = CASE WHEN v.park THEN jsonb_build_object(
-                        'type', '{CRASH_LOOP_ERROR_TYPE}', 'reason', '{CRASH_LOOP}',
-                        'message', v.message, 'args', jsonb_build_array(v.message),
-                        'runs_without_progress', v.runs_without_progress,
-                        'resume_status', CASE WHEN i.status = 'compensating' THEN 'compensating' ELSE 'pending' END,
-                        'previous_error', i.error)
-                    ELSE i.error END,
-            finished_at = CASE WHEN v.park THEN now() ELSE i.finished_at END,
-            started_at = coalesce(i.started_at, {NOW}),
-            -- the database's own clock, as history rows' created_at: progress is judged by it
-            claimed_at = now(),
-            updated_at = {NOW}
-        FROM verdict AS v
-        WHERE i.id = v.id
+        SET {set_clause}
+        FROM chosen AS c
+        WHERE i.id = c.id
         RETURNING i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
                   CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts,
-                  v.suspect, v.park, i.runs_without_progress
+                  c.suspect, {park} AS park, i.runs_without_progress
     )
     SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
            suspect, park, runs_without_progress, CAST(NULL AS float8) AS seconds_until_next
     FROM claimed
     UNION ALL
     -- nothing claimed: one row saying when the next instance becomes claimable, so an
-    -- idle worker knows how long to sleep without a second round trip
+    -- idle worker knows how long to sleep without a second round trip. min() stops at
+    -- the claimable index's first entry of these workflows: a due suspect this worker
+    -- leaves to others counts too (the worker does not spin on it, see Worker._claim_loop).
     SELECT NULL AS id, NULL AS workflow_name, NULL AS status, NULL AS input, NULL AS cancel_requested,
            NULL AS lease_token, NULL AS run_count, NULL AS attempts, NULL AS suspect, NULL AS park,
            NULL AS runs_without_progress,
            (SELECT CAST(extract(epoch FROM min(available_at) - {NOW}) AS float8)
             FROM kenning_instances
-            WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names)
-              AND (lease_token IS NULL OR {suspects}))
+            WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names))
                AS seconds_until_next
     WHERE NOT EXISTS (SELECT FROM claimed)
     """
@@ -473,21 +512,68 @@ async def instance_release(conn: Executor, instance_id: str, token: str, delay_s
     return row is not None
 
 
-_INSTANCE_REQUEST_CANCEL = text(
+_INSTANCE_RELEASE_CRASHED = text(
     """
+    -- the run raised: the instance is handed back as if its lease had expired (a fresh
+    -- token nobody holds, due after the delay), so the next claim takes it as a suspect
+    -- and counts the run unless it recorded a step. A clean release would reset that
+    -- count: an instance that raised the same way on every run would loop for ever.
+    UPDATE kenning_instances
+    SET lease_token = gen_random_uuid(), available_at = now() + make_interval(secs => :delay), updated_at = now()
+    WHERE id = :id AND lease_token = CAST(:token AS uuid)
+    RETURNING id
+    """
+)
+
+
+async def instance_release_crashed(conn: Executor, instance_id: str, token: str, delay_seconds: float) -> bool:
+    """Hand back an instance whose run raised unexpectedly, counted as a run without
+    progress (``runs_without_progress``, ``--max-runs``) unless it recorded a step."""
+    params = {"id": instance_id, "token": token, "delay": delay_seconds}
+    return (await conn.execute(_INSTANCE_RELEASE_CRASHED, params)).first() is not None
+
+
+_INSTANCE_PROGRESSED = text(
+    """
+    SELECT EXISTS (
+        SELECT FROM kenning_instances AS i JOIN kenning_history AS h ON h.instance_id = i.id
+        WHERE i.lease_token = CAST(:token AS uuid) AND h.created_at >= i.claimed_at
+    ) AS progressed
+    """
+)
+
+
+async def instance_progressed(conn: Executor, token: str) -> bool:
+    """Whether the run holding this lease recorded a step since its claim: the claim's
+    own test of progress, for a worker whose suspect records steps in transactions of
+    their own (``history_record_step``) rather than through its group commit."""
+    row = (await conn.execute(_INSTANCE_PROGRESSED, {"token": token})).first()
+    return row is not None and bool(row.progressed)
+
+
+_INSTANCE_REQUEST_CANCEL = text(
+    f"""
     WITH target AS (
-        SELECT id, status FROM kenning_instances WHERE id = :id FOR UPDATE
+        SELECT id, status, status = 'failed' AND coalesce(error ->> 'reason' = '{CRASH_LOOP}', false) AS crash_loop
+        FROM kenning_instances WHERE id = :id FOR UPDATE
     ), flagged AS (
         UPDATE kenning_instances AS i
         SET cancel_requested = true,
             -- a waiting or pending instance becomes runnable now so a worker compensates it;
-            -- a leased one sees the flag with its next fenced write.
-            status = CASE WHEN i.status IN ('waiting_for_event', 'waiting_for_timer') THEN 'pending'
+            -- a leased one sees the flag with its next fenced write. A crash-looped one
+            -- resumes as kenning instances retry would resume it (its saga's state, error
+            -- and attempts as parked, its run count reset), to be compensated.
+            status = CASE WHEN target.crash_loop THEN coalesce(i.error ->> 'resume_status', 'pending')
+                          WHEN i.status IN ('waiting_for_event', 'waiting_for_timer') THEN 'pending'
                           ELSE i.status END,
+            error = CASE WHEN target.crash_loop THEN nullif(i.error -> 'previous_error', CAST('null' AS jsonb))
+                         ELSE i.error END,
+            runs_without_progress = CASE WHEN target.crash_loop THEN 0 ELSE i.runs_without_progress END,
+            finished_at = CASE WHEN target.crash_loop THEN NULL ELSE i.finished_at END,
             available_at = CASE WHEN i.lease_token IS NULL THEN now() ELSE i.available_at END,
             updated_at = now()
         FROM target
-        WHERE i.id = target.id AND target.status NOT IN ('completed', 'failed', 'cancelled')
+        WHERE i.id = target.id AND (target.status NOT IN ('completed', 'failed', 'cancelled') OR target.crash_loop)
         RETURNING i.id
     ), unsubscribed AS (
         DELETE FROM kenning_event_subscriptions WHERE instance_id IN (SELECT id FROM flagged) RETURNING 1
@@ -503,7 +589,9 @@ _INSTANCE_REQUEST_CANCEL = text(
 
 async def instance_request_cancel(conn: AsyncConnection, instance_id: str) -> tuple[str, bool] | None:
     """Ask for cancellation. Returns (status before, whether it will be cancelled), or None
-    for an unknown instance. Finished instances are left as they are."""
+    for an unknown instance. Finished instances are left as they are, but for one parked
+    as ``crash_loop``: it resumes to be compensated (its body runs only up to its next new
+    step), since giving up on it is what an operator may want instead of a retry."""
     row = (await conn.execute(_INSTANCE_REQUEST_CANCEL, {"id": instance_id})).first()
     return None if row is None else (str(row.previous_status), bool(row.flagged))
 
