@@ -15,6 +15,7 @@ from kenning import serialization
 from kenning.compensation import ON_FAILURE_PREFIX, CompensationFailedError, bind_on_failure
 from kenning.context import StepTransaction, current_step
 from kenning.errors import KenningError, LeaseLostError, UnstorableValueError
+from kenning.faults import fault_point
 from kenning.hooks import call_hook
 from kenning.registry import qualified_name
 from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -74,6 +75,7 @@ async def compensate_and_finish(replayer: Replayer, *, error: BaseException | No
                     "compensation.failed", compensation=comp.function_name, comp_id=comp.comp_id, error=repr(failure)
                 )
                 failures.append((comp, failure))
+        fault_point("instance.before_release")
         status = "cancelled" if cancelled and not failures and not dropped else "failed"
         if failures or dropped:
             incomplete = _incomplete_saga(replayer.instance_id, failures, dropped, error, cancelled)

@@ -29,6 +29,7 @@ from kenning.errors import (
     UnstorableValueError,
     WorkflowCancelledException,
 )
+from kenning.faults import fault_point
 from kenning.groupcommit import GroupCommit
 from kenning.hooks import call_hook
 from kenning.rawdb import Executor
@@ -262,8 +263,10 @@ class Replayer:
             write = InstanceWrite(self.instance_id, self.token, steps=[record.as_json()], compensations=sent)
             (flag,) = await self._storage(self.writes.store([write]), f"step {record.step_id}")
             self._recorded(record, flag, saved=len(sent))
+            fault_point("step.after_commit")
             return
         await self._autocommit(lambda conn: self._write_record(conn, record), f"step {record.step_id}")
+        fault_point("step.after_commit")
 
     async def flush(self) -> None:
         """Write the deferred step record, if any."""
@@ -286,6 +289,7 @@ class Replayer:
                 async def write_in_step() -> None:
                     await self._write_record(await step.connection(), record)
                     await step.commit()
+                    fault_point("step.after_commit")
 
                 try:
                     # the activity's own ctx.session writes go in this statement's commit
@@ -299,6 +303,7 @@ class Replayer:
                 self.pending = record
             else:
                 await self._autocommit(lambda conn: self._write_record(conn, record), f"step {record.step_id}")
+                fault_point("step.after_commit")
 
     async def write_now(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
         """Run one fenced statement, after the deferred record, each its own commit."""
@@ -314,6 +319,7 @@ class Replayer:
         cancellation was requested: a cancel that races a suspend is applied, never
         overwritten (Edda 0.1.0 lost it).
         """
+        fault_point("instance.before_release")
         async with self.write_lock:
             folded = await self._take_folded()
             outcome = await self._autocommit(lambda conn: statement(conn, folded))
@@ -389,6 +395,7 @@ class Replayer:
                 raise
             finally:
                 current_step.reset(token)
+            fault_point("activity.after_effect")
             try:
                 await self.record(
                     step,
@@ -582,6 +589,7 @@ class Replayer:
             payload = {"result": serialization.storable_json(result, f"workflow {self.workflow_name}: result")}
         except UnstorableValueError as error:
             return await self._fail(error)
+        fault_point("instance.before_release")
         try:
             async with self.write_lock:
                 folded = await self._take_folded()

@@ -22,6 +22,7 @@ import structlog
 
 from kenning.config import process_id
 from kenning.db import Database
+from kenning.faults import fault_point
 from kenning.listener import Listener
 from kenning.relayer.publish import RetrySchedule, deliver
 from kenning.relayer.settings import RelayerSettings
@@ -130,6 +131,7 @@ class Relayer:
             return 0
         self.log.debug("outbox.claimed", count=len(rows), lease_token=token)
         outcomes = await self._publish(self._client, rows, token)
+        fault_point("relayer.after_send")
         await self._record(rows, token, outcomes)
         return len(rows)
 

@@ -21,6 +21,7 @@ import structlog
 from kenning.app import App
 from kenning.config import process_id
 from kenning.db import Database
+from kenning.faults import fault_point
 from kenning.listener import Listener
 from kenning.scheduler.cron_ticks import CronTicker
 from kenning.schedules import scheduled_workflows
@@ -99,6 +100,7 @@ class Scheduler:
         )
         if timers or timeouts:
             self.log.info("scheduler.fired", timers=timers, timeouts=timeouts)
+            fault_point("timer.after_fire")
         if self.settings.batch_size in (timers, timeouts):
             return 0.0  # a full batch: more may be due
         async with self.database.autocommit.connect() as conn:

@@ -39,6 +39,7 @@ from kenning.config import add_option, positive_float, positive_int
 from kenning.db import Database
 from kenning.errors import TerminalError
 from kenning.events import ReceivedEvent, event_from_inbox, event_history_payload
+from kenning.faults import fault_point
 from kenning.hooks import call_hook
 from kenning.storage import definitions as definitions_sql
 from kenning.storage import inbox as inbox_sql
@@ -238,6 +239,7 @@ class InboxProcessor:
         except Exception as error:
             self.log.debug("inbox.batch_retried_alone", rows=len(together), error=repr(error))
             return claimed
+        fault_point("delivery.after_commit")
         self._known_definitions.update(started)
         await self._report_received(received)
         return alone
@@ -281,6 +283,7 @@ class InboxProcessor:
                 row, log, f"{type(error).__name__}: {error}", park=isinstance(error, TerminalError)
             )
             return
+        fault_point("delivery.after_commit")
         self._known_definitions.update(started)
         await self._report_received(received)
 

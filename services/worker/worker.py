@@ -28,6 +28,7 @@ from kenning.app import App
 from kenning.config import process_id
 from kenning.db import Database
 from kenning.dberrors import may_be_one_callers_fault
+from kenning.faults import fault_point
 from kenning.groupcommit import GroupCommit
 from kenning.listener import Listener
 from kenning.replay import Replayer, StorageUnavailable
@@ -323,6 +324,7 @@ class Worker:
         """Hand the instance back (shutdown or crash) so another worker need not wait for
         the lease to expire; a lease already lost makes this a no-op. A crashed run is
         handed back as an expired lease, which the next claim counts (``crashloop.py``)."""
+        fault_point("instance.before_release")
         try:
             async with self.database.engine.begin() as conn:
                 if crashed:
