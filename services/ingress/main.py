@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         admin_auth="admin token" if args.admin_token else ("token" if args.ingress_token else "open"),
     )
     uvicorn.run(
-        "kenning.ingress.app:app_from_environment",
+        # the app, in worker processes (--workers N) that die with this one (lifeline.py)
+        "kenning.ingress.lifeline:worker_app",
         factory=True,
         host=args.host,
         port=args.port,
