@@ -161,7 +161,8 @@ class Client:
 
     async def cancel(self, instance_id: str) -> bool:
         """Request cancellation: a waiting instance is compensated and ends ``cancelled``;
-        a running one stops at its next step boundary. False if it had already finished."""
+        a running one stops at its next step boundary; one parked as ``crash_loop`` is
+        resumed to be compensated. False if it had already finished."""
         async with self.database.engine.begin() as conn:
             outcome = await instances_sql.instance_request_cancel(conn, instance_id)
         if outcome is None:

@@ -296,6 +296,7 @@ def create_app(settings: IngressSettings) -> Starlette:
 
 
 def app_from_environment() -> Starlette:
-    """The uvicorn factory (``kenning.ingress.app:app_from_environment``), run in each worker."""
+    """The app of each uvicorn worker, built from the settings the parent handed over
+    (called by the factory ``kenning.ingress.lifeline:worker_app``)."""
     configure_logging(os.environ.get("KENNING_LOG_LEVEL", "info"), os.environ.get("KENNING_LOG_FORMAT", "auto"))
     return create_app(settings_from_environment())

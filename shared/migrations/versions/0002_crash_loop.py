@@ -1,8 +1,9 @@
 """Crash loops: count the runs of an instance that ended without a clean end or a new step.
 
 ``runs_without_progress`` counts consecutive runs whose lease expired (the worker died or
-stalled) without a step recorded since ``claimed_at``; the claim resets it when the
-previous run ended cleanly or made progress and parks the instance as failed
+stalled, or the run raised and was handed back as an expired lease) without a step
+recorded since ``claimed_at``; the claim resets it when the previous run ended cleanly
+(completion, suspend, shutdown or back-off release) or made progress, and parks the instance as failed
 (``crash_loop``) instead of handing it out once it reaches the worker's ``--max-runs``.
 
 Revision ID: 0002
