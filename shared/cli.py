@@ -12,6 +12,9 @@ import psycopg
 import structlog
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+# Parsed on import: every process refuses a malformed KENNING_FAULTS (one line, exit 2)
+# before it starts anything, not only those that import a fault point early.
+import kenning.faults  # noqa: F401
 from kenning.commands.argparsing import ArgumentParser, VersionAction, parse
 from kenning.commands.errors import UsageError
 from kenning.config import add_database_options, add_logging_options
