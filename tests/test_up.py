@@ -25,7 +25,6 @@ from typing import IO, Any
 import httpx
 import psutil
 import psycopg
-import pytest
 
 from tests import logguard
 from tests.ingress_support import binary, cloud_event, structured
@@ -365,7 +364,6 @@ def _embedded_postgres(data_dir: Path) -> list[psutil.Process]:
     return found
 
 
-@pytest.mark.smoke
 async def test_up_without_a_database_url_runs_the_quickstart_on_an_embedded_postgres(tmp_path: Path) -> None:
     expect_log("instance.failed", workflow="order.created")  # order 1002's declined payment
     up = Up(tmp_path, _user_env())
