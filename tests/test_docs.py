@@ -677,7 +677,6 @@ def _scratch(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.smoke
 async def test_the_readme_then_the_quick_start_run_as_written_in_one_directory(tmp_path: Path) -> None:
     """A newcomer follows the README, stops, then follows the quick start in the same
     directory: the data in ``.kenning`` carries over, the orders and event ids do not clash."""
