@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import timedelta
+from collections.abc import Awaitable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psutil
@@ -122,17 +123,8 @@ async def test_the_claim_counts_expired_leases_without_a_step_and_parks_at_max_r
             )
         now = (await conn.execute(text("SELECT now() AS now"))).scalar_one()
 
-    async def claim(seconds: float) -> instances_sql.Claim:
-        async with database.autocommit.connect() as conn:
-            return await instances_sql.instance_claim(
-                conn,
-                owner="w",
-                workflow_names=["wf"],
-                limit=10,
-                lease_seconds=1,
-                max_runs=2,
-                now=now + timedelta(seconds=seconds),
-            )
+    def claim(seconds: float) -> Awaitable[instances_sql.Claim]:
+        return _claim(database, now + timedelta(seconds=seconds), lease_seconds=1)
 
     first = await claim(0)
     assert sorted((c.id, c.suspect) for c in first.instances) == [("a", False), ("b", False)]
@@ -178,18 +170,8 @@ async def test_a_run_that_raised_counts_like_an_expired_lease(database: Database
         )
         now = (await conn.execute(text("SELECT now() AS now"))).scalar_one()
 
-    async def claim(seconds: float, *, take_suspect: bool = True) -> instances_sql.Claim:
-        async with database.autocommit.connect() as conn:
-            return await instances_sql.instance_claim(
-                conn,
-                owner="w",
-                workflow_names=["wf"],
-                limit=10,
-                lease_seconds=30,
-                max_runs=2,
-                take_suspect=take_suspect,
-                now=now + timedelta(seconds=seconds),
-            )
+    def claim(seconds: float, *, take_suspect: bool = True) -> Awaitable[instances_sql.Claim]:
+        return _claim(database, now + timedelta(seconds=seconds), lease_seconds=30, take_suspect=take_suspect)
 
     async def crashed(claimed: instances_sql.Claim) -> None:
         (instance,) = claimed.instances
@@ -379,3 +361,20 @@ def _states(sql: psycopg.Connection[tuple[object, ...]]) -> list[tuple[object, .
     return sql.execute(
         "SELECT workflow_name, status, run_count, runs_without_progress FROM kenning_instances ORDER BY created_at"
     ).fetchall()
+
+
+async def _claim(
+    database: Database, at: datetime, *, lease_seconds: float, take_suspect: bool = True
+) -> instances_sql.Claim:
+    """One claim of workflow ``wf`` at database time ``at``, parking at two runs."""
+    async with database.autocommit.connect() as conn:
+        return await instances_sql.instance_claim(
+            conn,
+            owner="w",
+            workflow_names=["wf"],
+            limit=10,
+            lease_seconds=lease_seconds,
+            max_runs=2,
+            take_suspect=take_suspect,
+            now=at,
+        )

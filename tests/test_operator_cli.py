@@ -16,32 +16,11 @@ from tests.support import kenning_command as kenning
 
 
 async def test_start_list_show_and_cancel(database: Database, database_url: str) -> None:
-    started = kenning(
-        "start",
-        "three_steps",
-        "--app",
-        "tests.apps.core",
-        "--input",
-        '{"value": 5}',
-        "--instance-id",
-        "cli-1",
-        "--json",
-        url=database_url,
-    )
+    start = ("start", "three_steps", "--app", "tests.apps.core", "--input", '{"value": 5}', "--instance-id", "cli-1")
+    started = kenning(*start, "--json", url=database_url)
     assert started.returncode == 0, started.stderr
     assert json.loads(started.stdout) == {"instance_id": "cli-1", "created": True}
-    again = kenning(
-        "start",
-        "three_steps",
-        "--app",
-        "tests.apps.core",
-        "--input",
-        '{"value": 5}',
-        "--instance-id",
-        "cli-1",
-        "--json",
-        url=database_url,
-    )
+    again = kenning(*start, "--json", url=database_url)
     assert json.loads(again.stdout)["created"] is False
 
     async with running_worker(database, core.app):
