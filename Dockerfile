@@ -5,6 +5,7 @@ WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY shared shared
 COPY services services
+COPY devtools devtools
 # the locked set: the versions CI tested, not whatever PyPI serves today
 RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt .
 

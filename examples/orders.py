@@ -1,5 +1,5 @@
 """The order saga, as ``examples.orders``: it ships in the package as
-``kenning.examples.orders`` (shared/examples/orders.py), which ``kenning up`` runs by default;
+``kenning.examples.orders`` (shared/kenning/examples/orders.py), which ``kenning up`` runs by default;
 this module re-exports it for ``--app examples.orders`` (compose.yaml, the docs)."""
 
 from kenning.examples.orders import (

@@ -18,7 +18,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from kenning.ingress.parsing import (
+    from kenning_ingress.parsing import (
         DEFAULT_LIMITS,
         INT32_MAX,
         INT32_MIN,

@@ -21,8 +21,8 @@ import psutil
 import psycopg
 
 from kenning.db import Database
-from kenning.relayer import Relayer, RelayerSettings
 from kenning.storage import outbox as outbox_sql
+from kenning_relayer import Relayer, RelayerSettings
 from tests.support import REPO_ROOT, ProcessPool, eventually, free_port, run_kenning
 
 # Relayer options for tests: millisecond back-offs and a short fallback poll.

@@ -19,7 +19,7 @@ import psutil
 
 from kenning.app import App
 from kenning.db import Database
-from kenning.worker import Worker, WorkerSettings
+from kenning_worker import Worker, WorkerSettings
 from tests import logguard
 from tests.invariants import check_invariants as check_invariants  # its callers import it from here
 from tests.logguard import LogGuard

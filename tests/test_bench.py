@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from kenning.bench import targets
-from kenning.bench.main import SECTIONS, section_list
-from kenning.bench.stats import percentile
+from kenning_devtools.bench import targets
+from kenning_devtools.bench.main import SECTIONS, section_list
+from kenning_devtools.bench.stats import percentile
 from tests import logguard
 from tests.support import REPO_ROOT
 
@@ -45,7 +45,7 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
         [
             sys.executable,
             "-m",
-            "kenning.bench",
+            "kenning_devtools.bench",
             "--quick",
             "--database-url",
             pg_server_url,

@@ -133,13 +133,18 @@ def test_the_wheel_the_image_installs_holds_every_process(tmp_path: Path) -> Non
     for module in (
         "kenning/__init__.py",
         "kenning/py.typed",
-        "kenning/worker/main.py",
-        "kenning/ingress/main.py",
-        "kenning/scheduler/main.py",
-        "kenning/relayer/main.py",
+        "kenning_worker/main.py",
+        "kenning_ingress/main.py",
+        "kenning_scheduler/main.py",
+        "kenning_relayer/main.py",
+        "kenning_devtools/up/main.py",
         "kenning/migrations/env.py",
         "kenning/migrations/versions/0001_initial.py",
         "kenning/storage/instances.py",
         "kenning/commands/send.py",
     ):
         assert module in names, module
+    # every subcommand is registered with the wheel, so the image's `kenning worker` finds it
+    commands = zipfile.ZipFile(wheel).read("kenning-0.1.0.dist-info/entry_points.txt").decode()
+    for name in ("worker", "ingress", "scheduler", "relayer", "migrate", "sink", "up", "bench"):
+        assert f"\n{name} = " in commands, name

@@ -19,8 +19,8 @@ import pytest
 
 from kenning.cli import SUBCOMMANDS, build_parser
 from kenning.config import declared_variables
-from kenning.ingress.parsing import EventLimits
-from kenning.ingress.settings import IngressSettings, settings_from_environment, settings_to_environment
+from kenning_ingress.parsing import EventLimits
+from kenning_ingress.settings import IngressSettings, settings_from_environment, settings_to_environment
 from tests.support import REPO_ROOT, ProcessPool, eventually, kenning_command, run_kenning
 
 # the long-running processes, which one deployment (one .env, one compose file) configures together

@@ -14,7 +14,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from kenning import Client, WorkflowFailedError
 from kenning.db import Database
-from kenning.worker.inbox import InboxSettings, add_inbox_arguments, event_start_key, inbox_settings_from_args
+from kenning_worker.inbox import InboxSettings, add_inbox_arguments, event_start_key, inbox_settings_from_args
 from tests.apps import events as apps
 from tests.ingress_support import Ingress, batch, binary, cloud_event, start_ingress, structured
 from tests.logguard import LogGuard, expect_log

@@ -14,9 +14,9 @@ import pytest
 from kenning.db import Database, connect
 from kenning.dberrors import may_be_one_callers_fault
 from kenning.groupcommit import GroupCommit
-from kenning.ingress import responses
 from kenning.storage import inbox as inbox_sql
 from kenning.storage.inbox import NewEvent
+from kenning_ingress import responses
 
 Sql = psycopg.Connection[tuple[object, ...]]
 

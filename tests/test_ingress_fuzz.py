@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import event as label
 from hypothesis import strategies as st
 
-from kenning.ingress import IngressSettings, create_app
-from kenning.ingress.parsing import (
+from kenning_ingress import IngressSettings, create_app
+from kenning_ingress.parsing import (
     DEFAULT_LIMITS,
     INT32_MAX,
     INT32_MIN,

@@ -9,9 +9,9 @@ import os
 import pytest
 
 from kenning.config import declared_variables
-from kenning.ingress.main import add_arguments, settings_from
-from kenning.ingress.parsing import EventLimits
-from kenning.ingress.settings import OPTIONS, IngressSettings
+from kenning_ingress.main import add_arguments, settings_from
+from kenning_ingress.parsing import EventLimits
+from kenning_ingress.settings import OPTIONS, IngressSettings
 
 
 def test_every_setting_has_exactly_one_option_and_the_flags_fill_them(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -69,7 +69,7 @@ PARENT = """
 import subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", '''
 import os, time
-from kenning.ingress.lifeline import watch_parent
+from kenning_ingress.lifeline import watch_parent
 watch_parent(os.getppid())
 print("tied", flush=True)
 time.sleep(120)

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import text
 
 from kenning.db import Database
-from kenning.relayer.publish import RetrySchedule
 from kenning.storage import outbox as outbox_sql
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
+from kenning_relayer.publish import RetrySchedule
 from tests.relayer_support import insert_events, outbox_row
 
 

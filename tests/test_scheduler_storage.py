@@ -13,12 +13,12 @@ from kenning import App
 from kenning.db import Database
 from kenning.errors import ConfigurationError
 from kenning.registry import Registry
-from kenning.scheduler import Scheduler, SchedulerSettings
 from kenning.schedules import scheduled_workflows, tick_key
 from kenning.storage import instances as instances_sql
 from kenning.storage import timers as timers_sql
 from kenning.storage.schedules import TickOutcome
 from kenning.workflow import Workflow
+from kenning_scheduler import Scheduler, SchedulerSettings
 from tests.apps import timers as apps
 from tests.logguard import LogGuard
 from tests.scheduler_support import (

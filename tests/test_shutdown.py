@@ -13,7 +13,7 @@ import psycopg
 
 from kenning import Client
 from kenning.db import Database
-from kenning.worker.shutdown import MARGIN_SECONDS
+from kenning_worker.shutdown import MARGIN_SECONDS
 from tests.support import ProcessPool, eventually, executions
 
 APP = "tests.apps.poison"

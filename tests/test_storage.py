@@ -167,7 +167,7 @@ async def test_heartbeat_reports_leases_taken_over(database: Database) -> None:
 
 
 def test_claim_pacer_backs_off_after_empty_claims_and_not_after_a_quiet_spell() -> None:
-    from kenning.worker.worker import ClaimPacer
+    from kenning_worker.worker import ClaimPacer
 
     pacer = ClaimPacer(base=0.005, ceiling=0.04)
     assert pacer.delay(100.0) == 0.0  # never claimed: at once

@@ -12,8 +12,8 @@ from pydantic import BaseModel
 
 from kenning import App, WorkflowContext
 from kenning.registry import Registry
-from kenning.up.hints import hints, sample_input
 from kenning.workflow import Workflow
+from kenning_devtools.up.hints import hints, sample_input
 
 
 class Node(BaseModel):

@@ -9,7 +9,7 @@ from kenning import Client
 from kenning.db import Database
 from kenning.storage import timers as timers_sql
 from kenning.storage.inbox import NewEvent, inbox_insert_events
-from kenning.worker.inbox import InboxSettings
+from kenning_worker.inbox import InboxSettings
 from tests.apps import core, events
 from tests.support import ProcessPool, check_invariants, eventually, executions, running_worker
 

@@ -1,0 +1,176 @@
+"""``kenning bench``: every section on one scratch database, a table, and a JSON file."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import structlog
+
+from kenning.config import add_logging_options, add_option
+from kenning.embedded import postgres_server, with_database
+from kenning.migrate import migrate
+from kenning_devtools.bench import events, ingress_load, lateness, limits, long, scale, targets, throughput
+from kenning_devtools.bench.report import render
+
+_log = structlog.get_logger("kenning.bench")
+
+FULL = {
+    "workflows": 2000,
+    "workers": "1,2,4",
+    "finished": 1_000_000,
+    "waiting": 100_000,
+    "long": (100, 1000),
+    "limit_seconds": 10.0,
+    "samples": 200,
+    "timers": (200, 1.0),
+    "ingress_clients": 64,
+    "ingress_seconds": 10.0,
+    "events_long": (20, 100),
+}
+QUICK = {
+    "workflows": 30,
+    "workers": "1,2",
+    "finished": 1000,
+    "waiting": 100,
+    "long": (5, 20),
+    "limit_seconds": 1.0,
+    "samples": 10,
+    "timers": (10, 0.2),
+    "ingress_clients": 8,
+    "ingress_seconds": 1.0,
+    "events_long": (4, 10),
+}
+SECTIONS = ("limits", "throughput", "event", "timer", "ingress", "scale", "long", "events-long")
+
+
+def section_list(text: str) -> list[str]:
+    chosen = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"unknown sections {unknown}; choose from {','.join(SECTIONS)}")
+    return chosen
+
+
+HELP = "measure throughput and latency against limits from the same run"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_option(
+        parser,
+        "--database-url",
+        default="",
+        help="server to benchmark on (a scratch database is created there and dropped); "
+        "default: KENNING_TEST_DATABASE_URL, a container, or an embedded PostgreSQL",
+    )
+    parser.add_argument("--quick", action="store_true", help="a tiny configuration (seconds, for tests)")
+    parser.add_argument("--workflows", type=int, help="workflows per throughput run")
+    parser.add_argument("--workers", help="worker process counts, comma-separated (default 1,2,4)")
+    parser.add_argument("--concurrency", type=int, default=50, help="instances in flight per worker")
+    parser.add_argument("--clients", type=int, default=8, help="client count for pgbench and the limits")
+    parser.add_argument(
+        "--sections",
+        type=section_list,
+        default=list(SECTIONS),
+        help=f"comma-separated subset of: {','.join(SECTIONS)} (default: all)",
+    )
+    parser.add_argument("--samples", type=int, help="event-latency samples (default 200)")
+    parser.add_argument("--ingress-clients", type=int, help="concurrent HTTP clients of the ingress run (default 64)")
+    parser.add_argument(
+        "--ingress-workers", type=int, default=2, help="uvicorn workers of the measured ingress (default 2)"
+    )
+    parser.add_argument("--output", default="bench-results/bench.json", help="where to write the JSON")
+    add_logging_options(parser)
+
+
+async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]) -> dict[str, Any]:
+    sections: list[str] = args.sections
+    results: dict[str, Any] = {}
+    workflows = args.workflows or size["workflows"]
+    workers = [int(w) for w in (args.workers or size["workers"]).split(",")]
+    if "limits" in sections:
+        results["limits"] = {
+            "clients": args.clients,
+            "pgbench_tps": await asyncio.to_thread(limits.pgbench_tps, url, args.clients, size["limit_seconds"]),
+            "insert_per_second": round(await limits.insert_loop_rate(url, args.clients, size["limit_seconds"]), 1),
+            "bare_engine": await limits.bare_engine_rate(url, args.clients, workflows),
+        }
+    if "throughput" in sections:
+        results["throughput"] = [await throughput.run_throughput(url, workflows, w, args.concurrency) for w in workers]
+    if "event" in sections:
+        results["event_latency"] = await events.run_event_latency(url, args.samples or size["samples"])
+    if "timer" in sections:
+        results["timer_lateness"] = await lateness.run_timer_lateness(url, *size["timers"])
+    if "ingress" in sections:
+        clients = args.ingress_clients or size["ingress_clients"]
+        ingress = await ingress_load.run_ingress(url, clients, size["ingress_seconds"], args.ingress_workers)
+        insert_limit = (results.get("limits") or {}).get("insert_per_second")
+        if insert_limit is None:  # the limits section was not selected: measure the one limit needed
+            insert_limit = round(await limits.insert_loop_rate(url, args.clients, size["limit_seconds"]), 1)
+        ingress["insert_limit_per_second"] = insert_limit
+        ingress["share_of_insert_limit"] = round(ingress["events_per_second"] / insert_limit, 3)
+        results["ingress"] = ingress
+    if "scale" in sections:
+        empty = await asyncio.to_thread(scale.claim_query_ms, url)
+        await asyncio.to_thread(scale.fill, url, size["finished"], size["waiting"])
+        full = await asyncio.to_thread(scale.claim_query_ms, url)
+        settled = await asyncio.to_thread(scale.wait_for_autovacuum, url)
+        loaded = await throughput.run_throughput(url, workflows, min(2, max(workers)), args.concurrency)
+        results["scale"] = {
+            "finished_instances": size["finished"],
+            "waiting_instances": size["waiting"],
+            "claim_empty": empty,
+            "claim_loaded": full,
+            "throughput_loaded": loaded,
+            "autovacuum_wait_seconds": settled,
+        }
+    if "long" in sections:
+        results["long"] = await long.run_long(url, *size["long"])
+    if "events-long" in sections:
+        results["events_long"] = await events.run_event_chain(url, *size["events_long"])
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    size = QUICK if args.quick else FULL
+    name = f"kenning_bench_{uuid.uuid4().hex[:8]}"
+    started = time.time()
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    with postgres_server(args.database_url or os.environ.get("KENNING_TEST_DATABASE_URL") or None) as server:
+        with psycopg.connect(with_database(server, "postgres"), autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        url = with_database(server, name)
+        try:
+            migrate(url)
+            results = asyncio.run(_run_sections(url, args, size))
+        finally:
+            with psycopg.connect(with_database(server, "postgres"), autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    report: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "load_average_at_start": load_at_start,
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "configuration": "quick" if args.quick else "full",
+        "sections": args.sections,
+        "duration_seconds": round(time.time() - started, 1),
+        **results,
+    }
+    report["targets"] = targets.evaluate(report)
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2))
+    print(render(report))  # noqa: T201 - the report is this command's output
+    _log.info("bench.written", output=str(output))
+    return 0

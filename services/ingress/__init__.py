@@ -1,6 +1,0 @@
-"""The ingress process: CloudEvents over HTTP into the inbox (``kenning ingress``)."""
-
-from kenning.ingress.app import create_app
-from kenning.ingress.settings import IngressSettings
-
-__all__ = ["IngressSettings", "create_app"]

@@ -1,0 +1,302 @@
+"""The ingress Starlette app: CloudEvents in, inbox rows out, nothing else.
+
+It never runs user code and never touches workflow state: an event is answered 202 once
+its inbox row is committed (a request's events all or nothing; concurrent requests share
+one insert and commit, ``groupcommit``), and workers do the rest. Routes:
+``POST /cancel/{id}``, ``GET /instances/{id}``, ``GET /healthz``, ``GET /readyz``;
+``POST`` to any other path is a CloudEvent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import structlog
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import create_async_engine
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from kenning.db import Database, sqlalchemy_url
+from kenning.dberrors import may_be_one_callers_fault
+from kenning.groupcommit import GroupCommit
+from kenning.logs import configure_logging
+from kenning.rawdb import RawConnection
+from kenning.storage import inbox as inbox_sql
+from kenning.storage import instances as instances_sql
+from kenning.storage.inbox import NewEvent
+from kenning_ingress import responses
+from kenning_ingress.auth import authorized, required_token
+from kenning_ingress.parsing import InvalidEventError, parse_request
+from kenning_ingress.settings import IngressSettings, settings_from_environment
+
+T = TypeVar("T")
+_log = structlog.get_logger("kenning.ingress")
+_RESERVED = ("healthz", "readyz", "cancel", "instances")
+AUTOCOMMIT_CONNECTIONS = 10
+
+
+class BodyTooLargeError(Exception):
+    pass
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing (``BodyTooLargeError``) as soon as it exceeds ``limit``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise BodyTooLargeError()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+class Ingress:
+    def __init__(self, settings: IngressSettings) -> None:
+        self.settings = settings
+        self.database: Database | None = None
+        self.inbox: GroupCommit[NewEvent, bool] = GroupCommit(
+            write=lambda events: self._run(lambda conn: inbox_sql.inbox_insert_events(conn, events)),
+            # a batch that failed on a request's own data is retried request by request;
+            # one that failed because the database is away is not
+            retry_alone=may_be_one_callers_fault,
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        timeout = self.settings.database_timeout
+        # Every route is one autocommit statement on the psycopg pool; the engine (which
+        # opens connections only when used) is there for the Database contract.
+        engine = create_async_engine(
+            sqlalchemy_url(self.settings.database_url), pool_size=1, max_overflow=0, pool_timeout=timeout
+        )
+        self.database = Database(
+            url=self.settings.database_url,
+            engine=engine,
+            # group commit keeps few statements in flight; the rest is headroom for
+            # /instances and /cancel under load
+            autocommit_pool_size=AUTOCOMMIT_CONNECTIONS,
+            connect_timeout=max(2, round(timeout)),
+            pool_timeout=timeout,
+        )
+        _log.info(
+            "ingress.started",
+            pid=os.getpid(),
+            max_body_bytes=self.settings.max_body_bytes,
+            read_timeout=self.settings.read_timeout,
+        )
+        try:
+            yield
+        finally:
+            await self.database.dispose()
+
+    # ---------------------------------------------------------------- database access
+
+    async def _run(self, statement: Callable[[RawConnection], Awaitable[T]]) -> T:
+        """Run one statement, in autocommit: a single statement is its own transaction
+        (a batch insert is all or nothing) and costs one round trip. A pooled connection
+        found dead is replaced once: every write here is idempotent, so repeating it is
+        safe even if the first one committed."""
+        assert self.database is not None, "the app is not started"
+        async with asyncio.timeout(self.settings.database_timeout * 2):
+            for attempt in (1, 2):
+                try:
+                    async with self.database.autocommit.connect() as conn:
+                        return await statement(conn)
+                except DBAPIError as error:
+                    if attempt == 1 and error.connection_invalidated:
+                        continue
+                    raise
+        raise AssertionError("unreachable")
+
+    def _failed(self, exc: BaseException, **context: Any) -> JSONResponse:
+        response, unexpected = responses.failure(exc)
+        if unexpected:
+            _log.error("ingress.internal_error", error=repr(exc), exc_info=exc, **context)
+        else:
+            _log.warning("ingress.database_unavailable", status=response.status_code, error=repr(exc), **context)
+        return response
+
+    def _denied(self, request: Request, *, admin: bool) -> JSONResponse | None:
+        expected = required_token(
+            admin=admin, ingress_token=self.settings.ingress_token, admin_token=self.settings.admin_token
+        )
+        if authorized(request, expected):
+            return None
+        return responses.error(401, "missing or wrong bearer token", "unauthorized")
+
+    # ---------------------------------------------------------------- routes
+
+    def _bad_instance_id(self, instance_id: str) -> JSONResponse | None:
+        """A 400 for an id no instance can have: PostgreSQL text cannot hold NUL, and ids
+        are capped like event ids. Answered here, so no such value ever reaches SQL."""
+        if "\x00" in instance_id:
+            return responses.error(400, "the instance id contains a NUL character", "invalid_request")
+        if len(instance_id) > self.settings.limits.max_id_length:
+            limit = self.settings.limits.max_id_length
+            return responses.error(400, f"the instance id is over {limit} characters", "invalid_request")
+        try:
+            instance_id.encode("utf-8")
+        except UnicodeEncodeError:
+            return responses.error(400, "the instance id is not valid Unicode", "invalid_request")
+        return None
+
+    async def receive(self, request: Request) -> Response:
+        path = request.path_params.get("path", "")
+        if path.split("/", 1)[0] in _RESERVED:
+            if path.split("/", 1)[0] == "cancel":
+                return responses.error(400, "missing instance id: POST /cancel/{instance_id}", "invalid_request")
+            return responses.error(405, f"method {request.method} not allowed on /{path}", "method_not_allowed")
+        denied = self._denied(request, admin=False)
+        if denied is not None:
+            return denied
+        try:
+            # a client sending its body slower than this holds a connection for nothing
+            async with asyncio.timeout(self.settings.read_timeout):
+                body = await read_body(request, self.settings.max_body_bytes)
+        except BodyTooLargeError:
+            return responses.error(413, f"request body over {self.settings.max_body_bytes} bytes", "payload_too_large")
+        except TimeoutError:
+            _log.info("event.read_timeout", seconds=self.settings.read_timeout)
+            return responses.error(
+                408,
+                f"the request body did not arrive within {self.settings.read_timeout:g} s (--ingress-read-timeout)",
+                "request_timeout",
+                headers={"Connection": "close"},
+            )
+        except ClientDisconnect:  # nobody is left to answer; nothing was stored
+            _log.info("event.client_disconnected")
+            return responses.error(400, "the client disconnected", "invalid_request")
+        try:
+            events, batch = parse_request(request.headers.raw, body, self.settings.limits)
+        except InvalidEventError as invalid:
+            _log.info("event.rejected", error_type=invalid.error_type, reason=str(invalid))
+            return responses.error(400, str(invalid), invalid.error_type)
+        try:
+            stored = await self.inbox.store(events)
+        except Exception as exc:
+            return self._failed(exc, events=len(events))
+        _log.debug("event.accepted", events=len(events), duplicates=stored.count(False))
+        if batch:
+            return responses.accepted(
+                accepted=len(events),
+                duplicates=stored.count(False),
+                events=[
+                    {"source": e.source, "id": e.event_id, "duplicate": not s}
+                    for e, s in zip(events, stored, strict=True)
+                ],
+            )
+        (event,) = events
+        return responses.accepted(source=event.source, id=event.event_id, duplicate=not stored[0])
+
+    async def cancel(self, request: Request) -> Response:
+        denied = self._denied(request, admin=True)
+        if denied is not None:
+            return denied
+        instance_id = request.path_params["instance_id"]
+        if not instance_id:
+            return responses.error(400, "missing instance id: POST /cancel/{instance_id}", "invalid_request")
+        bad = self._bad_instance_id(instance_id)
+        if bad is not None:
+            return bad
+        try:
+            found = await self._run(lambda conn: inbox_sql.inbox_insert_cancel(conn, instance_id))
+        except Exception as exc:
+            return self._failed(exc, instance_id=instance_id)
+        if not found:
+            return responses.error(404, f"no workflow instance {instance_id!r}", "not_found")
+        _log.info("cancel.accepted", instance_id=instance_id)
+        return responses.accepted(instance_id=instance_id)
+
+    async def instance(self, request: Request) -> Response:
+        denied = self._denied(request, admin=True)
+        if denied is not None:
+            return denied
+        instance_id = request.path_params["instance_id"]
+        bad = self._bad_instance_id(instance_id)
+        if bad is not None:
+            return bad
+        try:
+            row = await self._run(lambda conn: instances_sql.instance_get(conn, instance_id))
+        except Exception as exc:
+            return self._failed(exc, instance_id=instance_id)
+        if row is None:
+            return responses.error(404, f"no workflow instance {instance_id!r}", "not_found")
+        body: dict[str, Any] = {
+            "instance_id": row.id,
+            "workflow": row.workflow_name,
+            "status": row.status,
+            "cancel_requested": row.cancel_requested,
+            "created_at": _iso(row.created_at),
+            "updated_at": _iso(row.updated_at),
+            "finished_at": _iso(row.finished_at),
+        }
+        if row.status == "completed":
+            body["result"] = (row.result or {}).get("result")
+        if row.error:
+            message = row.error.get("message")
+            body["error"] = {
+                "type": row.error.get("type"),
+                # a database error's text carries its statement and parameters (a lease token)
+                "message": responses.without_internals(message) if isinstance(message, str) else message,
+            }
+        return JSONResponse(body)
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        try:
+            await self._run(inbox_sql.inbox_check_ready)
+        except Exception as exc:
+            return self._failed(exc)
+        return JSONResponse({"status": "ready"})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kinds = {404: "not_found", 405: "method_not_allowed"}
+    return responses.error(exc.status_code, str(exc.detail), kinds.get(exc.status_code, "invalid_request"))
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    _log.error("ingress.internal_error", error=repr(exc), exc_info=exc)
+    return responses.error(500, "internal error", "internal_error", retryable=True)
+
+
+def create_app(settings: IngressSettings) -> Starlette:
+    ingress = Ingress(settings)
+    return Starlette(
+        routes=[
+            Route("/healthz", ingress.healthz, methods=["GET"]),
+            Route("/readyz", ingress.readyz, methods=["GET"]),
+            Route("/cancel/{instance_id:path}", ingress.cancel, methods=["POST"]),
+            Route("/instances/{instance_id:path}", ingress.instance, methods=["GET"]),
+            Route("/{path:path}", ingress.receive, methods=["POST"]),
+        ],
+        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+        lifespan=ingress.lifespan,
+    )
+
+
+def app_from_environment() -> Starlette:
+    """The app of each uvicorn worker, built from the settings the parent handed over
+    (called by the factory ``kenning_ingress.lifeline:worker_app``)."""
+    configure_logging(os.environ.get("KENNING_LOG_LEVEL", "info"), os.environ.get("KENNING_LOG_FORMAT", "auto"))
+    return create_app(settings_from_environment())

@@ -1,0 +1,227 @@
+"""``Relayer``: drains the outbox to the broker, one leased batch at a time.
+
+A batch is claimed in one statement (``FOR UPDATE SKIP LOCKED``, a lease token and
+expiry, at most one event per workflow instance so each instance's events go out in
+creation order), POSTed concurrently over one pooled httpx client, and its outcomes are
+written back in one fenced statement. A heartbeat extends the lease while the batch is in
+flight; a relayer that dies leaves rows whose lease expires and the next claim takes them.
+Wakes on ``NOTIFY kenning_outbox``, polls as a fallback, and deletes published rows past
+the retention period in batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import structlog
+
+from kenning.config import process_id
+from kenning.db import Database
+from kenning.faults import fault_point
+from kenning.listener import Listener
+from kenning.storage import outbox as outbox_sql
+from kenning.storage.outbox import OutboxOutcome, OutboxRow
+from kenning.storage.tables import CHANNEL_OUTBOX
+from kenning_relayer.publish import RetrySchedule, deliver
+from kenning_relayer.settings import RelayerSettings
+
+_log = structlog.get_logger("kenning.relayer")
+
+
+class Relayer:
+    def __init__(
+        self, database: Database, settings: RelayerSettings, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self.database = database
+        self.settings = settings
+        self.relayer_id = settings.relayer_id or process_id("relayer-")
+        self.schedule = RetrySchedule(settings.max_attempts, settings.retry_initial_seconds, settings.retry_max_seconds)
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.log = _log.bind(relayer_id=self.relayer_id)
+
+    def stop(self) -> None:
+        """Stop claiming; the batch in flight gets the grace period, then is released."""
+        self._stopping.set()
+        self._wake.set()
+
+    def _notify(self, channel: str) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        listener = Listener(self.database.url, [CHANNEL_OUTBOX], self._notify) if self.settings.listen else None
+        if listener is not None:
+            await listener.start()
+            with contextlib.suppress(TimeoutError):  # unreachable database: polling still retries
+                await asyncio.wait_for(listener.connected.wait(), timeout=5)
+        timeout = httpx.Timeout(self.settings.request_timeout_seconds, pool=None)
+        limits = httpx.Limits(
+            max_connections=self.settings.max_connections, max_keepalive_connections=self.settings.max_connections
+        )
+        cleanup: asyncio.Task[None] | None = None
+        try:
+            async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport) as client:
+                self._client = client
+                cleanup = asyncio.create_task(self._cleanup_loop(), name="kenning-outbox-cleanup")
+                self.log.info(
+                    "relayer.started",
+                    broker_url=self.settings.broker_url,
+                    content_mode=self.settings.content_mode,
+                    batch_size=self.settings.batch_size,
+                    listen=self.settings.listen,
+                )
+                await self._loop()
+        finally:
+            if cleanup is not None:
+                cleanup.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await cleanup
+            if listener is not None:
+                await listener.stop()
+            self._client = None
+            self.log.info("relayer.stopped")
+
+    async def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                claimed = await self.publish_batch()
+            except Exception as error:  # database down: keep trying, never crash the loop
+                self.log.warning("relayer.claim_failed", error=repr(error))
+                sleep_for = self.settings.poll_interval
+            else:
+                if claimed:
+                    continue  # more may be due, and each instance's next event is now free
+                sleep_for = await self._seconds_until_next()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=sleep_for)
+
+    async def _seconds_until_next(self) -> float:
+        try:
+            async with self.database.engine.connect() as conn:
+                until = await outbox_sql.outbox_seconds_until_next(conn)
+        except Exception:
+            return self.settings.poll_interval
+        if until is None:
+            return self.settings.poll_interval
+        return min(self.settings.poll_interval, max(until, 0.001))
+
+    async def publish_batch(self) -> int:
+        """Claim one batch, publish it and record the outcomes; returns how many rows were
+        claimed (0: nothing was due)."""
+        if self._client is None:
+            raise RuntimeError("Relayer.publish_batch needs a running relayer (Relayer.run)")
+        token = str(uuid.uuid4())
+        async with self.database.engine.begin() as conn:
+            rows = await outbox_sql.outbox_claim_pending(
+                conn,
+                owner=self.relayer_id,
+                token=token,
+                limit=self.settings.batch_size,
+                lease_seconds=self.settings.lease_seconds,
+            )
+        if not rows:
+            return 0
+        self.log.debug("outbox.claimed", count=len(rows), lease_token=token)
+        outcomes = await self._publish(self._client, rows, token)
+        fault_point("relayer.after_send")
+        await self._record(rows, token, outcomes)
+        return len(rows)
+
+    async def _publish(self, client: httpx.AsyncClient, rows: Sequence[OutboxRow], token: str) -> list[OutboxOutcome]:
+        outcomes: list[OutboxOutcome] = []
+
+        async def one(row: OutboxRow) -> None:
+            outcome = await deliver(client, self.settings.broker_url, row, self.settings.content_mode, self.schedule)
+            outcomes.append(outcome)
+
+        batch = asyncio.gather(*(one(row) for row in rows))
+        heartbeat = asyncio.create_task(self._heartbeat(token, [r.id for r in rows]), name="kenning-outbox-heartbeat")
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            waiters: set[asyncio.Future[Any]] = {batch, stopping}
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if not batch.done():
+                self.log.info("relayer.draining", in_flight=len(rows) - len(outcomes))
+                await asyncio.wait({batch}, timeout=self.settings.shutdown_grace_seconds)
+        finally:
+            for task in (batch, heartbeat, stopping):
+                task.cancel()
+            for task in (batch, heartbeat, stopping):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return outcomes
+
+    async def _heartbeat(self, token: str, ids: Sequence[str]) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease_seconds / 3)
+            try:
+                async with self.database.engine.begin() as conn:
+                    await outbox_sql.outbox_extend_lease(conn, token, ids, self.settings.lease_seconds)
+            except Exception as error:
+                self.log.warning("relayer.heartbeat_failed", error=repr(error))
+
+    async def _record(self, rows: Sequence[OutboxRow], token: str, outcomes: Sequence[OutboxOutcome]) -> None:
+        """Write the batch's outcomes and hand back what was not attempted. Retried for up to
+        half a lease if the database is briefly unreachable; after that the rows are
+        re-sent once their lease expires (at-least-once)."""
+        attempted = {o.id for o in outcomes}
+        unattempted = [r.id for r in rows if r.id not in attempted]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.lease_seconds / 2
+        delay = 0.05
+        while True:
+            try:
+                async with self.database.engine.begin() as conn:
+                    written = await outbox_sql.outbox_record_outcomes(conn, token, outcomes)
+                    released = await outbox_sql.outbox_release(conn, token, unattempted)
+                break
+            except Exception as error:
+                if loop.time() + delay > deadline:
+                    self.log.error("outbox.record_failed", error=repr(error), count=len(outcomes))
+                    return
+                self.log.warning("outbox.record_retry", error=repr(error), retry_in=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        by_id = {r.id: r for r in rows}
+        for outcome in outcomes:
+            row = by_id[outcome.id]
+            fields = {"event_id": row.id, "event_type": row.event_type, "attempt": row.attempts}
+            if outcome.id not in written:
+                self.log.warning("outbox.lease_lost", **fields)
+            elif outcome.status == "published":
+                self.log.debug("outbox.published", **fields)
+            elif outcome.status == "pending":
+                self.log.info(
+                    "outbox.retry_scheduled", retry_in=round(outcome.retry_in, 3), error=outcome.error, **fields
+                )
+            else:
+                self.log.warning("outbox.dead_lettered", error=outcome.error, **fields)
+        if released:
+            self.log.info("outbox.released", count=released)
+
+    async def _cleanup_loop(self) -> None:
+        retention = self.settings.retention_hours * 3600
+        while True:
+            try:
+                deleted = 0
+                while True:
+                    async with self.database.engine.begin() as conn:
+                        n = await outbox_sql.outbox_delete_published(
+                            conn, retention_seconds=retention, limit=self.settings.cleanup_batch_size
+                        )
+                    deleted += n
+                    if n < self.settings.cleanup_batch_size:
+                        break
+                if deleted:
+                    self.log.info("outbox.cleaned", deleted=deleted)
+            except Exception as error:
+                self.log.warning("outbox.cleanup_failed", error=repr(error))
+            await asyncio.sleep(self.settings.cleanup_interval_seconds)

@@ -1,0 +1,140 @@
+"""``Scheduler``: fires due timers and event timeouts, and starts cron ticks.
+
+Each pass fires a batch of due timers and a batch of due event timeouts (one statement
+and one commit each), starts the cron ticks that are due, then sleeps until the earliest
+of: the next timer or timeout, the next cron tick, a ``NOTIFY`` on ``kenning_timers``
+(a new, maybe earlier, wait), or the poll interval. Every comparison with a due time is
+made on the database clock. Any number of schedulers may run: rows are claimed with
+``FOR UPDATE SKIP LOCKED``, so each timer fires once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+
+from kenning.app import App
+from kenning.config import process_id
+from kenning.db import Database
+from kenning.faults import fault_point
+from kenning.listener import Listener
+from kenning.schedules import scheduled_workflows
+from kenning.storage import timers as timers_sql
+from kenning.storage.tables import CHANNEL_TIMERS
+from kenning.storage.timers import FiredWait
+from kenning_scheduler.cron_ticks import CronTicker
+
+_log = structlog.get_logger("kenning.scheduler")
+
+FireStatement = Callable[..., Awaitable[list[FiredWait]]]  # timer_fire_due and the like
+# Something is due but every due row was locked by another transaction (another
+# scheduler mid-batch, a cancel): look again soon, backing off up to this.
+_BUSY_BACKOFF_MAX = 0.1
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    batch_size: int = 100
+    poll_interval: float = 1.0
+    listen: bool = True
+    scheduler_id: str = ""
+
+
+class Scheduler:
+    def __init__(self, database: Database, app: App | None = None, settings: SchedulerSettings | None = None) -> None:
+        self.database = database
+        self.settings = settings or SchedulerSettings()
+        self.scheduler_id = self.settings.scheduler_id or process_id()
+        self.log = _log.bind(scheduler_id=self.scheduler_id)
+        workflows = scheduled_workflows(app.registry) if app is not None else []
+        self.cron = CronTicker(database, workflows, self.log)
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._busy_backoff = 0.0
+
+    def stop(self) -> None:
+        """Finish the current pass and return from ``run`` (SIGTERM)."""
+        self._stopping.set()
+        self._wake.set()
+
+    def _notify(self, channel: str) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        listener = Listener(self.database.url, [CHANNEL_TIMERS], self._notify) if self.settings.listen else None
+        if listener is not None:
+            await listener.start()
+        self.log.info(
+            "scheduler.started",
+            schedules={wf.name: wf.schedule for wf in self.cron.workflows},
+            batch_size=self.settings.batch_size,
+            listen=self.settings.listen,
+        )
+        try:
+            while not self._stopping.is_set():
+                self._wake.clear()
+                try:
+                    sleep_for = await self.run_once()
+                except Exception as error:  # database down: keep trying, never crash the loop
+                    self.log.warning("scheduler.pass_failed", error=repr(error))
+                    sleep_for = min(self.settings.poll_interval, 1.0)
+                if sleep_for > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), timeout=sleep_for)
+        finally:
+            if listener is not None:
+                await listener.stop()
+            self.log.info("scheduler.stopped")
+
+    async def run_once(self, now: datetime | None = None) -> float:
+        """One pass; returns how long to sleep before the next. ``now`` moves the clock
+        (tests); by default the database clock is used."""
+        timers = await self._fire(timers_sql.timer_fire_due, ("timer.fired", "timer.discarded"), now)
+        timeouts = await self._fire(
+            timers_sql.subscription_timeout_fire_due, ("event.timed_out", "event.timeout_discarded"), now
+        )
+        if timers or timeouts:
+            self.log.info("scheduler.fired", timers=timers, timeouts=timeouts)
+            fault_point("timer.after_fire")
+        if self.settings.batch_size in (timers, timeouts):
+            return 0.0  # a full batch: more may be due
+        async with self.database.autocommit.connect() as conn:
+            next_due = await timers_sql.timer_next_due(conn, now)
+        if self.cron.workflows:
+            await self.cron.start_due(next_due.now)
+        waits = [self.settings.poll_interval]
+        if next_due.seconds is not None:
+            waits.append(self._after_due(next_due.seconds, fired=timers + timeouts > 0))
+        cron_wait = self.cron.seconds_until_next(next_due.now)
+        if cron_wait is not None:
+            waits.append(cron_wait)
+        return max(min(waits), 0.0)
+
+    def _after_due(self, seconds: float, *, fired: bool) -> float:
+        if seconds > 0 or fired:
+            self._busy_backoff = 0.0
+            return max(seconds, 0.0)
+        # Due, yet nothing fired: the rows are locked elsewhere. Retry soon, backing off.
+        self._busy_backoff = min(max(self._busy_backoff * 2, 0.005), _BUSY_BACKOFF_MAX, self.settings.poll_interval)
+        return self._busy_backoff
+
+    async def _fire(self, statement: FireStatement, events: tuple[str, str], now: datetime | None) -> int:
+        """Run one fire statement (its own transaction, one round trip); log each row
+        (per-wait events are debug, as per-step events are in the worker)."""
+        async with self.database.autocommit.connect() as conn:
+            fired = await statement(conn, limit=self.settings.batch_size, now=now)
+        fired_event, discarded_event = events
+        for item in fired:
+            log = self.log.bind(instance_id=item.instance_id, workflow=item.workflow_name)
+            if item.fired_at is None:
+                # The instance no longer waited for it (an orphan row): deleted, no history.
+                log.info(discarded_event, step=item.step_id)
+                continue
+            late_ms = round((item.fired_at - item.due_at).total_seconds() * 1000, 1)
+            log.debug(fired_event, step=item.step_id, due_at=item.due_at.isoformat(), late_ms=late_ms)
+        return len(fired)

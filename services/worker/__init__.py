@@ -1,5 +1,0 @@
-"""The worker process: claims runnable instances and replays them (``kenning worker``)."""
-
-from kenning.worker.worker import Worker, WorkerSettings
-
-__all__ = ["Worker", "WorkerSettings"]

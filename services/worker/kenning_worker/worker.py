@@ -1,0 +1,409 @@
+"""``Worker``: claims runnable instances in batches, runs each under a lease.
+
+One claim statement takes many instances (``FOR UPDATE SKIP LOCKED``), expired leases
+included; a heartbeat extends the leases of everything in flight and cancels the runs
+whose lease was taken over. Wakes on ``NOTIFY``, polls as a fallback.
+
+Crash loops: an instance whose previous run did not end cleanly (its lease expired) is a
+*suspect*; a worker runs at most one suspect at a time, until it records a step or its run
+ends, so an instance that kills its process takes no other suspect down with it, and the
+claim parks an instance after ``max_runs`` such runs in a row (``crashloop.py``).
+
+Shutdown is bounded: in-flight runs get the grace period (counted from ``stop()``), then
+are cancelled and release their leases; a run that ignores its cancellation is released
+here and counted in ``abandoned``, for the process to exit without waiting on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from kenning.app import App
+from kenning.config import process_id
+from kenning.db import Database
+from kenning.dberrors import may_be_one_callers_fault
+from kenning.faults import fault_point
+from kenning.groupcommit import GroupCommit
+from kenning.listener import Listener
+from kenning.replay import Replayer, StorageUnavailable
+from kenning.storage import history as history_sql
+from kenning.storage import instances as instances_sql
+from kenning.storage import writes as writes_sql
+from kenning.storage.instances import DEFAULT_MAX_RUNS
+from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord
+from kenning.storage.tables import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS
+from kenning.storage.writes import InstanceWrite
+from kenning_worker.crashloop import report_parked
+from kenning_worker.inbox import InboxProcessor, InboxSettings
+from kenning_worker.unknown import UnknownWorkflows
+
+_log = structlog.get_logger("kenning.worker")
+
+# After the grace period: how long cancelled runs get to release their leases, and how
+# long the worker then spends releasing those of runs that ignored the cancellation.
+CANCEL_SECONDS = 2.0
+RELEASE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    concurrency: int = 32
+    lease_seconds: float = 30.0
+    poll_interval: float = 1.0
+    inline_retry_seconds: float = 5.0
+    shutdown_grace_seconds: float = 30.0
+    activity_timeout: float | None = None  # per attempt, for activities without @activity(timeout=)
+    max_runs: int = DEFAULT_MAX_RUNS  # runs in a row without a clean end or a step: then crash_loop
+    listen: bool = True
+    worker_id: str = ""
+    inbox: InboxSettings = field(default_factory=InboxSettings)
+
+
+@dataclass
+class ClaimPacer:
+    """The least time between two claims of one worker, after a wake-up.
+
+    A claim that found work keeps the spacing short (``base``: wake-ups arriving within
+    it share one claim); each claim that found nothing doubles it, up to ``ceiling``, so
+    a worker that keeps losing the race for freshly started instances claims less often.
+    The spacing counts from the last claim: a worker idle for longer claims at once, so
+    a lone event or timer after a quiet spell is not delayed.
+    """
+
+    base: float = 0.005
+    ceiling: float = 0.04
+    last_claim_at: float = float("-inf")
+    spacing: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.spacing = self.base
+
+    def claimed(self, now: float, *, found: bool) -> None:
+        self.spacing = self.base if found else min(self.spacing * 2, self.ceiling)
+        self.last_claim_at = now
+
+    def delay(self, now: float) -> float:
+        return max(0.0, self.last_claim_at + self.spacing - now)
+
+
+class Worker:
+    def __init__(self, database: Database, app: App, settings: WorkerSettings | None = None) -> None:
+        self.database = database
+        self.app = app
+        self.settings = settings or WorkerSettings()
+        self.worker_id = self.settings.worker_id or process_id()
+        self.workflow_names = sorted(app.registry.workflows)
+        self._running: dict[str, asyncio.Task[None]] = {}  # lease token -> run
+        self._claimed: dict[str, ClaimedInstance] = {}  # lease token -> what was claimed
+        # The lease token of the suspect in flight (previous run did not end cleanly), if
+        # any: until it records a step or ends, the claim takes no other suspect.
+        self._suspect: str | None = None
+        # crash loops being reported (log line and failure hook), apart from the claim loop
+        self._reports: set[asyncio.Task[None]] = set()
+        self._drain_deadline: float | None = None
+        self.abandoned = 0  # runs that outlived their cancellation at shutdown
+        self._wake = asyncio.Event()
+        # Whether another claim may find work: set by NOTIFY and polls, and after a claim
+        # that filled every free slot; a finished run frees a slot but brings no new work.
+        self._work_likely = True
+        self._stopping = asyncio.Event()
+        self.log = _log.bind(worker_id=self.worker_id)
+        # Group commit of the instances' step records and completions: the writes of
+        # instances running side by side share one statement and one commit.
+        self.writes: GroupCommit[InstanceWrite, bool | None] = GroupCommit(
+            write=self._apply_writes, retry_alone=may_be_one_callers_fault, max_items=self.settings.concurrency
+        )
+        self.inbox = InboxProcessor(
+            database,
+            app,
+            self.settings.inbox,
+            worker_id=self.worker_id,
+            poll_interval=self.settings.poll_interval,
+            lease_seconds=self.settings.lease_seconds,
+        )
+        # at start and when a claim finds nothing, at most every tenth poll: soon enough for
+        # an operator looking at a stuck start, and never on a busy worker's hot path
+        self.unknown = UnknownWorkflows(database, app, interval=self.settings.poll_interval * 10, log=self.log)
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight runs get the grace period to finish (SIGTERM)."""
+        if self._drain_deadline is None:
+            self._drain_deadline = asyncio.get_running_loop().time() + self.settings.shutdown_grace_seconds
+        self._stopping.set()
+        self._wake.set()
+        self.inbox.stop()
+
+    def _notify(self, channel: str) -> None:
+        if channel in (CHANNEL_INBOX, CHANNEL_SUBSCRIPTIONS):
+            self.inbox.wake()
+        else:
+            self._work_likely = True
+            self._wake.set()
+
+    async def run(self) -> None:
+        if not self.workflow_names:
+            self.log.warning("worker.no_workflows", hint="--app must name the modules that define workflows")
+        channels = [CHANNEL_INSTANCES]
+        if self.settings.inbox.enabled:
+            channels += [CHANNEL_INBOX, CHANNEL_SUBSCRIPTIONS]
+        listener = Listener(self.database.url, channels, self._notify) if self.settings.listen else None
+        if listener is not None:
+            await listener.start()
+        await self.unknown.register()  # before worker.started: its workflows may be started by name
+        heartbeat = asyncio.create_task(self._heartbeat_loop(), name="kenning-heartbeat")
+        unknown = asyncio.create_task(self.unknown.run(), name="kenning-unknown-workflows")
+        inbox = asyncio.create_task(self.inbox.run(), name="kenning-inbox") if self.settings.inbox.enabled else None
+        self.log.info("worker.started", workflows=self.workflow_names, concurrency=self.settings.concurrency)
+        try:
+            await self._claim_loop()
+        finally:
+            self.inbox.stop()
+            if inbox is not None:
+                await inbox  # it finishes the row in hand and gives the rest back
+            await self._drain()
+            await self._finish_reports()
+            for task in (heartbeat, unknown):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if listener is not None:
+                await listener.stop()
+            self.log.info("worker.stopped")
+
+    async def _claim_loop(self) -> None:
+        # Claims are batched: the NOTIFYs of many starts and the ends of many runs coalesce
+        # into one claim of every free slot. Saturated (the last claim filled every slot),
+        # it refills a quarter of its slots at a time. Claims are spaced (``ClaimPacer``):
+        # several workers woken by one NOTIFY race for one row, and the losers back off
+        # instead of paying a commit per start each.
+        pacer = ClaimPacer()
+        refill_at = max(1, self.settings.concurrency // 4)
+        saturated = False
+        loop = asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            self._wake.clear()
+            free = self.settings.concurrency - len(self._running)
+            sleep_for = self.settings.poll_interval
+            wanted = self._work_likely and free > 0 and (not saturated or free >= refill_at)
+            if not self.workflow_names:
+                self.unknown.idle()  # it claims nothing: idle whenever it polls
+            if wanted and self.workflow_names:
+                self._work_likely = False
+                try:
+                    claimed, until = await self._claim(free)
+                except Exception as error:  # database down: keep trying, never crash the loop
+                    self.log.warning("worker.claim_failed", error=repr(error))
+                    claimed, until, self._work_likely = 0, None, True
+                    sleep_for = min(self.settings.poll_interval, 1.0)
+                else:
+                    pacer.claimed(loop.time(), found=claimed > 0)
+                    if claimed == 0:
+                        self.unknown.idle()
+                    if claimed == 0 and until is not None and until <= 0 and self._suspect is not None:
+                        # due but not claimed may be a suspect this worker leaves to others
+                        # while it runs one: no spinning on it; the end of its own suspect,
+                        # or a NOTIFY, wakes it
+                        sleep_for = self.settings.poll_interval
+                    elif claimed == 0 and until is not None:
+                        # due but not claimed means another worker holds it: back off as
+                        # after any lost race instead of spinning on it
+                        sleep_for = min(self.settings.poll_interval, max(until, pacer.spacing))
+                saturated = claimed == free
+                if saturated:
+                    self._work_likely = True
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=max(sleep_for, 0.001))
+            except TimeoutError:
+                self._work_likely, saturated = True, False  # a poll, or the next run-after time
+                continue
+            await asyncio.sleep(pacer.delay(loop.time()))  # let more wake-ups arrive: one claim for all
+
+    async def _claim(self, limit: int) -> tuple[int, float | None]:
+        """Claim and start up to ``limit`` instances; returns how many, and when nothing
+        was claimable, the seconds until something will be (None: nothing is queued)."""
+        # Autocommit: the claim is one statement (its own transaction), the loads are reads.
+        async with self.database.autocommit.connect() as conn:
+            claim = await instances_sql.instance_claim(
+                conn,
+                owner=self.worker_id,
+                workflow_names=self.workflow_names,
+                limit=limit,
+                lease_seconds=self.settings.lease_seconds,
+                max_runs=self.settings.max_runs,
+                take_suspect=self._suspect is None,
+            )
+            claimed = claim.instances
+            # Fresh instances have no history: skip the load for them.
+            resumed = [c.id for c in claimed if c.run_count > 1 or c.status == "compensating"]
+            histories = await history_sql.history_load(conn, resumed)
+            compensating = [c.id for c in claimed if c.status == "compensating" or c.cancel_requested]
+            compensations = await history_sql.compensations_load(conn, compensating)
+        for instance in claimed:
+            self.log.debug(
+                "instance.claimed", instance_id=instance.id, workflow=instance.workflow_name, suspect=instance.suspect
+            )
+            if instance.suspect:
+                self._suspect = instance.lease_token
+            self._claimed[instance.lease_token] = instance
+            task = asyncio.create_task(
+                self._execute(instance, histories.get(instance.id, []), compensations.get(instance.id, [])),
+                name=f"kenning-instance-{instance.id}",
+            )
+            self._running[instance.lease_token] = task
+        if claim.parked:
+            self._work_likely = True  # they took slots of this claim that others may fill
+            self._wake.set()
+            # after the runs started (their leases renewed by the heartbeat from now on),
+            # and apart from the claim loop: the failure hook may take any time
+            report = asyncio.create_task(
+                report_parked(self.app, self.log, claim.parked, max_runs=self.settings.max_runs),
+                name="kenning-crash-loop-report",
+            )
+            self._reports.add(report)
+            report.add_done_callback(self._reports.discard)
+        return len(claimed), claim.seconds_until_next
+
+    async def _execute(
+        self, claimed: ClaimedInstance, history: list[HistoryRecord], compensations: list[CompensationRecord]
+    ) -> None:
+        log = self.log.bind(instance_id=claimed.id, workflow=claimed.workflow_name)
+        replayer = Replayer(
+            db=self.database,
+            app=self.app,
+            workflow=self.app.registry.workflow(claimed.workflow_name),
+            claimed=claimed,
+            history=history,
+            compensations=compensations,
+            inline_retry_seconds=self.settings.inline_retry_seconds,
+            writes=self.writes,
+            activity_timeout=self.settings.activity_timeout,
+        )
+        try:
+            outcome = await replayer.run()
+            log.debug("instance.run_ended", outcome=outcome)
+        except asyncio.CancelledError:
+            await self._release(claimed, log)
+        except StorageUnavailable as error:
+            log.warning("instance.storage_unavailable", error=repr(error.__cause__))
+            await self._release(claimed, log, delay=1.0)  # may fail too: then the lease expires
+        except Exception as error:
+            log.exception("instance.run_crashed", error=repr(error))
+            # counted as a run without progress, as if its lease had expired: one that
+            # raises the same way every time is parked after --max-runs runs
+            await self._release(claimed, log, delay=1.0, crashed=True)
+        finally:
+            self._running.pop(claimed.lease_token, None)
+            self._claimed.pop(claimed.lease_token, None)
+            if self._suspect == claimed.lease_token:
+                self._cleared_suspect()
+            self._wake.set()
+
+    def _cleared_suspect(self) -> None:
+        """The suspect in flight ended or made progress: another may be claimed."""
+        self._suspect = None
+        self._work_likely = True
+        self._wake.set()
+
+    async def _apply_writes(self, writes: Sequence[InstanceWrite]) -> list[bool | None]:
+        async with self.database.autocommit.connect() as conn:
+            flags = await writes_sql.writes_apply(conn, writes)
+        suspect = self._suspect
+        if suspect is not None and any(
+            w.token == suspect and w.steps and flag is not None for w, flag in zip(writes, flags, strict=True)
+        ):
+            self._cleared_suspect()  # it recorded a step: whatever kills workers, it is not stuck on it
+        return flags
+
+    async def _release(self, claimed: ClaimedInstance, log: Any, delay: float = 0.0, *, crashed: bool = False) -> None:
+        """Hand the instance back (shutdown or crash) so another worker need not wait for
+        the lease to expire; a lease already lost makes this a no-op. A crashed run is
+        handed back as an expired lease, which the next claim counts (``crashloop.py``)."""
+        fault_point("instance.before_release")
+        try:
+            async with self.database.engine.begin() as conn:
+                if crashed:
+                    released = await instances_sql.instance_release_crashed(
+                        conn, claimed.id, claimed.lease_token, delay
+                    )
+                else:
+                    released = await instances_sql.instance_release(conn, claimed.id, claimed.lease_token, delay)
+            if released:
+                log.info("instance.released")
+        except Exception as error:
+            log.warning("instance.release_failed", error=repr(error))
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.settings.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            tokens = list(self._running)
+            if not tokens:
+                continue
+            try:
+                async with self.database.engine.begin() as conn:
+                    lost = await instances_sql.instance_heartbeat(conn, tokens, self.settings.lease_seconds)
+            except Exception as error:
+                self.log.warning("worker.heartbeat_failed", error=repr(error))
+                continue
+            for token in lost:
+                task = self._running.get(token)
+                if task is not None:
+                    self.log.warning("instance.lease_lost", lease_token=token)
+                    task.cancel()
+            await self._check_suspect()
+
+    async def _check_suspect(self) -> None:
+        """Clear the suspect in flight once it recorded a step since its claim. Steps
+        written through the group commit clear it at once (``_apply_writes``); those an
+        activity records in its own transaction (ctx.session, outbox) are seen here, by the
+        claim's own test of progress, within a heartbeat."""
+        suspect = self._suspect
+        if suspect is None or suspect not in self._running:
+            return
+        try:
+            async with self.database.autocommit.connect() as conn:
+                progressed = await instances_sql.instance_progressed(conn, suspect)
+        except Exception as error:
+            self.log.debug("worker.suspect_check_failed", error=repr(error))
+            return
+        if progressed and self._suspect == suspect:
+            self._cleared_suspect()
+
+    async def _finish_reports(self) -> None:
+        """Crash-loop reports still running at shutdown get a bounded wait (their hooks)."""
+        if not self._reports:
+            return
+        _, late = await asyncio.wait(set(self._reports), timeout=CANCEL_SECONDS)
+        for task in late:
+            task.cancel()
+
+    async def _drain(self) -> None:
+        """Give in-flight runs what is left of the grace period, then cancel them (each
+        releases its lease) and release the leases of those that ignore it: the worker's
+        part of the bound on exit after SIGTERM."""
+        if not self._running:
+            return
+        tasks = list(self._running.values())
+        self.log.info("worker.draining", in_flight=len(tasks), grace=self.settings.shutdown_grace_seconds)
+        loop = asyncio.get_running_loop()
+        deadline = self._drain_deadline or loop.time() + self.settings.shutdown_grace_seconds
+        _, still_running = await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
+        if not still_running:
+            return
+        for task in still_running:
+            task.cancel()
+        _, stuck = await asyncio.wait(still_running, timeout=CANCEL_SECONDS)
+        if not stuck:
+            return
+        self.abandoned = len(stuck)
+        self.log.warning("worker.runs_abandoned", count=len(stuck), hint="a run ignored its cancellation")
+        abandoned = [self._claimed[t] for t, task in self._running.items() if task in stuck and t in self._claimed]
+        releases = [self._release(c, self.log.bind(instance_id=c.id, workflow=c.workflow_name)) for c in abandoned]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*releases), timeout=RELEASE_SECONDS)

@@ -1,0 +1,185 @@
+"""``kenning instances list|show|cancel|retry``: look at and steer workflow instances."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from dataclasses import asdict
+from typing import Any
+
+from kenning.commands.output import emit, emit_json, table
+from kenning.config import add_database_options, add_logging_options, positive_int
+from kenning.db import connect
+from kenning.errors import WorkflowNotFoundError
+from kenning.storage import definitions as definitions_sql
+from kenning.storage import history as history_sql
+from kenning.storage import instances as instances_sql
+from kenning.storage import sagas as sagas_sql
+
+STATUSES = (
+    "pending",
+    "running",
+    "waiting_for_event",
+    "waiting_for_timer",
+    "compensating",
+    "completed",
+    "failed",
+    "cancelled",
+)
+
+
+HELP = "list, show, cancel and retry workflow instances"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="newest instances first")
+    listing.add_argument("--status", choices=STATUSES)
+    listing.add_argument("--workflow", help="only this workflow name")
+    listing.add_argument("--limit", type=positive_int, default=50)
+    show = actions.add_parser("show", help="status, input, result or error, and the history timeline")
+    show.add_argument("instance_id")
+    cancel = actions.add_parser("cancel", help="cancel: compensate and end 'cancelled'")
+    cancel.add_argument("instance_id")
+    retry = actions.add_parser(
+        "retry", help="re-run a failed instance from its last good step, or its compensations that failed"
+    )
+    retry.add_argument("instance_id")
+    for sub in (listing, show, cancel, retry):
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
+        add_database_options(sub)
+        add_logging_options(sub)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    database = connect(args.database_url, pool_size=1, max_overflow=0)
+    try:
+        async with database.engine.begin() as conn:
+            if args.action == "list":
+                rows = await instances_sql.instance_list(
+                    conn, status=args.status, workflow_name=args.workflow, limit=args.limit
+                )
+                if args.json:
+                    emit_json([asdict(r) for r in rows])
+                else:
+                    emit(
+                        table(
+                            ["id", "workflow", "status", "created", "finished"],
+                            [(r.id, r.workflow_name, r.status, r.created_at, r.finished_at) for r in rows],
+                        )
+                    )
+                return 0
+            row = await instances_sql.instance_get(conn, args.instance_id)
+            if row is None:
+                raise WorkflowNotFoundError(f"no workflow instance {args.instance_id!r}")
+            if args.action == "show":
+                history = (await history_sql.history_load(conn, [row.id])).get(row.id, [])
+                compensations = (await history_sql.compensations_load(conn, [row.id])).get(row.id, [])
+                _show(args, asdict(row), [asdict(h) for h in history], [asdict(c) for c in compensations])
+                known = row.status != "pending" or await definitions_sql.definition_known(conn, row.workflow_name)
+                if not known and not args.json:
+                    emit(f"\nno worker has this workflow: no process ever registered {row.workflow_name!r}")
+                return 0
+            if args.action == "cancel":
+                outcome = await instances_sql.instance_request_cancel(conn, row.id)
+                accepted = bool(outcome and outcome[1])
+                if args.json:
+                    emit_json({"instance_id": row.id, "cancel_requested": accepted, "status": row.status})
+                else:
+                    emit(f"{row.id}: cancellation requested" if accepted else f"{row.id}: already {row.status}")
+                return 0 if accepted else 1
+            # a crash-looped instance resumes as it was parked, compensating ones included
+            crash_loop = (row.error or {}).get("reason") == instances_sql.CRASH_LOOP
+            rerun = None if crash_loop else await sagas_sql.saga_retry(conn, row.id)
+            if rerun is not None:  # the rollback stopped at a failed compensation: finish it
+                retried = {
+                    "retried": True,
+                    "message": f"compensating again; {rerun} failed compensation(s) will run again",
+                }
+            else:
+                retried = await instances_sql.instance_retry(conn, row.id)
+            if args.json:
+                emit_json({"instance_id": row.id, **retried})
+            else:
+                emit(f"{row.id}: {retried['message']}")
+            return 0 if retried["retried"] else 1
+    finally:
+        await database.dispose()
+
+
+def _show(
+    args: argparse.Namespace, row: dict[str, Any], history: list[dict[str, Any]], compensations: list[dict[str, Any]]
+) -> None:
+    for record in history:
+        if record.get("payload_bytes") is not None:
+            record["payload_bytes"] = f"<{len(record['payload_bytes'])} bytes>"
+    _add_outcomes(compensations, history)
+    if args.json:
+        emit_json({**row, "history": history, "compensations": compensations})
+        return
+    emit(
+        table(
+            ["field", "value"],
+            [
+                ("id", row["id"]),
+                ("workflow", row["workflow_name"]),
+                ("status", row["status"]),
+                ("input", row["input"]),
+                ("result", row["result"]),
+                ("error", (row["error"] or {}).get("message")),
+                ("error type", (row["error"] or {}).get("type")),
+                ("reason", (row["error"] or {}).get("reason")),
+                ("runs", _runs(row)),
+                ("created", row["created_at"]),
+                ("finished", row["finished_at"]),
+                ("lease owner", row["lease_owner"]),
+            ],
+        )
+    )
+    error = row["error"] or {}
+    if error.get("reason") == instances_sql.CRASH_LOOP:  # in full, with what to do: the table cuts it
+        emit(f"\n{error.get('message')}")
+    emit("")
+    emit(
+        table(
+            ["time", "kind", "step", "name"],
+            [(h["created_at"], h["kind"], h["step_id"], h["step_name"]) for h in history],
+        )
+        if history
+        else "no steps recorded yet"
+    )
+    if compensations:
+        emit("")
+        emit(
+            table(
+                ["#", "compensation", "args", "kwargs", "outcome"],
+                [(c["position"], c["function_name"], c["args"], c["kwargs"], c["outcome"]) for c in compensations],
+            )
+        )
+        for c in compensations:  # in full: the table cuts long cells
+            if c["error"]:
+                emit(f"compensation #{c['position']} {c['function_name']} failed: {c['error']}")
+
+
+def _runs(row: dict[str, Any]) -> str:
+    """How often it was claimed; and how many runs in a row died without a step, if any."""
+    dead = row["runs_without_progress"]
+    return f"{row['run_count']}" + (f" ({dead} in a row ended without a clean end or a step)" if dead else "")
+
+
+def _add_outcomes(compensations: list[dict[str, Any]], history: list[dict[str, Any]]) -> None:
+    """Each compensation's ``outcome`` (executed, failed, not run) and its ``error``."""
+    recorded = {h["step_id"]: h for h in history}
+    for comp in compensations:
+        record = recorded.get(f"compensation:{comp['comp_id']}")
+        kind = record["kind"] if record else None
+        comp["outcome"] = {"CompensationExecuted": "executed", "CompensationFailed": "failed"}.get(
+            kind or "", "not run"
+        )
+        payload = (record or {}).get("payload") or {}
+        error_type = str(payload.get("type", "")).rpartition(".")[2]
+        comp["error"] = f"{error_type}: {payload.get('message')}" if kind == "CompensationFailed" else None
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_run(args))

@@ -1,0 +1,26 @@
+"""``kenning migrate``: bring the database schema up to date."""
+
+from __future__ import annotations
+
+import argparse
+
+import structlog
+
+from kenning.config import add_database_options, add_logging_options
+from kenning.db import redacted
+
+HELP = "bring the database schema up to date"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_database_options(parser)
+    add_logging_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kenning.migrate import migrate
+
+    revision = migrate(args.database_url)
+    log = structlog.get_logger("kenning.migrate")
+    log.info("schema.ready", revision=revision, database=redacted(args.database_url))
+    return 0

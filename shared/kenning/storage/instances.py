@@ -1,0 +1,698 @@
+"""SQL for workflow definitions and instances: start, claim, lease, finish, cancel.
+
+Every write by a worker is fenced: it names the lease token it was given at claim time,
+and a statement that matches zero rows means the lease was lost (design invariant 1).
+The database clock is the only clock; ``now`` parameters exist so tests can move time.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from kenning.rawdb import Executor
+from kenning.storage.clock import NOW, seconds_or_none
+from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
+from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow, ParkedInstance
+
+_INSTANCE_INSERT = text(
+    """
+    WITH inserted AS (
+        INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at)
+        VALUES (:id, :name, :hash, CAST(:input AS jsonb), :key, now())
+        ON CONFLICT DO NOTHING
+        RETURNING id
+    )
+    SELECT id, pg_notify('kenning_instances', '') IS NULL AS notified FROM inserted
+    """
+)
+_INSTANCES_INSERT_MANY = text(
+    """
+    WITH incoming AS (
+        SELECT * FROM jsonb_to_recordset(CAST(:starts AS jsonb)) AS s(
+            position integer, id text, name text, hash text, input jsonb, key text)
+    ), inserted AS (
+        INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at)
+        SELECT id, name, hash, input, key, now() FROM incoming ORDER BY position
+        ON CONFLICT DO NOTHING
+        RETURNING id
+    )
+    -- identical notifications of one transaction reach listeners once: one wake-up per batch;
+    -- two starts of one explicit id in a batch: the first is the one inserted
+    SELECT DISTINCT ON (s.id) s.position, pg_notify('kenning_instances', '') IS NULL AS notified
+    FROM incoming AS s JOIN inserted AS i ON i.id = s.id
+    ORDER BY s.id, s.position
+    """
+)
+
+
+@dataclass(frozen=True)
+class NewInstance:
+    instance_id: str
+    workflow_name: str
+    source_hash: str
+    input_json: dict[str, Any]
+    idempotency_key: str | None = None
+
+
+async def instances_insert_many(conn: Executor, starts: Sequence[NewInstance]) -> list[bool]:
+    """Insert runnable instances in one statement and wake workers once. Per start,
+    whether it was inserted (False: its id or idempotency key exists already; see
+    ``instance_find_existing``)."""
+    if not starts:
+        return []
+    payload = [
+        {
+            "position": position,
+            "id": start.instance_id,
+            "name": start.workflow_name,
+            "hash": start.source_hash,
+            "input": start.input_json,
+            "key": start.idempotency_key,
+        }
+        for position, start in enumerate(starts)
+    ]
+    inserted = [False] * len(starts)
+    for row in await conn.execute(_INSTANCES_INSERT_MANY, {"starts": json.dumps(payload)}):
+        inserted[row.position] = True
+    return inserted
+
+
+_INSTANCE_FIND_EXISTING = text(
+    """
+    SELECT id FROM kenning_instances
+    WHERE id = :id OR (workflow_name = :name AND idempotency_key = CAST(:key AS text))
+    LIMIT 1
+    """
+)
+
+
+async def instance_insert(
+    conn: Executor,
+    *,
+    instance_id: str,
+    workflow_name: str,
+    source_hash: str,
+    input_json: dict[str, Any],
+    idempotency_key: str | None,
+) -> tuple[str, bool]:
+    """Insert a runnable instance and wake workers; ``(id, False)`` if it already existed."""
+    params = {
+        "id": instance_id,
+        "name": workflow_name,
+        "hash": source_hash,
+        "input": json.dumps(input_json),
+        "key": idempotency_key,
+    }
+    row = (await conn.execute(_INSTANCE_INSERT, params)).first()
+    if row is not None:
+        return str(row.id), True
+    return await instance_find_existing(conn, instance_id, workflow_name, idempotency_key), False
+
+
+async def instance_find_existing(
+    conn: Executor, instance_id: str, workflow_name: str, idempotency_key: str | None
+) -> str:
+    """The instance a start conflicted with: same id, or same workflow and idempotency key."""
+    params = {"id": instance_id, "name": workflow_name, "key": idempotency_key}
+    existing = (await conn.execute(_INSTANCE_FIND_EXISTING, params)).first()
+    if existing is None:  # a concurrent insert of the same key has not committed yet
+        raise RuntimeError(f"instance {instance_id} conflicts with an uncommitted start")
+    return str(existing.id)
+
+
+# Runs in a row that may end without a clean end or a new step before the claim parks the
+# instance as failed (``crash_loop``); the worker's ``--max-runs``.
+DEFAULT_MAX_RUNS = 10
+CRASH_LOOP = "crash_loop"
+CRASH_LOOP_ERROR_TYPE = "kenning_worker.crashloop.CrashLoopError"
+# The one text of a crash loop's error: stored by the claim that parks the instance (the
+# statement fills it in with format()) and given to the failure hook (crash_loop_message).
+_CRASH_LOOP_MESSAGE = (
+    "crash loop: {runs} runs in a row ended without finishing cleanly or recording a step "
+    "(--max-runs {max_runs}); fix the cause, then run kenning instances retry {instance_id}"
+)
+
+
+def crash_loop_message(instance_id: str, runs: int, max_runs: int) -> str:
+    return _CRASH_LOOP_MESSAGE.format(runs=runs, max_runs=max_runs, instance_id=instance_id)
+
+
+def _crash_loop_format(max_runs: int) -> str:
+    """``_CRASH_LOOP_MESSAGE`` as a SQL string literal for format(runs, instance id)."""
+    template = _CRASH_LOOP_MESSAGE.replace("%", "%%").format(runs="%1$s", max_runs=max_runs, instance_id="%2$s")
+    return "'" + template.replace("'", "''") + "'"
+
+
+# What the claim writes into each row it takes: a lease, or for a parked instance
+# (``{park}`` true) none, and the crash-loop error with what ``kenning instances retry``
+# needs to resume it (resume_status, previous_error).
+_CLAIM_SET = """
+        status = CASE WHEN {park} THEN 'failed' WHEN i.status = 'pending' THEN 'running' ELSE i.status END,
+        lease_owner = CASE WHEN {park} THEN NULL ELSE :owner END,
+        lease_token = CASE WHEN {park} THEN NULL ELSE gen_random_uuid() END,
+        available_at = CASE WHEN {park} THEN NULL ELSE {now} + make_interval(secs => :lease_seconds) END,
+        run_count = CASE WHEN {park} THEN i.run_count ELSE i.run_count + 1 END,
+        runs_without_progress = {runs},
+        error = CASE WHEN {park} THEN jsonb_build_object(
+                    'type', '{error_type}', 'reason', '{reason}',
+                    'message', format({message}, {runs}, i.id),
+                    'args', jsonb_build_array(format({message}, {runs}, i.id)),
+                    'runs_without_progress', {runs},
+                    'resume_status', CASE WHEN i.status = 'compensating' THEN 'compensating' ELSE 'pending' END,
+                    'previous_error', i.error)
+                ELSE i.error END,
+        finished_at = CASE WHEN {park} THEN now() ELSE i.finished_at END,
+        started_at = coalesce(i.started_at, {now}),
+        -- the database's own clock, as history rows' created_at: progress is judged by it
+        claimed_at = now(),
+        updated_at = {now}"""
+
+
+@functools.cache
+def _claim_statement(max_runs: int, take_suspect: bool) -> TextClause:
+    """The claim of a worker with this ``--max-runs`` that may (or may not, because it
+    runs one already) take a suspect: an instance whose previous run did not end cleanly
+    (its lease expired, or the run raised and ``instance_release_crashed`` handed it back).
+
+    Both are process constants, written into the statement as literals (``max_runs`` is a
+    validated int): a worker runs at most two variants, each compiled once. The common
+    path (no suspect among the rows taken) costs what the claim cost before crash loops
+    were counted: one locked index range, one update; the history is read, the verdict
+    and the message computed, only for a suspect.
+    """
+    if take_suspect:
+        # One suspect per claim (the worker runs it apart from other suspects, so one that
+        # kills its process takes no other suspect down with it); its run counts unless it
+        # recorded a step since it was claimed. The OR stops at a non-suspect row: the
+        # subquery runs only when a suspect was taken.
+        chosen = """SELECT c.id, c.suspect,
+               CASE WHEN NOT c.suspect THEN 0
+                    WHEN EXISTS (SELECT FROM kenning_history AS h
+                                 WHERE h.instance_id = c.id
+                                   AND h.created_at >= coalesce(c.claimed_at, CAST('-infinity' AS timestamptz)))
+                    THEN 0
+                    ELSE c.runs_without_progress + 1 END AS runs
+        FROM candidates AS c
+        WHERE NOT c.suspect
+           OR c.id = (SELECT s.id FROM candidates AS s WHERE s.suspect ORDER BY s.available_at, s.id LIMIT 1)"""
+        lease_filter = ""
+        park = f"(c.suspect AND c.runs >= {max_runs:d})"
+    else:
+        # the previous runs ended cleanly (or there were none): no run counted against them
+        chosen = "SELECT id, false AS suspect, 0 AS runs FROM candidates"
+        lease_filter = "AND lease_token IS NULL"
+        park = "false"
+    set_clause = _CLAIM_SET.format(
+        park=park,
+        runs="c.runs",
+        now=NOW,
+        error_type=CRASH_LOOP_ERROR_TYPE,
+        reason=CRASH_LOOP,
+        message=_crash_loop_format(max_runs),
+    )
+    return text(
+        f"""
+    WITH candidates AS (
+        SELECT id, lease_token IS NOT NULL AS suspect, runs_without_progress, claimed_at, available_at
+        FROM kenning_instances
+        WHERE status IN ('pending', 'running', 'compensating')
+          AND available_at <= {NOW}
+          AND workflow_name = ANY(:names)
+          {lease_filter}
+        ORDER BY available_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ), chosen AS MATERIALIZED (
+        -- materialized: each row's count is computed once, not once per column using it
+        {chosen}
+    ), claimed AS (
+        UPDATE kenning_instances AS i
+        SET {set_clause}
+        FROM chosen AS c
+        WHERE i.id = c.id
+        RETURNING i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
+                  CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts,
+                  c.suspect, {park} AS park, i.runs_without_progress
+    )
+    SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
+           suspect, park, runs_without_progress, CAST(NULL AS float8) AS seconds_until_next
+    FROM claimed
+    UNION ALL
+    -- nothing claimed: one row saying when the next instance becomes claimable, so an
+    -- idle worker knows how long to sleep without a second round trip. min() stops at
+    -- the claimable index's first entry of these workflows: a due suspect this worker
+    -- leaves to others counts too (the worker does not spin on it, see Worker._claim_loop).
+    SELECT NULL AS id, NULL AS workflow_name, NULL AS status, NULL AS input, NULL AS cancel_requested,
+           NULL AS lease_token, NULL AS run_count, NULL AS attempts, NULL AS suspect, NULL AS park,
+           NULL AS runs_without_progress,
+           (SELECT CAST(extract(epoch FROM min(available_at) - {NOW}) AS float8)
+            FROM kenning_instances
+            WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names))
+               AS seconds_until_next
+    WHERE NOT EXISTS (SELECT FROM claimed)
+    """
+    )
+
+
+# The statement of a worker with the default settings (the benchmark's bare engine runs it).
+_INSTANCE_CLAIM = _claim_statement(DEFAULT_MAX_RUNS, True)
+
+
+@dataclass(frozen=True)
+class Claim:
+    instances: list[ClaimedInstance]
+    # when nothing was claimed: seconds until the next instance becomes claimable
+    # (negative: due, but locked by another claim), None if there is none
+    seconds_until_next: float | None
+    # instances this claim parked as failed (crash loop) instead of handing them out
+    parked: list[ParkedInstance] = field(default_factory=list)
+
+
+async def instance_claim(
+    conn: Executor,
+    *,
+    owner: str,
+    workflow_names: Sequence[str],
+    limit: int,
+    lease_seconds: float,
+    max_runs: int = DEFAULT_MAX_RUNS,
+    take_suspect: bool = True,
+    now: datetime | None = None,
+) -> Claim:
+    """Claim up to ``limit`` runnable instances in one round trip.
+
+    Runnable means pending and due, or leased with an expired lease: expired leases are
+    reclaimed here, by the normal claim, not by a sweeper (design invariant 4). An
+    expired lease is a run that did not end cleanly; ``max_runs`` of them in a row
+    without a step recorded park the instance (``Claim.parked``). ``take_suspect=False``
+    leaves expired leases to other workers (this one runs such an instance already).
+    """
+    if max_runs < 1:
+        raise ValueError("max_runs must be at least 1")
+    result = await conn.execute(
+        _claim_statement(max_runs, take_suspect),
+        {
+            "owner": owner,
+            "names": list(workflow_names),
+            "limit": limit,
+            "lease_seconds": lease_seconds,
+            "now": now,
+        },
+    )
+    instances, parked, until = [], [], None
+    for row in result:
+        if row.id is None:
+            until = seconds_or_none(row.seconds_until_next)
+            continue
+        if row.park:
+            parked.append(ParkedInstance(row.id, row.workflow_name, row.run_count, row.runs_without_progress))
+            continue
+        instances.append(
+            ClaimedInstance(
+                id=row.id,
+                workflow_name=row.workflow_name,
+                status=row.status,
+                input=row.input,
+                cancel_requested=row.cancel_requested,
+                lease_token=row.lease_token,
+                run_count=row.run_count,
+                attempts=row.attempts,
+                suspect=row.suspect,
+            )
+        )
+    return Claim(instances, until, parked)
+
+
+_INSTANCE_HEARTBEAT = text(
+    """
+    WITH mine AS (
+        SELECT id FROM kenning_instances
+        WHERE lease_token = ANY(CAST(:tokens AS uuid[]))
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE kenning_instances AS i
+    SET available_at = now() + make_interval(secs => :lease_seconds)
+    FROM mine WHERE i.id = mine.id
+    RETURNING CAST(i.lease_token AS text) AS lease_token
+    """
+)
+_INSTANCE_LEASES_HELD = text(
+    "SELECT CAST(lease_token AS text) AS lease_token FROM kenning_instances "
+    "WHERE lease_token = ANY(CAST(:tokens AS uuid[]))"
+)
+
+
+async def instance_heartbeat(conn: AsyncConnection, tokens: Sequence[str], lease_seconds: float) -> set[str]:
+    """Extend the leases still held; returns the tokens that are no longer held.
+
+    Rows locked by an in-flight step write are skipped rather than waited for: that write
+    holds the lease already, and the next heartbeat extends it.
+    """
+    if not tokens:
+        return set()
+    renewed = {
+        row.lease_token
+        for row in await conn.execute(_INSTANCE_HEARTBEAT, {"tokens": list(tokens), "lease_seconds": lease_seconds})
+    }
+    unconfirmed = [t for t in tokens if t not in renewed]
+    if not unconfirmed:
+        return set()
+    held = {row.lease_token for row in await conn.execute(_INSTANCE_LEASES_HELD, {"tokens": unconfirmed})}
+    return {t for t in unconfirmed if t not in held}
+
+
+_INSTANCE_COMPLETE = text(
+    f"""
+    -- the workflow's last step is folded into its completion: one statement, one commit
+    WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}
+    UPDATE kenning_instances AS i
+    SET status = 'completed', result = CAST(:result AS jsonb), lease_token = NULL, lease_owner = NULL,
+        available_at = NULL, attempts = '{{}}', finished_at = now(), updated_at = now()
+    FROM fence
+    WHERE i.id = fence.id
+    RETURNING i.id
+    """
+)
+
+
+async def instance_complete(
+    conn: Executor, instance_id: str, token: str, result: Any, folded: FoldedWrites | None = None
+) -> bool:
+    """Complete a leased instance, recording its last step in the same statement: the
+    single-instance form of ``writes.writes_apply``, which workers use; the benchmark's
+    bare engine drives this one."""
+    params = {"id": instance_id, "token": token, "result": json.dumps(result), **(folded or FoldedWrites()).params()}
+    row = (await conn.execute(_INSTANCE_COMPLETE, params)).first()
+    return row is not None
+
+
+_INSTANCE_FINISH = text(
+    """
+    UPDATE kenning_instances
+    SET status = :status, error = coalesce(CAST(:error AS jsonb), error), lease_token = NULL, lease_owner = NULL,
+        available_at = NULL, finished_at = now(), updated_at = now()
+    WHERE id = :id AND lease_token = CAST(:token AS uuid)
+    RETURNING id
+    """
+)
+
+
+async def instance_finish(
+    conn: Executor, instance_id: str, token: str, status: str, error: dict[str, Any] | None
+) -> bool:
+    """End an instance ``failed`` or ``cancelled``; the error is kept for operators."""
+    row = (
+        await conn.execute(
+            _INSTANCE_FINISH,
+            {"id": instance_id, "token": token, "status": status, "error": json.dumps(error) if error else None},
+        )
+    ).first()
+    return row is not None
+
+
+_INSTANCE_BEGIN_COMPENSATING = text(
+    f"""
+    WITH {LEASE_FENCE}, fenced AS (
+        UPDATE kenning_instances AS i
+        SET status = 'compensating', error = coalesce(CAST(:error AS jsonb), i.error), updated_at = now()
+        FROM fence
+        WHERE i.id = fence.id
+        RETURNING i.id
+    ), {SAVE_COMPENSATIONS}
+    SELECT count(*) AS updated_count FROM fenced
+    """
+)
+
+
+async def instance_begin_compensating(
+    conn: Executor,
+    instance_id: str,
+    token: str,
+    error: dict[str, Any] | None,
+    compensations_json: list[dict[str, Any]],
+) -> bool:
+    row = (
+        await conn.execute(
+            _INSTANCE_BEGIN_COMPENSATING,
+            {
+                "id": instance_id,
+                "token": token,
+                "error": json.dumps(error) if error else None,
+                "compensations": json.dumps(compensations_json),
+            },
+        )
+    ).first()
+    return row is not None and row.updated_count == 1
+
+
+_INSTANCE_RECORD_ATTEMPT = text(
+    """
+    UPDATE kenning_instances
+    SET attempts = jsonb_set(attempts, ARRAY[CAST(:step AS text)], jsonb_build_object(
+            'attempts', CAST(:attempt AS integer),
+            'first_failed_at', coalesce(attempts -> CAST(:step AS text) -> 'first_failed_at', to_jsonb(now())),
+            'last_error', CAST(:error AS text))),
+        updated_at = now()
+    WHERE id = :id AND lease_token = CAST(:token AS uuid)
+    RETURNING extract(epoch FROM now() - CAST(attempts -> CAST(:step AS text) ->> 'first_failed_at' AS timestamptz))
+                  AS seconds_since_first_failure,
+              cancel_requested
+    """
+)
+
+
+async def instance_record_attempt(
+    conn: Executor, instance_id: str, token: str, step_id: str, attempt: int, error: str
+) -> tuple[float, bool] | None:
+    """Count a failed attempt in the database; returns (seconds since the first failure,
+    cancel requested), or None if the lease was lost."""
+    row = (
+        await conn.execute(
+            _INSTANCE_RECORD_ATTEMPT,
+            {"id": instance_id, "token": token, "step": step_id, "attempt": attempt, "error": error[:2000]},
+        )
+    ).first()
+    return None if row is None else (float(row.seconds_since_first_failure), bool(row.cancel_requested))
+
+
+_INSTANCE_RESCHEDULE = text(
+    """
+    WITH released AS (
+        UPDATE kenning_instances
+        SET status = CASE WHEN status = 'running' THEN 'pending' ELSE status END,
+            lease_token = NULL, lease_owner = NULL,
+            available_at = CASE WHEN cancel_requested THEN now()
+                                ELSE now() + make_interval(secs => :delay) END,
+            updated_at = now()
+        WHERE id = :id AND lease_token = CAST(:token AS uuid)
+        RETURNING id, available_at <= now() AS due
+    )
+    SELECT id, CASE WHEN due THEN pg_notify('kenning_instances', '') IS NULL END AS notified FROM released
+    """
+)
+
+
+async def instance_release(conn: Executor, instance_id: str, token: str, delay_seconds: float = 0.0) -> bool:
+    """Give the lease back so any worker may claim the instance after ``delay_seconds``.
+
+    Used for durable retry back-offs (the worker is freed while it waits) and for
+    instances still in flight when a worker shuts down.
+    """
+    row = (
+        await conn.execute(_INSTANCE_RESCHEDULE, {"id": instance_id, "token": token, "delay": delay_seconds})
+    ).first()
+    return row is not None
+
+
+_INSTANCE_RELEASE_CRASHED = text(
+    """
+    -- the run raised: the instance is handed back as if its lease had expired (a fresh
+    -- token nobody holds, due after the delay), so the next claim takes it as a suspect
+    -- and counts the run unless it recorded a step. A clean release would reset that
+    -- count: an instance that raised the same way on every run would loop for ever.
+    UPDATE kenning_instances
+    SET lease_token = gen_random_uuid(), available_at = now() + make_interval(secs => :delay), updated_at = now()
+    WHERE id = :id AND lease_token = CAST(:token AS uuid)
+    RETURNING id
+    """
+)
+
+
+async def instance_release_crashed(conn: Executor, instance_id: str, token: str, delay_seconds: float) -> bool:
+    """Hand back an instance whose run raised unexpectedly, counted as a run without
+    progress (``runs_without_progress``, ``--max-runs``) unless it recorded a step."""
+    params = {"id": instance_id, "token": token, "delay": delay_seconds}
+    return (await conn.execute(_INSTANCE_RELEASE_CRASHED, params)).first() is not None
+
+
+_INSTANCE_PROGRESSED = text(
+    """
+    SELECT EXISTS (
+        SELECT FROM kenning_instances AS i JOIN kenning_history AS h ON h.instance_id = i.id
+        WHERE i.lease_token = CAST(:token AS uuid) AND h.created_at >= i.claimed_at
+    ) AS progressed
+    """
+)
+
+
+async def instance_progressed(conn: Executor, token: str) -> bool:
+    """Whether the run holding this lease recorded a step since its claim: the claim's
+    own test of progress, for a worker whose suspect records steps in transactions of
+    their own (``history_record_step``) rather than through its group commit."""
+    row = (await conn.execute(_INSTANCE_PROGRESSED, {"token": token})).first()
+    return row is not None and bool(row.progressed)
+
+
+_INSTANCE_REQUEST_CANCEL = text(
+    f"""
+    WITH target AS (
+        SELECT id, status, status = 'failed' AND coalesce(error ->> 'reason' = '{CRASH_LOOP}', false) AS crash_loop
+        FROM kenning_instances WHERE id = :id FOR UPDATE
+    ), flagged AS (
+        UPDATE kenning_instances AS i
+        SET cancel_requested = true,
+            -- a waiting or pending instance becomes runnable now so a worker compensates it;
+            -- a leased one sees the flag with its next fenced write. A crash-looped one
+            -- resumes as kenning instances retry would resume it (its saga's state, error
+            -- and attempts as parked, its run count reset), to be compensated.
+            status = CASE WHEN target.crash_loop THEN coalesce(i.error ->> 'resume_status', 'pending')
+                          WHEN i.status IN ('waiting_for_event', 'waiting_for_timer') THEN 'pending'
+                          ELSE i.status END,
+            error = CASE WHEN target.crash_loop THEN nullif(i.error -> 'previous_error', CAST('null' AS jsonb))
+                         ELSE i.error END,
+            runs_without_progress = CASE WHEN target.crash_loop THEN 0 ELSE i.runs_without_progress END,
+            finished_at = CASE WHEN target.crash_loop THEN NULL ELSE i.finished_at END,
+            available_at = CASE WHEN i.lease_token IS NULL THEN now() ELSE i.available_at END,
+            updated_at = now()
+        FROM target
+        WHERE i.id = target.id AND (target.status NOT IN ('completed', 'failed', 'cancelled') OR target.crash_loop)
+        RETURNING i.id
+    ), unsubscribed AS (
+        DELETE FROM kenning_event_subscriptions WHERE instance_id IN (SELECT id FROM flagged) RETURNING 1
+    ), untimed AS (
+        DELETE FROM kenning_timers WHERE instance_id IN (SELECT id FROM flagged) RETURNING 1
+    )
+    SELECT target.status AS previous_status, (SELECT count(*) FROM flagged) > 0 AS flagged,
+           pg_notify('kenning_instances', '') IS NULL AS notified
+    FROM target
+    """
+)
+
+
+async def instance_request_cancel(conn: AsyncConnection, instance_id: str) -> tuple[str, bool] | None:
+    """Ask for cancellation. Returns (status before, whether it will be cancelled), or None
+    for an unknown instance. Finished instances are left as they are, but for one parked
+    as ``crash_loop``: it resumes to be compensated (its body runs only up to its next new
+    step), since giving up on it is what an operator may want instead of a retry."""
+    row = (await conn.execute(_INSTANCE_REQUEST_CANCEL, {"id": instance_id})).first()
+    return None if row is None else (str(row.previous_status), bool(row.flagged))
+
+
+_INSTANCE_GET = text(
+    """
+    SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
+           available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key,
+           runs_without_progress
+    FROM kenning_instances WHERE id = :id
+    """
+)
+
+
+def _instance_row(row: Any) -> InstanceRow:
+    """A row of ``_INSTANCE_GET`` or ``_INSTANCE_LIST``, whose columns are InstanceRow's fields."""
+    return InstanceRow(**row._asdict())
+
+
+async def instance_get(conn: Executor, instance_id: str) -> InstanceRow | None:
+    row = (await conn.execute(_INSTANCE_GET, {"id": instance_id})).first()
+    return None if row is None else _instance_row(row)
+
+
+_INSTANCE_LIST = text(
+    """
+    SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
+           available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key,
+           runs_without_progress
+    FROM kenning_instances
+    WHERE (CAST(:status AS text) IS NULL OR status = :status)
+      AND (CAST(:workflow AS text) IS NULL OR workflow_name = :workflow)
+    ORDER BY created_at DESC, id
+    LIMIT :limit
+    """
+)
+
+
+async def instance_list(
+    conn: AsyncConnection, *, status: str | None = None, workflow_name: str | None = None, limit: int = 50
+) -> list[InstanceRow]:
+    result = await conn.execute(_INSTANCE_LIST, {"status": status, "workflow": workflow_name, "limit": limit})
+    return [_instance_row(row) for row in result]
+
+
+_INSTANCE_RETRY = text(
+    f"""
+    WITH target AS (
+        SELECT i.id,
+               coalesce(i.error ->> 'reason' = '{CRASH_LOOP}', false) AS crash_loop,
+               (SELECT count(*) FROM kenning_history h
+                WHERE h.instance_id = i.id AND h.kind = 'CompensationExecuted') AS compensated
+        FROM kenning_instances i
+        WHERE i.id = :id AND i.status = 'failed'
+        FOR UPDATE
+    ), cleared AS (
+        DELETE FROM kenning_history h USING target
+        WHERE h.instance_id = target.id AND target.compensated = 0 AND NOT target.crash_loop
+          AND h.kind IN ('ActivityFailed', 'EventTimeout', 'CompensationFailed')
+        RETURNING h.step_id
+    ), retried AS (
+        -- a crash-looped instance failed in no step: it resumes where it was parked (its
+        -- saga's compensations included), with the error, attempts and cancel it had then
+        UPDATE kenning_instances AS i
+        SET status = CASE WHEN target.crash_loop THEN coalesce(i.error ->> 'resume_status', 'pending')
+                          ELSE 'pending' END,
+            error = CASE WHEN target.crash_loop
+                         THEN nullif(i.error -> 'previous_error', CAST('null' AS jsonb)) END,
+            attempts = CASE WHEN target.crash_loop THEN i.attempts ELSE '{{}}' END,
+            cancel_requested = target.crash_loop AND i.cancel_requested,
+            result = NULL, runs_without_progress = 0,
+            available_at = now(), finished_at = NULL, updated_at = now()
+        FROM target
+        WHERE i.id = target.id AND (target.compensated = 0 OR target.crash_loop)
+        RETURNING i.id
+    )
+    SELECT target.compensated, target.crash_loop, (SELECT count(*) FROM cleared) AS cleared_count,
+           (SELECT count(*) FROM retried) AS retried_count,
+           (SELECT pg_notify('kenning_instances', '') IS NULL FROM retried) AS notified
+    FROM target
+    """
+)
+
+
+async def instance_retry(conn: AsyncConnection, instance_id: str) -> dict[str, Any]:
+    """Make a failed instance runnable again: its failed steps are forgotten, so replay
+    re-runs them, and every step that succeeded is replayed from history.
+
+    Refused once a compensation has run: replaying steps whose effects were undone would
+    leave the saga inconsistent; start a new instance instead. A crash-looped instance
+    (parked by the claim) resumes as it was parked, its run counter reset.
+    """
+    row = (await conn.execute(_INSTANCE_RETRY, {"id": instance_id})).first()
+    if row is None:
+        return {"retried": False, "message": "only a failed instance can be retried"}
+    compensated, cleared, retried = int(row.compensated), int(row.cleared_count), int(row.retried_count)
+    if row.crash_loop:
+        return {"retried": bool(retried), "message": "runnable again; its crash-loop run counter was reset"}
+    if compensated:
+        return {
+            "retried": False,
+            "message": f"{compensated} compensation(s) already undid its steps; start a new instance instead",
+        }
+    return {"retried": bool(retried), "message": f"runnable again; {cleared} failed step(s) will run anew"}
