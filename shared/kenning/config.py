@@ -1,26 +1,47 @@
-"""Command-line flags backed by ``KENNING_*`` environment variables.
+"""Settings declared once: a dataclass per process whose fields make the flags, the
+``KENNING_*`` environment variables, the defaults and the ``--help`` text.
+
+A field made with :func:`setting` is a command-line option: its flag is ``--<field name>``
+(or the one given), its default is the field's, and its value may come from its
+environment variable, then the default. :func:`add_settings` gives a parser every option
+of a settings class, :func:`settings_from_args` builds the settings from the parsed flags;
+``kenning ingress`` hands its settings to its uvicorn workers with
+:func:`settings_to_environment` and :func:`settings_from_environment`. A field made with
+:func:`settings_group` holds a settings class of its own (the worker's inbox loop);
+a plain field is no option at all (a tuning constant tests may change).
 
 One naming rule, in every process and in compose.yaml. A setting that means the same in
 every process that has it is ``KENNING_<FLAG>``: ``--database-url`` is
 ``KENNING_DATABASE_URL``, ``--poll-interval`` is ``KENNING_POLL_INTERVAL``. A setting whose
-meaning or default differs per process carries the process's name: the relayer's
-``--batch-size`` is ``KENNING_RELAYER_BATCH_SIZE``, the scheduler's is
-``KENNING_SCHEDULER_BATCH_SIZE``. One ``.env`` shared by several processes then cannot set
-one of them by accident: the shared spelling of such a setting is refused at start.
+meaning or default differs per process (``per_process=True``) carries the process's name,
+the class's ``PROCESS``: the relayer's ``--batch-size`` is ``KENNING_RELAYER_BATCH_SIZE``,
+the scheduler's is ``KENNING_SCHEDULER_BATCH_SIZE``. One ``.env`` shared by several
+processes then cannot set one of them by accident: the shared spelling of such a setting
+is refused at start.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
 import os
 import socket
 import uuid
 import weakref
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, NoReturn, TypeVar
+
+from kenning.logs import LEVELS
 
 # parser -> {flag: variable}, for ``declared_variables`` (tests, docs)
 _DECLARED: weakref.WeakKeyDictionary[argparse.ArgumentParser, dict[str, str]] = weakref.WeakKeyDictionary()
+_SETTING = "kenning.setting"  # the metadata key of a field that is an option
+_GROUP = "kenning.settings_group"  # ... of a field holding a settings class of its own
+LOG_FORMATS = ("auto", "json", "console")
+
+S = TypeVar("S")
 
 
 def env_name(flag: str, process: str = "") -> str:
@@ -40,7 +61,7 @@ def _environment_error(parser: argparse.ArgumentParser, message: str) -> NoRetur
     parser.exit(2, f"{parser.prog}: error: {message}\n")
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
         return True
@@ -81,7 +102,7 @@ def add_option(
     value = default
     if raw is not None:
         try:
-            value = _parse_bool(raw) if type is bool else type(raw)
+            value = parse_bool(raw) if type is bool else type(raw)
         except ValueError as error:
             _environment_error(parser, f"{variable}={raw!r} is invalid: {error}")
         if choices is not None and value not in choices:
@@ -107,35 +128,223 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+# ------------------------------------------------------------------ declaring settings
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What makes a settings field an option (the field itself holds its default)."""
+
+    help: str
+    flag: str = ""  # default: --<field name, dashed>
+    type: Callable[[str], Any] | None = None  # default: that of the field's default
+    choices: tuple[str, ...] | None = None
+    per_process: bool = False  # KENNING_<PROCESS>_<FLAG>, the shared spelling refused
+
+
+def setting(
+    default: Any,
+    *,
+    help: str,
+    flag: str = "",
+    type: Callable[[str], Any] | None = None,
+    choices: tuple[str, ...] | None = None,
+    per_process: bool = False,
+) -> Any:
+    """A settings field that is an option: ``port: int = setting(8000, help=...)``."""
+    declared = Setting(help=help, flag=flag, type=type, choices=choices, per_process=per_process)
+    return dataclasses.field(default=default, metadata={_SETTING: declared})
+
+
+def settings_group(cls: type) -> Any:
+    """A settings field holding a settings class of its own, whose options (flags as that
+    class declares them) are the process's too."""
+    return dataclasses.field(default_factory=cls, metadata={_GROUP: cls})
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a settings class, as the parser and the environment see it."""
+
+    path: tuple[str, ...]  # field names from the top settings class down
+    flag: str
+    variable: str
+    default: Any
+    type: Callable[[str], Any]
+    choices: tuple[str, ...] | None
+    help: str
+    process: str  # "" unless the variable carries the process's name
+
+    @property
+    def dest(self) -> str:
+        """The ``argparse`` attribute of the flag."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def parse(self, raw: str) -> Any:
+        return parse_bool(raw) if self.type is bool else self.type(raw)
+
+    def value(self, settings: object) -> Any:
+        owner = settings
+        for name in self.path:
+            owner = getattr(owner, name)
+        return owner
+
+
+def _type_of(declared: Setting, default: Any, name: str) -> Callable[[str], Any]:
+    if declared.type is not None:
+        return declared.type
+    for kind in (bool, int, float, str):  # bool first: True is an int too
+        if isinstance(default, kind):
+            return kind
+    raise TypeError(f"setting {name!r}: give type= (its default {default!r} does not say)")
+
+
+def _fields_in_help_order(cls: type) -> list[dataclasses.Field[Any]]:
+    """The class's own fields first, then those of its bases, nearest first (the options
+    every service shares end ``--help``)."""
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    ordered: dict[str, dataclasses.Field[Any]] = {}
+    for klass in cls.__mro__:
+        for name in inspect.get_annotations(klass):
+            if name in by_name:
+                ordered.setdefault(name, by_name[name])
+    return list(ordered.values())
+
+
+def options(cls: type, process: str | None = None) -> Iterator[Option]:
+    """Every option of settings class ``cls`` (groups included), in ``--help`` order."""
+    process = getattr(cls, "PROCESS", "") if process is None else process
+    for f in _fields_in_help_order(cls):
+        group: type | None = f.metadata.get(_GROUP)
+        if group is not None:
+            for inner in options(group, process):
+                yield dataclasses.replace(inner, path=(f.name, *inner.path))
+            continue
+        declared: Setting | None = f.metadata.get(_SETTING)
+        if declared is None:
+            continue
+        flag = declared.flag or "--" + f.name.replace("_", "-")
+        scope = process if declared.per_process else ""
+        yield Option(
+            path=(f.name,),
+            flag=flag,
+            variable=env_name(flag, scope),
+            default=f.default,
+            type=_type_of(declared, f.default, f.name),
+            choices=declared.choices,
+            help=declared.help,
+            process=scope,
+        )
+
+
+def add_settings(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Every option of ``cls`` as a flag of ``parser``, defaulting to its variable."""
+    for option in options(cls):
+        add_option(
+            parser,
+            option.flag,
+            default=option.default,
+            type=option.type,
+            help=option.help,
+            choices=option.choices,
+            process=option.process,
+        )
+
+
+def _build(cls: Callable[..., S], values: Mapping[tuple[str, ...], Any], prefix: tuple[str, ...] = ()) -> S:
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        path = (*prefix, f.name)
+        group: type | None = f.metadata.get(_GROUP)
+        if group is not None:
+            kwargs[f.name] = _build(group, values, path)
+        elif path in values:
+            kwargs[f.name] = values[path]
+    return cls(**kwargs)
+
+
+def settings_from_args(cls: type[S], args: argparse.Namespace) -> S:
+    """The settings ``add_settings(parser, cls)`` declared, from ``parser``'s result."""
+    return _build(cls, {o.path: getattr(args, o.dest) for o in options(cls)})
+
+
+def settings_to_environment(settings: object) -> dict[str, str]:
+    """Each option's value under its variable (what ``settings_from_environment`` reads
+    back): how ``kenning ingress`` hands its settings to fresh worker processes."""
+    values = {o.variable: o.value(settings) for o in options(type(settings))}
+    return {variable: str(value) for variable, value in values.items() if value is not None}
+
+
+def settings_from_environment(cls: type[S]) -> S:
+    """Settings from the options' variables; a variable not set is its default."""
+    found = {o.path: o.parse(raw) for o in options(cls) if (raw := os.environ.get(o.variable)) is not None}
+    return _build(cls, found)
+
+
+# ------------------------------------------------------------------ what processes share
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessSettings:
+    """The options of every long-running process (and ``kenning migrate``)."""
+
+    PROCESS: ClassVar[str] = ""  # the name in the variables of its per-process settings
+
+    database_url: str = setting("", help="PostgreSQL URL (postgresql://user:pass@host/db)")
+    migrate: bool = setting(True, help="bring the schema up to date at start")
+    log_level: str = setting("info", choices=LEVELS, help="log level")
+    log_format: str = setting("auto", choices=LOG_FORMATS, help="log format")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceSettings(ProcessSettings):
+    """The options of a process that runs a pass loop (``kenning.passloop``)."""
+
+    poll_interval: float = setting(1.0, type=positive_float, help="fallback poll when a NOTIFY is missed (s)")
+    listen: bool = setting(True, help="wake on LISTEN/NOTIFY (else poll only)")
+    health_file: str = setting("", help="touched every 5 s while alive (for healthchecks)")
+
+
+def _add_shared(parser: argparse.ArgumentParser, *names: str) -> None:
+    """Some of the shared options, for the commands that are no service (``kenning
+    migrate``, ``kenning instances`` ...)."""
+    for option in options(ServiceSettings):
+        if option.path[0] in names:
+            add_option(
+                parser, option.flag, default=option.default, type=option.type, help=option.help, choices=option.choices
+            )
+
+
 def add_database_options(parser: argparse.ArgumentParser) -> None:
-    add_option(parser, "--database-url", default="", help="PostgreSQL URL (postgresql://user:pass@host/db)")
+    _add_shared(parser, "database_url")
 
 
 def add_logging_options(parser: argparse.ArgumentParser) -> None:
-    add_option(parser, "--log-level", default="info", choices=("debug", "info", "warning", "error"), help="log level")
-    add_option(parser, "--log-format", default="auto", choices=("auto", "json", "console"), help="log format")
+    _add_shared(parser, "log_level", "log_format")
 
 
-# Settings the long-running processes share, declared here once so that one name has one
-# default and one meaning wherever it is read.
-
-
+# until every process declares its settings in a class (then these go)
 def add_migrate_option(parser: argparse.ArgumentParser) -> None:
-    add_option(parser, "--migrate", default=True, type=bool, help="bring the schema up to date at start")
+    _add_shared(parser, "migrate")
 
 
 def add_listen_option(parser: argparse.ArgumentParser) -> None:
-    add_option(parser, "--listen", default=True, type=bool, help="wake on LISTEN/NOTIFY (else poll only)")
+    _add_shared(parser, "listen")
 
 
 def add_poll_interval_option(parser: argparse.ArgumentParser) -> None:
-    add_option(
-        parser, "--poll-interval", default=1.0, type=positive_float, help="fallback poll when a NOTIFY is missed (s)"
-    )
+    _add_shared(parser, "poll_interval")
 
 
 def add_health_file_option(parser: argparse.ArgumentParser) -> None:
-    add_option(parser, "--health-file", default="", help="touched every 5 s while alive (for healthchecks)")
+    _add_shared(parser, "health_file")
 
 
 def process_id(prefix: str = "") -> str:

@@ -10,19 +10,18 @@ made on the database clock. Any number of schedulers may run: rows are claimed w
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import ClassVar
 
 import structlog
 
 from kenning.app import App
-from kenning.config import process_id
+from kenning.config import ServiceSettings, positive_int, process_id, setting
 from kenning.db import Database
 from kenning.faults import fault_point
-from kenning.listener import Listener
+from kenning.passloop import PassLoop, listening
 from kenning.schedules import scheduled_workflows
 from kenning.storage import timers as timers_sql
 from kenning.storage.tables import CHANNEL_TIMERS
@@ -37,12 +36,19 @@ FireStatement = Callable[..., Awaitable[list[FiredWait]]]  # timer_fire_due and 
 _BUSY_BACKOFF_MAX = 0.1
 
 
-@dataclass(frozen=True)
-class SchedulerSettings:
-    batch_size: int = 100
-    poll_interval: float = 1.0
-    listen: bool = True
-    scheduler_id: str = ""
+@dataclass(frozen=True, kw_only=True)
+class SchedulerSettings(ServiceSettings):
+    """``kenning scheduler``'s options (``kenning.config``)."""
+
+    PROCESS: ClassVar[str] = "scheduler"
+
+    app: str = setting(
+        "",
+        help="modules defining workflows, for their cron schedules: module[:attribute][,module...] "
+        "(timers and event timeouts need none)",
+    )
+    batch_size: int = setting(100, type=positive_int, per_process=True, help="timers fired per transaction")
+    scheduler_id: str = setting("", help="name in logs (default host-pid-random)")
 
 
 class Scheduler:
@@ -53,42 +59,32 @@ class Scheduler:
         self.log = _log.bind(scheduler_id=self.scheduler_id)
         workflows = scheduled_workflows(app.registry) if app is not None else []
         self.cron = CronTicker(database, workflows, self.log)
-        self._wake = asyncio.Event()
-        self._stopping = asyncio.Event()
         self._busy_backoff = 0.0
+        self.loop = PassLoop(
+            self.run_once,
+            log=self.log,
+            failed_event="scheduler.pass_failed",
+            retry_seconds=min(self.settings.poll_interval, 1.0),
+        )
 
     def stop(self) -> None:
         """Finish the current pass and return from ``run`` (SIGTERM)."""
-        self._stopping.set()
-        self._wake.set()
+        self.loop.stop()
 
     def _notify(self, channel: str) -> None:
-        self._wake.set()
+        self.loop.wake()
 
     async def run(self) -> None:
-        listener = Listener(self.database.url, [CHANNEL_TIMERS], self._notify) if self.settings.listen else None
-        if listener is not None:
-            await listener.start()
-        self.log.info(
-            "scheduler.started",
-            schedules={wf.name: wf.schedule for wf in self.cron.workflows},
-            batch_size=self.settings.batch_size,
-            listen=self.settings.listen,
-        )
         try:
-            while not self._stopping.is_set():
-                self._wake.clear()
-                try:
-                    sleep_for = await self.run_once()
-                except Exception as error:  # database down: keep trying, never crash the loop
-                    self.log.warning("scheduler.pass_failed", error=repr(error))
-                    sleep_for = min(self.settings.poll_interval, 1.0)
-                if sleep_for > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), timeout=sleep_for)
+            async with listening(self.database.url, [CHANNEL_TIMERS], self._notify, enabled=self.settings.listen):
+                self.log.info(
+                    "scheduler.started",
+                    schedules={wf.name: wf.schedule for wf in self.cron.workflows},
+                    batch_size=self.settings.batch_size,
+                    listen=self.settings.listen,
+                )
+                await self.loop.run()
         finally:
-            if listener is not None:
-                await listener.stop()
             self.log.info("scheduler.stopped")
 
     async def run_once(self, now: datetime | None = None) -> float:
