@@ -1,31 +1,52 @@
 """Which database errors mean "the database is away" (try again later) rather than "this
 write is wrong": the ingress answers the first with 503, and group commit retries a
 failed batch caller by caller only for the second. Among the second, a data exception
-means the value itself can never be stored: the replay engine makes it the step's error."""
+means the value itself can never be stored: the replay engine makes it the step's error.
+
+Kenning's own statements raise psycopg's errors (``kenning.db``); statements run through
+SQLAlchemy (``ctx.session``, handlers) raise them wrapped in ``DBAPIError``. Both are
+judged by the psycopg error underneath.
+"""
 
 from __future__ import annotations
 
+import psycopg
 from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.exc import TimeoutError as SqlAlchemyPoolTimeout
 
 # connection exception, insufficient resources, operator intervention, rollback
 # (serialization failure, deadlock): none says anything about the data written
 _UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57", "40")
 
 
+def driver_error(error: BaseException) -> BaseException:
+    """The psycopg error under a SQLAlchemy wrapper, or ``error`` itself."""
+    if isinstance(error, DBAPIError) and isinstance(error.orig, BaseException):
+        return error.orig
+    return error
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of a database error (``"23505"``…), wrapped or not; None without one."""
+    return getattr(driver_error(error), "sqlstate", None) or None
+
+
 def is_unavailable(error: BaseException) -> bool:
     """By SQLSTATE class, not by exception type: psycopg raises ``OperationalError`` for
     program limits (54: an index row too large) and object states (55) too, which are one
     write's fault. Without a SQLSTATE, an operational or interface error is the
-    connection's."""
-    if isinstance(error, DBAPIError):
-        if error.connection_invalidated:
-            return True
-        sqlstate = str(getattr(error.orig, "sqlstate", "") or "")
-        if sqlstate:
-            return sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
-        return isinstance(error, OperationalError | InterfaceError)
-    return isinstance(error, PoolTimeoutError | TimeoutError | OSError)
+    connection's (a refused connect, a lost server, a pool that had no connection)."""
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return True
+    driver = driver_error(error)
+    if isinstance(driver, psycopg.Error):
+        state = sqlstate(driver)
+        if state:
+            return state[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
+        return isinstance(driver, psycopg.OperationalError | psycopg.InterfaceError)
+    if isinstance(error, DBAPIError):  # a wrapper around something other than psycopg's errors
+        return isinstance(error, OperationalError | InterfaceError) or isinstance(driver, OSError)
+    return isinstance(driver, SqlAlchemyPoolTimeout | TimeoutError | OSError)
 
 
 def is_data_error(error: BaseException) -> bool:
@@ -34,10 +55,13 @@ def is_data_error(error: BaseException) -> bool:
     lacks, 22001: too long, 22P02: invalid JSON such as NaN), psycopg's own refusal of a
     NUL in a text parameter (a ``DataError`` without SQLSTATE), or text the driver cannot
     encode (a lone surrogate). The workflow's error for that step, not an outage."""
+    driver = driver_error(error)
+    if isinstance(driver, psycopg.Error):
+        state = sqlstate(driver)
+        return state[:2] == "22" if state else isinstance(driver, psycopg.DataError)
     if isinstance(error, DBAPIError):
-        sqlstate = str(getattr(error.orig, "sqlstate", "") or "")
-        return sqlstate[:2] == "22" if sqlstate else isinstance(error, DataError)
-    return isinstance(error, UnicodeEncodeError)
+        return isinstance(error, DataError)
+    return isinstance(driver, UnicodeEncodeError)
 
 
 def may_be_one_callers_fault(error: BaseException) -> bool:

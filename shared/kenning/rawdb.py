@@ -31,6 +31,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import TextClause
 
+import kenning.db
+
 _DIALECT = PGDialectAsync_psycopg()  # type: ignore[no-untyped-call]
 _COMPILED: dict[int, tuple[TextClause, str]] = {}
 
@@ -96,8 +98,9 @@ class RawConnection:
         return RawResult(rows, cursor.rowcount)
 
 
-Executor = AsyncConnection | RawConnection
-"""What storage functions that run one autocommit statement accept."""
+Executor = AsyncConnection | RawConnection | kenning.db.Executor
+"""What storage functions that run one autocommit statement accept (while they move to
+``kenning.db.Executor``)."""
 
 
 class RawPool:

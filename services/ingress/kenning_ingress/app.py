@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
+import psycopg
 import structlog
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -25,11 +25,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kenning.db import Database, sqlalchemy_url
+from kenning.db import Database, Executor, sqlalchemy_url
 from kenning.dberrors import may_be_one_callers_fault
 from kenning.groupcommit import GroupCommit
 from kenning.logs import configure_logging
-from kenning.rawdb import RawConnection
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage.inbox import NewEvent
@@ -108,7 +107,7 @@ class Ingress:
 
     # ---------------------------------------------------------------- database access
 
-    async def _run(self, statement: Callable[[RawConnection], Awaitable[T]]) -> T:
+    async def _run(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
         """Run one statement, in autocommit: a single statement is its own transaction
         (a batch insert is all or nothing) and costs one round trip. A pooled connection
         found dead is replaced once: every write here is idempotent, so repeating it is
@@ -116,13 +115,13 @@ class Ingress:
         assert self.database is not None, "the app is not started"
         async with asyncio.timeout(self.settings.database_timeout * 2):
             for attempt in (1, 2):
-                try:
-                    async with self.database.autocommit.connect() as conn:
+                async with self.database.connection() as conn:
+                    try:
                         return await statement(conn)
-                except DBAPIError as error:
-                    if attempt == 1 and error.connection_invalidated:
-                        continue
-                    raise
+                    except psycopg.Error:
+                        if attempt == 1 and conn.driver.broken:
+                            continue
+                        raise
         raise AssertionError("unreachable")
 
     def _failed(self, exc: BaseException, **context: Any) -> JSONResponse:

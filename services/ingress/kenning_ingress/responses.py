@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 from sqlalchemy.exc import DBAPIError
 from starlette.responses import JSONResponse
 
+from kenning import dberrors
 from kenning.dberrors import is_unavailable
 
 # SQLAlchemy appends these to a driver error's text; everything from there on is internals
@@ -56,12 +58,12 @@ def without_internals(message: str) -> str:
 def failure(exc: BaseException) -> tuple[JSONResponse, bool]:
     """The answer to an exception raised while talking to the database, and whether it
     is unexpected (to be logged with its traceback). Never a traceback page."""
-    if isinstance(exc, DBAPIError):
-        sqlstate = str(getattr(exc.orig, "sqlstate", "") or "")
+    if isinstance(exc, DBAPIError | psycopg.Error):
+        sqlstate = dberrors.sqlstate(exc) or ""
         # data exception, or a program limit (an id too long for its index): the event's fault.
         # The server's primary message names the problem, not the statement or its values.
         if sqlstate[:2] in ("22", "54"):
-            diag = getattr(exc.orig, "diag", None)
+            diag = getattr(dberrors.driver_error(exc), "diag", None)
             primary = getattr(diag, "message_primary", None) or "the value cannot be stored"
             return error(
                 400, f"the database rejected the event: {primary} (SQLSTATE {sqlstate})", "invalid_data"

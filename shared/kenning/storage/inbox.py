@@ -303,7 +303,7 @@ async def inbox_release(conn: Executor, claims: Sequence[tuple[int, str]], delay
         _INBOX_RELEASE,
         {"ids": [c[0] for c in claims], "tokens": [c[1] for c in claims], "delay": delay_seconds},
     )
-    return len(result.fetchall())
+    return len(result.all())
 
 
 _INBOX_NEXT_AVAILABLE = text(
