@@ -23,7 +23,7 @@ import structlog
 from kenning.config import process_id
 from kenning.db import Database
 from kenning.faults import fault_point
-from kenning.listener import Listener
+from kenning.passloop import PassLoop, listening
 from kenning.storage import outbox as outbox_sql
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
 from kenning.storage.tables import CHANNEL_OUTBOX
@@ -43,24 +43,29 @@ class Relayer:
         self.schedule = RetrySchedule(settings.max_attempts, settings.retry_initial_seconds, settings.retry_max_seconds)
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
-        self._wake = asyncio.Event()
-        self._stopping = asyncio.Event()
         self.log = _log.bind(relayer_id=self.relayer_id)
+        self.loop = PassLoop(
+            self._pass, log=self.log, failed_event="relayer.claim_failed", retry_seconds=settings.poll_interval
+        )
 
     def stop(self) -> None:
         """Stop claiming; the batch in flight gets the grace period, then is released."""
-        self._stopping.set()
-        self._wake.set()
+        self.loop.stop()
 
     def _notify(self, channel: str) -> None:
-        self._wake.set()
+        self.loop.wake()
 
     async def run(self) -> None:
-        listener = Listener(self.database.url, [CHANNEL_OUTBOX], self._notify) if self.settings.listen else None
-        if listener is not None:
-            await listener.start()
-            with contextlib.suppress(TimeoutError):  # unreachable database: polling still retries
-                await asyncio.wait_for(listener.connected.wait(), timeout=5)
+        try:
+            # unreachable database: no error, the loop's polls retry it
+            async with listening(
+                self.database.url, [CHANNEL_OUTBOX], self._notify, enabled=self.settings.listen, connected_within=5
+            ):
+                await self._publishing()
+        finally:
+            self.log.info("relayer.stopped")
+
+    async def _publishing(self) -> None:
         timeout = httpx.Timeout(self.settings.request_timeout_seconds, pool=None)
         limits = httpx.Limits(
             max_connections=self.settings.max_connections, max_keepalive_connections=self.settings.max_connections
@@ -77,31 +82,18 @@ class Relayer:
                     batch_size=self.settings.batch_size,
                     listen=self.settings.listen,
                 )
-                await self._loop()
+                await self.loop.run()
         finally:
             if cleanup is not None:
                 cleanup.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await cleanup
-            if listener is not None:
-                await listener.stop()
             self._client = None
-            self.log.info("relayer.stopped")
 
-    async def _loop(self) -> None:
-        while not self._stopping.is_set():
-            self._wake.clear()
-            try:
-                claimed = await self.publish_batch()
-            except Exception as error:  # database down: keep trying, never crash the loop
-                self.log.warning("relayer.claim_failed", error=repr(error))
-                sleep_for = self.settings.poll_interval
-            else:
-                if claimed:
-                    continue  # more may be due, and each instance's next event is now free
-                sleep_for = await self._seconds_until_next()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=sleep_for)
+    async def _pass(self) -> float:
+        if await self.publish_batch():
+            return 0.0  # more may be due, and each instance's next event is now free
+        return await self._seconds_until_next()
 
     async def _seconds_until_next(self) -> float:
         try:
@@ -144,7 +136,7 @@ class Relayer:
 
         batch = asyncio.gather(*(one(row) for row in rows))
         heartbeat = asyncio.create_task(self._heartbeat(token, [r.id for r in rows]), name="kenning-outbox-heartbeat")
-        stopping = asyncio.create_task(self._stopping.wait())
+        stopping = asyncio.create_task(self.loop.stopped())
         try:
             waiters: set[asyncio.Future[Any]] = {batch, stopping}
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)

@@ -1,29 +1,36 @@
-"""Relayer settings, light enough to import for ``kenning --help``."""
+"""``kenning relayer``'s settings, declared once (``kenning.config``), light enough to
+import for ``kenning --help``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
+
+from kenning.config import ServiceSettings, non_negative_float, positive_float, positive_int, setting
 
 ContentMode = Literal["binary", "structured"]
 CONTENT_MODES: tuple[ContentMode, ...] = ("binary", "structured")
 
 
-@dataclass(frozen=True)
-class RelayerSettings:
-    broker_url: str
-    content_mode: ContentMode = "binary"
-    batch_size: int = 50
-    max_connections: int = 20
-    lease_seconds: float = 30.0
-    poll_interval: float = 1.0
-    request_timeout_seconds: float = 10.0
-    max_attempts: int = 10
-    retry_initial_seconds: float = 1.0
-    retry_max_seconds: float = 300.0
-    retention_hours: float = 168.0
-    cleanup_interval_seconds: float = 60.0
-    cleanup_batch_size: int = 1000
-    shutdown_grace_seconds: float = 10.0
-    listen: bool = True
-    relayer_id: str = ""
+@dataclass(frozen=True, kw_only=True)
+class RelayerSettings(ServiceSettings):
+    PROCESS: ClassVar[str] = "relayer"
+
+    broker_url: str = setting("", help="where events are POSTed (http:// or https:// URL)")
+    app: str = setting("", help="optional: module[:attribute] whose App's broker_url and db_url are the fallbacks")
+    # a field specifier, as dataclasses.field is (ruff cannot tell for a Literal)
+    content_mode: ContentMode = setting("binary", choices=CONTENT_MODES, help="CloudEvents HTTP content mode")  # noqa: RUF009
+    batch_size: int = setting(50, type=positive_int, per_process=True, help="events claimed and sent at once")
+    max_connections: int = setting(20, type=positive_int, help="HTTP connections to the broker")
+    lease_seconds: float = setting(30.0, type=positive_float, per_process=True, help="lease on a claimed batch")
+    request_timeout_seconds: float = setting(10.0, type=positive_float, help="HTTP timeout per event")
+    max_attempts: int = setting(10, type=positive_int, help="attempts before an event is dead")
+    retry_initial_seconds: float = setting(1.0, type=positive_float, help="first retry back-off")
+    retry_max_seconds: float = setting(300.0, type=positive_float, help="longest retry back-off")
+    retention_hours: float = setting(168.0, type=non_negative_float, help="keep published events this long")
+    cleanup_interval_seconds: float = setting(60.0, type=positive_float, help="how often old events go")
+    cleanup_batch_size: int = 1000  # published rows deleted per statement
+    shutdown_grace_seconds: float = setting(
+        10.0, type=float, per_process=True, help="on SIGTERM, time for the batch in flight"
+    )
+    relayer_id: str = setting("", help="name in leases and logs (default host-pid-random)")
