@@ -59,7 +59,14 @@ from tests.relayer_support import insert_events
 from tests.support import REPO_ROOT, check_invariants, eventually, free_port
 
 Sql = psycopg.Connection[tuple[object, ...]]
-DOCS = ("README.md", "docs/quickstart.md", "docs/ingress.md", "docs/scheduler.md", "docs/relayer.md")
+DOCS = (
+    "README.md",
+    "docs/quickstart.md",
+    "docs/ingress.md",
+    "docs/scheduler.md",
+    "docs/relayer.md",
+    "docs/architecture.md",
+)
 COMMAND_LANGUAGES = ("bash", "sh", "shell", "console")
 DOC_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"  # docs/ingress.md's
 UP_CHILDREN = ("sink", "ingress", "worker-1", "worker-2", "scheduler", "relayer")
@@ -312,6 +319,7 @@ STEPS: dict[str, list[Step]] = {
         Step("kenning outbox retry <event id> <event id>", both(shows(r"^retried 2 event\(s\)$"), outbox_pending)),
         Step("kenning outbox retry --all-failed", shows(r"^retried 0 event\(s\)$")),
     ],
+    "docs/architecture.md": [],  # no commands: the design, read not run
 }
 
 # Placeholders and where their values come from; `<event id>`s are the seeded dead letters, in order.
