@@ -200,13 +200,19 @@ def test_the_ingress_hands_every_setting_to_its_uvicorn_workers(monkeypatch: pyt
         admin_token="a",
         max_body_bytes=12,
         database_timeout=1.5,
-        limits=EventLimits(max_attribute_length=3, max_attribute_name_length=4, max_extensions=5, max_id_length=6),
+        max_attribute_length=3,
+        max_attribute_name_length=4,
+        max_extensions=5,
+        max_id_length=6,
         read_timeout=7.5,
         max_header_bytes=8,
     )
     for key, value in settings_to_environment(settings).items():
         monkeypatch.setenv(key, value)
     assert settings_from_environment() == settings
+    assert settings_from_environment().limits == EventLimits(
+        max_attribute_length=3, max_attribute_name_length=4, max_extensions=5, max_id_length=6
+    )
 
 
 @pytest.mark.usefixtures("clean_environment")

@@ -330,7 +330,7 @@ def add_logging_options(parser: argparse.ArgumentParser) -> None:
     _add_shared(parser, "log_level", "log_format")
 
 
-# until every process declares its settings in a class (then these go)
+# until kenning worker declares its settings in a class (then these go)
 def add_migrate_option(parser: argparse.ArgumentParser) -> None:
     _add_shared(parser, "migrate")
 

@@ -42,6 +42,7 @@ class PassLoop:
         retry_seconds: float,
         settle: Callable[[], float] | None = None,
         on_poll: Callable[[], None] | None = None,
+        wake: asyncio.Event | None = None,
     ) -> None:
         self._run_pass = run_pass
         self._log = log
@@ -49,7 +50,7 @@ class PassLoop:
         self._retry_seconds = retry_seconds
         self._settle = settle
         self._on_poll = on_poll
-        self._wake = asyncio.Event()
+        self._wake = wake or asyncio.Event()  # ``wake``: an event the service sets itself too
         self._stopping = asyncio.Event()
 
     @property

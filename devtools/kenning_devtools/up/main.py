@@ -24,6 +24,7 @@ from kenning.migrate import migrate
 from kenning_devtools.up.hints import hints
 from kenning_devtools.up.supervisor import ChildSpec, Supervisor, wait_all_ready
 from kenning_ingress.main import check_exposure
+from kenning_ingress.settings import IngressSettings
 
 EXAMPLE_APP = "kenning.examples.orders"  # shipped in the package: found from any install
 CHILD_SHUTDOWN_GRACE = "10"  # seconds a child gets on SIGTERM (unless configured) ...
@@ -207,7 +208,9 @@ async def _serve(args: argparse.Namespace, app: App, database_url: str, data_dir
 
 
 def run(args: argparse.Namespace) -> int:
-    check_exposure(args)  # the ingress's own rule, checked before anything starts
+    # the ingress's own rule, checked before anything starts
+    ingress = IngressSettings(host=args.host, ingress_token=args.ingress_token, allow_open=args.ingress_allow_open)
+    check_exposure(ingress)
     python_path = _python_path()
     app = _check_app(args.app, python_path)
     data_dir = Path(args.data_dir).resolve()

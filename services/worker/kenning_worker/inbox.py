@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import inspect
 import json
 import uuid
@@ -35,12 +34,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from kenning import serialization
 from kenning.app import App
-from kenning.config import add_option, positive_float, positive_int
+from kenning.config import add_settings, positive_float, positive_int, setting, settings_from_args
 from kenning.db import Database
 from kenning.errors import TerminalError
 from kenning.events import ReceivedEvent, event_from_inbox, event_history_payload
 from kenning.faults import fault_point
 from kenning.hooks import call_hook
+from kenning.passloop import PassLoop
 from kenning.storage import definitions as definitions_sql
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
@@ -59,48 +59,39 @@ _CLEANUP_BATCH = 1000
 
 @dataclass(frozen=True)
 class InboxSettings:
-    enabled: bool = True
-    batch_size: int = 100
-    max_attempts: int = 8
-    retry_seconds: float = 1.0  # first back-off, doubled per attempt
-    max_retry_seconds: float = 300.0
-    retention_seconds: float = 86400.0  # processed rows kept for duplicates and since=
-    cleanup_interval_seconds: float = 60.0
+    """The inbox loop's options, part of ``kenning worker``'s (``kenning.config``)."""
+
+    enabled: bool = setting(True, flag="--inbox", help="process the inbox (CloudEvents, cancellations)")
+    batch_size: int = setting(100, flag="--inbox-batch-size", type=positive_int, help="inbox rows claimed at once")
+    max_attempts: int = setting(
+        8, flag="--inbox-max-attempts", type=positive_int, help="attempts before a row is parked failed"
+    )
+    retry_seconds: float = setting(
+        1.0, flag="--inbox-retry-seconds", type=positive_float, help="first retry back-off, doubled"
+    )
+    max_retry_seconds: float = setting(
+        300.0, flag="--inbox-max-retry-seconds", type=positive_float, help="longest back-off"
+    )
+    retention_seconds: float = setting(  # processed rows kept for duplicates and since=
+        86400.0,
+        flag="--inbox-retention-seconds",
+        type=positive_float,
+        help="keep processed rows this long (duplicate detection, wait_event since=)",
+    )
+    cleanup_interval_seconds: float = setting(
+        60.0, flag="--inbox-cleanup-interval", type=positive_float, help="seconds between retention sweeps"
+    )
     conflict_retry_seconds: float = 0.05
     cancel_lock_wait_seconds: float = 0.1
 
 
 def add_inbox_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``kenning worker`` flags of the inbox loop."""
-    add_option(parser, "--inbox", default=True, type=bool, help="process the inbox (CloudEvents, cancellations)")
-    add_option(parser, "--inbox-batch-size", default=100, type=positive_int, help="inbox rows claimed at once")
-    add_option(
-        parser, "--inbox-max-attempts", default=8, type=positive_int, help="attempts before a row is parked failed"
-    )
-    add_option(parser, "--inbox-retry-seconds", default=1.0, type=positive_float, help="first retry back-off, doubled")
-    add_option(parser, "--inbox-max-retry-seconds", default=300.0, type=positive_float, help="longest back-off")
-    add_option(
-        parser,
-        "--inbox-retention-seconds",
-        default=86400.0,
-        type=positive_float,
-        help="keep processed rows this long (duplicate detection, wait_event since=)",
-    )
-    add_option(
-        parser, "--inbox-cleanup-interval", default=60.0, type=positive_float, help="seconds between retention sweeps"
-    )
+    """The ``kenning worker`` flags of the inbox loop (``WorkerSettings`` has them too)."""
+    add_settings(parser, InboxSettings)
 
 
 def inbox_settings_from_args(args: argparse.Namespace) -> InboxSettings:
-    return InboxSettings(
-        enabled=args.inbox,
-        batch_size=args.inbox_batch_size,
-        max_attempts=args.inbox_max_attempts,
-        retry_seconds=args.inbox_retry_seconds,
-        max_retry_seconds=args.inbox_max_retry_seconds,
-        retention_seconds=args.inbox_retention_seconds,
-        cleanup_interval_seconds=args.inbox_cleanup_interval,
-    )
+    return settings_from_args(InboxSettings, args)
 
 
 def event_start_key(source: str, event_id: str) -> str:
@@ -143,39 +134,35 @@ class InboxProcessor:
             if wf.event_handler:
                 self.starters.setdefault(wf.name, []).append(wf)
         self._known_definitions: set[tuple[str, str]] = set()
-        self._wake = asyncio.Event()
-        self._stopping = asyncio.Event()
+        self._next_cleanup = float("-inf")  # the first pass sweeps
+        self.loop = PassLoop(
+            self._pass, log=self.log, failed_event="inbox.loop_failed", retry_seconds=min(poll_interval, 1.0)
+        )
 
     def wake(self) -> None:
-        self._wake.set()
+        self.loop.wake()
 
     def stop(self) -> None:
         """Finish the row in hand, give the rest of the batch back, and return."""
-        self._stopping.set()
-        self._wake.set()
+        self.loop.stop()
 
     # ---------------------------------------------------------------- the loop
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_cleanup = loop.time()
         self.log.info("inbox.started", handlers=sorted(self.app.event_handlers), starters=sorted(self.starters))
-        while not self._stopping.is_set():
-            self._wake.clear()
-            try:
-                busy = await self._process_batch()
-                busy = await self._catch_up() or busy
-                if loop.time() >= next_cleanup:
-                    await self._cleanup()
-                    next_cleanup = loop.time() + self.settings.cleanup_interval_seconds
-                sleep_for = 0.0 if busy else await self._seconds_until_next()
-            except Exception as error:  # database down: keep trying, never crash the worker
-                self.log.warning("inbox.loop_failed", error=repr(error))
-                sleep_for = min(self.poll_interval, 1.0)
-            if sleep_for > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=sleep_for)
+        await self.loop.run()
         self.log.info("inbox.stopped")
+
+    async def _pass(self) -> float:
+        """One pass: a batch of rows, new subscriptions' catch-up, the retention sweep when
+        due; then 0 if either was busy, else the seconds until a row is due."""
+        busy = await self._process_batch()
+        busy = await self._catch_up() or busy
+        clock = asyncio.get_running_loop()
+        if clock.time() >= self._next_cleanup:
+            await self._cleanup()
+            self._next_cleanup = clock.time() + self.settings.cleanup_interval_seconds
+        return 0.0 if busy else await self._seconds_until_next()
 
     async def _seconds_until_next(self) -> float:
         async with self.database.autocommit.connect() as conn:
@@ -198,7 +185,7 @@ class InboxProcessor:
             )
         rows = await self._process_together(claimed) if len(claimed) > 1 else claimed
         for position, row in enumerate(rows):
-            if self._stopping.is_set():
+            if self.loop.stopping:
                 rest = [(r.event.inbox_id, r.claim_token) for r in rows[position:]]
                 async with self.database.autocommit.connect() as conn:
                     await inbox_sql.inbox_release(conn, rest)
@@ -221,7 +208,7 @@ class InboxProcessor:
         ]
         grouped = {r.event.inbox_id for r in together}
         alone = [r for r in claimed if r.event.inbox_id not in grouped]
-        if len(together) < 2 or self._stopping.is_set():
+        if len(together) < 2 or self.loop.stopping:
             return claimed
         started: list[tuple[str, str]] = []
         received: list[_Received] = []
@@ -446,7 +433,7 @@ class InboxProcessor:
 
     async def _cleanup(self) -> None:
         total = 0
-        while not self._stopping.is_set():
+        while not self.loop.stopping:
             async with self.database.autocommit.connect() as conn:
                 deleted = await inbox_sql.inbox_delete_processed(
                     conn, retention_seconds=self.settings.retention_seconds, limit=_CLEANUP_BATCH
