@@ -7,10 +7,9 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from psycopg.errors import LockNotAvailable
 
-from kenning.db import Database
+from kenning.db import Database, Executor, statement
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import subscriptions as subscriptions_sql
@@ -24,7 +23,7 @@ ATTRIBUTES = {"specversion": "1.0"}
 
 async def _waiting_instance(database: Database, instance_id: str, *, timeout: float | None = None) -> None:
     """An instance suspended in wait_event("order.paid", match={"order": instance_id})."""
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         await instances_sql.instance_insert(
             conn, instance_id=instance_id, workflow_name="wf", source_hash="", input_json={}, idempotency_key=None
         )
@@ -47,12 +46,12 @@ async def _waiting_instance(database: Database, instance_id: str, *, timeout: fl
 
 
 async def _deliver(database: Database, instance_id: str, event_id: str) -> list[subscriptions_sql.Delivery]:
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         return await _deliver_in(conn, instance_id, event_id)
 
 
-async def _deliver_in(conn: AsyncConnection, instance_id: str, event_id: str) -> list[subscriptions_sql.Delivery]:
-    clock = (await conn.exec_driver_sql("SELECT now()")).scalar_one()
+async def _deliver_in(conn: Executor, instance_id: str, event_id: str) -> list[subscriptions_sql.Delivery]:
+    clock = (await conn.execute(statement("SELECT now() AS now"))).one().now
     return await subscriptions_sql.subscription_deliver_event(
         conn,
         event_type="order.paid",
@@ -74,11 +73,11 @@ def _history(sql: Sql, instance_id: str) -> list[tuple[object, ...]]:
 
 async def test_a_delivery_in_flight_makes_the_timeout_skip_and_then_find_nothing(database: Database, sql: Sql) -> None:
     await _waiting_instance(database, "i1", timeout=0)
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         assert [d.instance_id for d in await _deliver_in(conn, "i1", "e1")] == ["i1"]
-        async with database.engine.begin() as other:  # the scheduler, while the delivery is uncommitted
+        async with database.transaction() as other:  # the scheduler, while the delivery is uncommitted
             assert await timers_sql.subscription_timeout_fire_due(other, limit=10) == []
-    async with database.engine.begin() as other:
+    async with database.transaction() as other:
         assert await timers_sql.subscription_timeout_fire_due(other, limit=10) == []
     assert _history(sql, "i1") == [("wait:1", "EventReceived")]
     assert sql.execute("SELECT status FROM kenning_instances WHERE id = 'i1'").fetchone() == ("pending",)
@@ -86,12 +85,11 @@ async def test_a_delivery_in_flight_makes_the_timeout_skip_and_then_find_nothing
 
 async def test_a_timeout_in_flight_makes_the_delivery_retry_and_then_find_nothing(database: Database, sql: Sql) -> None:
     await _waiting_instance(database, "i2", timeout=0)
-    async with database.engine.begin() as scheduler:
+    async with database.transaction() as scheduler:
         fired = await timers_sql.subscription_timeout_fire_due(scheduler, limit=10)
         assert [f.instance_id for f in fired] == ["i2"]
-        with pytest.raises(OperationalError) as raised:  # NOWAIT: never waits, never deadlocks
+        with pytest.raises(LockNotAvailable):  # NOWAIT (55P03): never waits, never deadlocks
             await _deliver(database, "i2", "e2")
-        assert getattr(raised.value.orig, "sqlstate", None) == "55P03"
     assert await _deliver(database, "i2", "e2") == []  # retried after the timeout committed
     assert _history(sql, "i2") == [("wait:1", "EventTimeout")]
 
@@ -106,7 +104,7 @@ async def test_an_event_is_delivered_once_per_instance_and_only_on_a_match(datab
 
 
 async def test_claims_count_attempts_and_fence_later_writes(database: Database, sql: Sql) -> None:
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         stored = await inbox_sql.inbox_insert_events(
             conn,
             [
@@ -117,18 +115,18 @@ async def test_claims_count_attempts_and_fence_later_writes(database: Database, 
         )
         assert stored == [True, False, True]
         assert await inbox_sql.inbox_insert_events(conn, [NewEvent("s", "b", "t", ATTRIBUTES)]) == [False]
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         first = await inbox_sql.inbox_claim_pending(conn, limit=10, lease_seconds=30)
     assert [(c.event.event_id, c.attempts, c.event.data, c.event.data_bytes) for c in first] == [
         ("a", 1, {"n": 1}, None),
         ("b", 1, None, b"\x00"),
     ]
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         assert await inbox_sql.inbox_claim_pending(conn, limit=10, lease_seconds=30) == []  # leased
-        later = (await conn.exec_driver_sql("SELECT now() + interval '31 seconds'")).scalar_one()
+        later = (await conn.execute(statement("SELECT now() + interval '31 seconds' AS later"))).one().later
         second = await inbox_sql.inbox_claim_pending(conn, limit=1, lease_seconds=30, now=later)
     assert [(c.event.event_id, c.attempts) for c in second] == [("a", 2)]  # the lease ran out
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         stale = (first[0].event.inbox_id, first[0].claim_token)
         assert await inbox_sql.inbox_mark_processed(conn, [stale]) == set()
         assert await inbox_sql.inbox_release(conn, [stale]) == 0
@@ -137,13 +135,13 @@ async def test_claims_count_attempts_and_fence_later_writes(database: Database, 
 
 
 async def test_retention_deletes_old_processed_rows_in_batches(database: Database, sql: Sql) -> None:
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         await inbox_sql.inbox_insert_events(conn, [NewEvent("s", f"e{n}", "t", ATTRIBUTES) for n in range(5)])
     sql.execute("UPDATE kenning_inbox SET status = 'processed', processed_at = now() WHERE event_id <> 'e4'")
     sql.execute("UPDATE kenning_inbox SET status = 'failed', processed_at = now() WHERE event_id = 'e3'")
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         assert await inbox_sql.inbox_delete_processed(conn, retention_seconds=3600, limit=10) == 0
-        later = (await conn.exec_driver_sql("SELECT now() + interval '2 hours'")).scalar_one()
+        later = (await conn.execute(statement("SELECT now() + interval '2 hours' AS later"))).one().later
         assert await inbox_sql.inbox_delete_processed(conn, retention_seconds=3600, limit=2, now=later) == 2
         assert await inbox_sql.inbox_delete_processed(conn, retention_seconds=3600, limit=2, now=later) == 1
         assert await inbox_sql.inbox_delete_processed(conn, retention_seconds=3600, limit=2, now=later) == 0

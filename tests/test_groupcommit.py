@@ -30,7 +30,7 @@ class CountedInsert:
 
     async def __call__(self, events: Sequence[NewEvent]) -> list[bool]:
         self.sizes.append(len(events))
-        async with self.database.autocommit.connect() as conn:
+        async with self.database.connection() as conn:
             # a slow round trip, so that requests pile up behind the one in flight
             await asyncio.sleep(0.02)
             return await inbox_sql.inbox_insert_events(conn, events)

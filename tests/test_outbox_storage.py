@@ -7,9 +7,8 @@ from datetime import datetime, timedelta
 
 import psycopg
 import pytest
-from sqlalchemy import text
 
-from kenning.db import Database
+from kenning.db import Database, statement
 from kenning.storage import outbox as outbox_sql
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
 from kenning_relayer.publish import RetrySchedule
@@ -17,8 +16,8 @@ from tests.relayer_support import insert_events, outbox_row
 
 
 async def _now(database: Database) -> datetime:
-    async with database.engine.connect() as conn:
-        value = (await conn.execute(text("SELECT now()"))).scalar_one()
+    async with database.connection() as conn:
+        value = (await conn.execute(statement("SELECT now() AS now"))).one().now
     assert isinstance(value, datetime)
     return value
 
@@ -32,14 +31,14 @@ async def _claim(
     lease: float = 30,
     now: datetime | None = None,
 ) -> list[OutboxRow]:
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         return await outbox_sql.outbox_claim_pending(
             conn, owner=owner, token=token, limit=limit, lease_seconds=lease, now=now
         )
 
 
 async def _record(database: Database, token: str, *outcomes: OutboxOutcome, now: datetime | None = None) -> set[str]:
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         return await outbox_sql.outbox_record_outcomes(conn, token, outcomes, now=now)
 
 
@@ -69,13 +68,11 @@ async def test_concurrent_claims_skip_locked_rows_and_respect_instance_order(
 ) -> None:
     a = await insert_events(database, 2, instance_id="A")
     loose = await insert_events(database, 1)
-    async with database.engine.connect() as holder:
-        transaction = await holder.begin()
+    async with database.transaction() as holder:
         held = await outbox_sql.outbox_claim_pending(holder, owner="r1", token=T1, limit=10, lease_seconds=30)
         assert {r.id for r in held} == {a[0], loose[0]}
         # Uncommitted: a second relayer skips the locked rows, and a[1] still waits for a[0].
         assert await _claim(database, T2, owner="r2") == []
-        await transaction.commit()
     assert await _claim(database, T2, owner="r2") == []
 
 
@@ -96,12 +93,12 @@ async def test_the_heartbeat_extends_the_lease_and_release_hands_rows_back_uncou
 ) -> None:
     ids = await insert_events(database, 2)
     await _claim(database, T1, lease=30)
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         assert await outbox_sql.outbox_extend_lease(conn, T1, ids, 120) == 2
         assert await outbox_sql.outbox_extend_lease(conn, T2, ids, 120) == 0
     later = await _now(database) + timedelta(seconds=60)
     assert await _claim(database, T2, now=later) == []  # 60 s later the extended lease still holds
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         assert await outbox_sql.outbox_release(conn, T2, ids) == 0  # not the holder
         assert await outbox_sql.outbox_release(conn, T1, ids[:1]) == 1
     released = outbox_row(sql, ids[0])
@@ -114,7 +111,7 @@ async def test_a_retry_is_scheduled_in_the_row_and_not_claimed_before_it_is_due(
     await _claim(database, T1)
     now = await _now(database)
     assert await _record(database, T1, OutboxOutcome(event_id, "pending", "HTTP 503", 60.0), now=now) == {event_id}
-    async with database.engine.connect() as conn:
+    async with database.connection() as conn:
         until = await outbox_sql.outbox_seconds_until_next(conn, now=now)
         (row,) = await outbox_sql.outbox_list(conn, status="pending")
     assert until == pytest.approx(60.0, abs=0.01)
@@ -138,7 +135,7 @@ async def test_published_events_past_retention_are_deleted_in_batches(
     await _record(database, T1, *(OutboxOutcome(i, "failed", "HTTP 400") for i in failed), now=now - timedelta(hours=5))
     deleted = []
     for _ in range(4):
-        async with database.engine.begin() as conn:
+        async with database.transaction() as conn:
             deleted.append(await outbox_sql.outbox_delete_published(conn, retention_seconds=7200, limit=10, now=now))
     assert deleted == [10, 10, 5, 0]
     left = {str(r[0]) for r in sql.execute("SELECT id FROM kenning_outbox").fetchall()}
@@ -149,7 +146,7 @@ async def test_failed_events_are_retried_by_id_or_all_at_once(database: Database
     ids = await insert_events(database, 3)
     await _claim(database, T1)
     await _record(database, T1, *(OutboxOutcome(i, "failed", "gave up") for i in ids[:2]))
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         assert await outbox_sql.outbox_retry_failed(conn, [ids[0], ids[2]]) == [ids[0]]  # ids[2] is not failed
         assert await outbox_sql.outbox_statuses(conn, ids) == {
             ids[0]: "pending",

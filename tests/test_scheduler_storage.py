@@ -7,10 +7,9 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import text
 
 from kenning import App
-from kenning.db import Database
+from kenning.db import Database, statement
 from kenning.errors import ConfigurationError
 from kenning.registry import Registry
 from kenning.schedules import scheduled_workflows, tick_key
@@ -33,14 +32,14 @@ from tests.scheduler_support import (
 
 
 async def fire(database: Database, limit: int = 100, now: datetime | None = None) -> list[timers_sql.FiredWait]:
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         return await timers_sql.timer_fire_due(conn, limit=limit, now=now)
 
 
 async def fire_timeouts(
     database: Database, limit: int = 100, now: datetime | None = None
 ) -> list[timers_sql.FiredWait]:
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         return await timers_sql.subscription_timeout_fire_due(conn, limit=limit, now=now)
 
 
@@ -100,12 +99,10 @@ async def test_concurrent_fire_loops_fire_each_timer_once(database: Database, sq
 
 async def test_a_cancel_in_progress_is_skipped_not_waited_for_and_wins(database: Database, sql: Sql) -> None:
     insert_waiting_timers(sql, ["t1"], db_now(sql) - timedelta(seconds=1))
-    async with database.engine.connect() as cancelling:
-        transaction = await cancelling.begin()
+    async with database.transaction() as cancelling:
         assert await instances_sql.instance_request_cancel(cancelling, "t1") == ("waiting_for_timer", True)
         # the cancel holds the instance and timer rows: the scheduler skips them at once
         assert await asyncio.wait_for(fire(database), timeout=5) == []
-        await transaction.commit()
     assert await fire(database) == []
     assert sql.execute("SELECT count(*) FROM kenning_history").fetchone() == (0,)
     assert sql.execute("SELECT status, cancel_requested FROM kenning_instances").fetchone() == ("pending", True)
@@ -146,26 +143,26 @@ async def test_event_timeout_skips_a_subscription_being_delivered_and_delivery_w
     database: Database, sql: Sql
 ) -> None:
     insert_waiting_event(sql, "e1", db_now(sql) - timedelta(seconds=1))
-    async with database.engine.connect() as delivering:
-        transaction = await delivering.begin()
+    async with database.transaction() as delivering:
         # the delivery's lock on the subscription, as the worker delivering an event takes it
-        await delivering.execute(text("SELECT 1 FROM kenning_event_subscriptions WHERE instance_id = 'e1' FOR UPDATE"))
+        await delivering.execute(
+            statement("SELECT 1 FROM kenning_event_subscriptions WHERE instance_id = 'e1' FOR UPDATE")
+        )
         assert await asyncio.wait_for(fire_timeouts(database), timeout=5) == []
-        await delivering.execute(text("DELETE FROM kenning_event_subscriptions WHERE instance_id = 'e1'"))
-        await transaction.commit()
+        await delivering.execute(statement("DELETE FROM kenning_event_subscriptions WHERE instance_id = 'e1'"))
     assert await fire_timeouts(database) == []
     assert sql.execute("SELECT count(*) FROM kenning_history").fetchone() == (0,)
 
 
 async def test_next_due_is_the_earliest_timer_or_event_timeout(database: Database, sql: Sql) -> None:
     now = db_now(sql)
-    async with database.engine.connect() as conn:
+    async with database.connection() as conn:
         assert await timers_sql.timer_next_due(conn, now) == timers_sql.NextDue(now=now, seconds=None)
     insert_waiting_timers(sql, ["t1"], now + timedelta(seconds=30))
-    async with database.engine.connect() as conn:
+    async with database.connection() as conn:
         assert (await timers_sql.timer_next_due(conn, now)).seconds == pytest.approx(30)
     insert_waiting_event(sql, "e1", now + timedelta(seconds=10))
-    async with database.engine.connect() as conn:
+    async with database.connection() as conn:
         assert (await timers_sql.timer_next_due(conn, now)).seconds == pytest.approx(10)
         assert (await timers_sql.timer_next_due(conn, now + timedelta(seconds=40))).seconds == pytest.approx(-30)
 

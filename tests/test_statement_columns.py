@@ -21,11 +21,10 @@ import psycopg
 import pytest
 from psycopg import pq
 from sqlalchemy.engine import Row
-from sqlalchemy.sql.elements import TextClause
 
 import kenning.storage
 from kenning.db import Database
-from kenning.rawdb import compiled_sql
+from kenning.db import Statement as SqlStatement
 from kenning.storage import instances as instances_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage import timers as timers_sql
@@ -34,7 +33,7 @@ from kenning.storage.records import SuspendOutcome
 # The storage modules that hold SQL; each must contribute at least one statement that
 # returns rows, so a module the scan stopped seeing fails the test.
 MODULES_WITH_ROWS = {"history", "inbox", "instances", "outbox", "schedules", "subscriptions", "timers", "writes"}
-MIN_STATEMENTS = 40  # text() constants in kenning.storage today: 51
+MIN_STATEMENTS = 40  # statement() constants in kenning.storage today: 51
 MIN_WITH_ROWS = 30  # of which return rows today: 41
 
 # The name PostgreSQL gives an expression it cannot name.
@@ -55,16 +54,16 @@ DERIVED_FROM_EXPRESSION_SQL = """
 @dataclass(frozen=True)
 class Statement:
     name: str  # module.CONSTANT
-    clause: TextClause
+    clause: SqlStatement
 
 
 def storage_statements() -> list[Statement]:
-    """Every ``TextClause`` bound to a module-level name in a ``kenning.storage`` module."""
+    """Every ``kenning.db.Statement`` bound to a module-level name in a ``kenning.storage`` module."""
     found: dict[int, Statement] = {}
     for info in sorted(pkgutil.iter_modules(kenning.storage.__path__), key=lambda i: i.name):
         module = importlib.import_module(f"kenning.storage.{info.name}")
         for attribute, value in sorted(vars(module).items()):
-            if isinstance(value, TextClause) and id(value) not in found:
+            if isinstance(value, SqlStatement) and id(value) not in found:
                 found[id(value)] = Statement(f"{info.name}.{attribute}", value)
     return list(found.values())
 
@@ -72,7 +71,7 @@ def storage_statements() -> list[Statement]:
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
 
 
-def numbered(clause: TextClause) -> str:
+def numbered(clause: SqlStatement) -> str:
     """The statement as psycopg runs it, with ``%(name)s`` turned into ``$n`` (one number
     per name) for a server-side prepare."""
     numbers: dict[str, int] = {}
@@ -82,7 +81,7 @@ def numbered(clause: TextClause) -> str:
             return "%"
         return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
 
-    return _PLACEHOLDER.sub(replace, compiled_sql(clause))
+    return _PLACEHOLDER.sub(replace, clause.sql)
 
 
 def result_columns(conn: psycopg.Connection[tuple[object, ...]], statement: Statement) -> list[str] | None:
@@ -143,7 +142,7 @@ def test_every_statement_returns_uniquely_named_columns(database_url: str) -> No
             if columns is None:
                 continue
             with_rows.append(statement.name)
-            problems += column_problems(statement.name, statement.clause.text, columns, derived)
+            problems += column_problems(statement.name, statement.clause.sql, columns, derived)
         conn.rollback()
     assert not problems, "\n".join(problems)
     assert len(with_rows) >= MIN_WITH_ROWS, with_rows

@@ -9,9 +9,8 @@ from datetime import timedelta
 import psycopg
 import pytest
 from sqlalchemy import inspect as sa_inspect
-from sqlalchemy import text
 
-from kenning.db import Database
+from kenning.db import Database, statement
 from kenning.migrate import current_revision, head_revision, migrate
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
@@ -30,7 +29,7 @@ def test_migrations_are_idempotent_and_safe_to_run_concurrently(empty_database_u
 
 
 async def test_tables_module_matches_the_migrated_schema(database: Database) -> None:
-    async with database.engine.connect() as conn:
+    async with database.engine.connect() as conn:  # SQLAlchemy's reflection, to compare with its tables
         reflected = await conn.run_sync(
             lambda sync: {
                 name: {c["name"] for c in sa_inspect(sync).get_columns(name)}
@@ -43,7 +42,7 @@ async def test_tables_module_matches_the_migrated_schema(database: Database) -> 
 
 
 async def _insert(database: Database, n: int, prefix: str = "i") -> None:
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         for i in range(n):
             await instances_sql.instance_insert(
                 conn,
@@ -57,7 +56,7 @@ async def _insert(database: Database, n: int, prefix: str = "i") -> None:
 
 async def test_expired_lease_is_reclaimed_and_the_stale_token_is_fenced(database: Database) -> None:
     await _insert(database, 1)
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         (first,) = (
             await instances_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30)
         ).instances
@@ -66,14 +65,14 @@ async def test_expired_lease_is_reclaimed_and_the_stale_token_is_fenced(database
             await instances_sql.instance_claim(conn, owner="b", workflow_names=["wf"], limit=10, lease_seconds=30)
         ).instances == []
     later = await _db_now(database) + timedelta(seconds=31)
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         (second,) = (
             await instances_sql.instance_claim(
                 conn, owner="b", workflow_names=["wf"], limit=10, lease_seconds=30, now=later
             )
         ).instances
     assert second.id == first.id and second.lease_token != first.lease_token and second.run_count == 2
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         stale = await history_sql.history_record_step(
             conn,
             instance_id=first.id,
@@ -91,17 +90,20 @@ async def test_expired_lease_is_reclaimed_and_the_stale_token_is_fenced(database
             kind="ActivityCompleted",
             step_name="s",
             payload={"result": 2},
+            payload_bytes=b"\x00\xffraw",  # bytes travel inside the step's JSON (base64)
         )
         assert not await instances_sql.instance_complete(conn, first.id, first.lease_token, {"result": 1})
     assert stale is None and fresh is False
-    async with database.engine.connect() as conn:
+    async with database.connection() as conn:
         loaded = await history_sql.history_load(conn, [first.id])
-    assert [(r.step_id, r.payload) for r in loaded[first.id]] == [("s:1", {"result": 2})]
+    assert [(r.step_id, r.payload, r.payload_bytes) for r in loaded[first.id]] == [
+        ("s:1", {"result": 2}, b"\x00\xffraw")
+    ]
 
 
 async def _db_now(database: Database):  # type: ignore[no-untyped-def]
-    async with database.engine.connect() as conn:
-        return (await conn.execute(text("SELECT now()"))).scalar_one()
+    async with database.connection() as conn:
+        return (await conn.execute(statement("SELECT now() AS now"))).one().now
 
 
 async def test_claims_are_disjoint_under_concurrency(database: Database) -> None:
@@ -110,7 +112,7 @@ async def test_claims_are_disjoint_under_concurrency(database: Database) -> None
     async def claim(owner: str) -> list[str]:
         got: list[str] = []
         while True:
-            async with database.engine.begin() as conn:
+            async with database.transaction() as conn:
                 batch = (
                     await instances_sql.instance_claim(
                         conn, owner=owner, workflow_names=["wf"], limit=7, lease_seconds=30
@@ -148,20 +150,20 @@ async def test_claim_uses_the_partial_index_with_many_finished_instances(
 
 async def test_heartbeat_reports_leases_taken_over(database: Database) -> None:
     await _insert(database, 2)
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         claimed = (
             await instances_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30)
         ).instances
     tokens = [c.lease_token for c in claimed]
     later = await _db_now(database) + timedelta(seconds=60)
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         retaken = (
             await instances_sql.instance_claim(
                 conn, owner="b", workflow_names=["wf"], limit=1, lease_seconds=30, now=later
             )
         ).instances
     lost_id = retaken[0].id
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         lost = await instances_sql.instance_heartbeat(conn, tokens, 30)
     assert lost == {c.lease_token for c in claimed if c.id == lost_id}
 

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import text
 
 from kenning import Client
-from kenning.db import Database, connect
+from kenning.db import Database, connect, statement
 from kenning.storage.writes import InstanceWrite, writes_apply
 from tests.apps import core
 from tests.support import eventually, running_worker
@@ -26,9 +25,9 @@ def step(step_id: str, result: int) -> dict[str, object]:
 
 async def test_each_write_is_fenced_by_its_own_lease(database: Database, sql: Sql) -> None:
     held, cancelled = str(uuid.uuid4()), str(uuid.uuid4())
-    async with database.autocommit.connect() as conn:
+    async with database.connection() as conn:
         await conn.execute(
-            text(
+            statement(
                 "INSERT INTO kenning_instances (id, workflow_name, status, lease_token, cancel_requested) VALUES "
                 "('w-1', 'w', 'running', CAST(:held AS uuid), false), "
                 "('w-2', 'w', 'running', CAST(:cancelled AS uuid), true)"

@@ -146,6 +146,31 @@ class Executor:
         return Rows(rows, cursor.rowcount)
 
 
+class _ThroughSqlAlchemy(Executor):
+    """Transitional: a storage function called with a SQLAlchemy connection (code not yet
+    moved to ``Database.transaction()`` / ``executor_of``) runs its statement through it,
+    so errors stay SQLAlchemy's ``DBAPIError`` for the callers that catch those."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: SqlAlchemyConnection) -> None:
+        self.connection = connection
+
+    async def execute(self, query: Statement | TextClause, params: Mapping[str, Any] | None = None) -> Rows:
+        result = await self.connection.exec_driver_sql(
+            _psycopg_sql(query), dict(_NO_PARAMETERS if params is None else params)
+        )
+        return Rows(list(result) if result.returns_rows else [], result.rowcount)
+
+
+Connection = Executor | SqlAlchemyConnection
+"""Transitional: what storage functions accept until every caller passes an ``Executor``."""
+
+
+def executor(conn: Connection) -> Executor:
+    return conn if isinstance(conn, Executor) else _ThroughSqlAlchemy(conn)
+
+
 async def executor_of(connection: SqlAlchemyConnection) -> Executor:
     """Kenning's statements inside a SQLAlchemy transaction (``ctx.session``, an event
     handler's session): they run on the psycopg connection under it, so they commit or

@@ -12,11 +12,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import text
+from kenning.db import Connection, executor, statement
 
-from kenning.rawdb import Executor
-
-_DEFINITIONS_REGISTER = text(
+_DEFINITIONS_REGISTER = statement(
     """
     INSERT INTO kenning_workflow_definitions (workflow_name, source_hash, source)
     SELECT d.name, d.hash, d.source
@@ -33,16 +31,17 @@ class Definition:
     source: str
 
 
-async def definitions_register(conn: Executor, definitions: Sequence[Definition]) -> None:
+async def definitions_register(conn: Connection, definitions: Sequence[Definition]) -> None:
     """Record definitions in one statement: a worker's or a scheduler's workflows at its
     start, the one a client or the inbox starts an instance of."""
+    conn = executor(conn)
     if not definitions:
         return
     payload = [{"name": d.workflow_name, "hash": d.source_hash, "source": d.source} for d in definitions]
     await conn.execute(_DEFINITIONS_REGISTER, {"definitions": json.dumps(payload)})
 
 
-_DEFINITION_NAMES = text(
+_DEFINITION_NAMES = statement(
     """
     SELECT DISTINCT workflow_name AS workflow_name
     FROM kenning_workflow_definitions
@@ -51,24 +50,26 @@ _DEFINITION_NAMES = text(
 )
 
 
-async def definition_names(conn: Executor) -> list[str]:
+async def definition_names(conn: Connection) -> list[str]:
     """Every workflow name ever registered (the table holds one row per version)."""
+    conn = executor(conn)
     return [str(row.workflow_name) for row in await conn.execute(_DEFINITION_NAMES)]
 
 
-_DEFINITION_KNOWN = text(
+_DEFINITION_KNOWN = statement(
     """
     SELECT EXISTS (SELECT FROM kenning_workflow_definitions WHERE workflow_name = :name) AS known
     """
 )
 
 
-async def definition_known(conn: Executor, workflow_name: str) -> bool:
+async def definition_known(conn: Connection, workflow_name: str) -> bool:
+    conn = executor(conn)
     row = (await conn.execute(_DEFINITION_KNOWN, {"name": workflow_name})).one()
     return bool(row.known)
 
 
-_UNKNOWN_WORKFLOWS_PENDING = text(
+_UNKNOWN_WORKFLOWS_PENDING = statement(
     """
     -- A bounded sample, read in the claimable index's order: nobody claims instances of an
     -- unknown workflow, so they stay among the oldest due rows, where it looks first; the
@@ -95,9 +96,10 @@ class UnknownWorkflow:
     instances: int  # its pending instances in the sample, which no worker will ever claim
 
 
-async def unknown_workflows_pending(conn: Executor, limit: int = 100, sample: int = 1000) -> list[UnknownWorkflow]:
+async def unknown_workflows_pending(conn: Connection, limit: int = 100, sample: int = 1000) -> list[UnknownWorkflow]:
     """Workflow names that have no definition row at all, among the ``sample`` oldest
     pending instances: a backlog of claimable work queued before them hides them until
     it is claimed."""
+    conn = executor(conn)
     rows = await conn.execute(_UNKNOWN_WORKFLOWS_PENDING, {"limit": limit, "sample": sample})
     return [UnknownWorkflow(str(row.workflow_name), int(row.instances)) for row in rows]

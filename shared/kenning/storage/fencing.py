@@ -3,10 +3,14 @@
 ``LEASE_FENCE`` locks the instance row if and only if this worker's lease token still
 holds it; the CTEs that follow write only ``FROM fence``, so a stale worker writes nothing
 and sees zero rows. ``PENDING_STEP`` and ``SAVE_COMPENSATIONS`` fold the last step's
-record and newly registered compensations into the same statement.
+record and newly registered compensations into the same statement; ``insert_steps`` is
+the one form of the history insert of recorded steps.
 """
 
 from __future__ import annotations
+
+import base64
+from typing import Any
 
 LEASE_FENCE = """fence AS (
         SELECT id, cancel_requested FROM kenning_instances
@@ -14,13 +18,35 @@ LEASE_FENCE = """fence AS (
         FOR UPDATE
     )"""
 
-PENDING_STEP = """pending_step AS (
-        INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload)
-        SELECT fence.id, s.step_id, s.kind, s.step_name, s.payload
-        FROM fence, jsonb_to_recordset(CAST(:pending_step AS jsonb)) AS s(
-            step_id text, kind text, step_name text, payload jsonb)
+
+def insert_steps(cte: str, *, instance: str, source: str, steps: str, order_by: str = "") -> str:
+    """The one form of the step insert: a CTE named ``cte`` inserting the history rows in
+    ``steps`` (a jsonb array of ``step_json`` objects; ``n`` orders them when several
+    arrive together) for ``instance`` once per row of ``source`` (the fence: nothing is
+    inserted when the lease was lost). The fenced step write, the folded pending step
+    and the group-committed writes all use it."""
+    order = f"\n        ORDER BY {order_by}" if order_by else ""
+    return f"""{cte} AS (
+        INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload, payload_bytes)
+        SELECT {instance}, s.step_id, s.kind, s.step_name, s.payload, decode(s.payload_bytes, 'base64')
+        FROM {source}, jsonb_to_recordset({steps}) AS s(
+            n integer, step_id text, kind text, step_name text, payload jsonb, payload_bytes text){order}
         RETURNING 1
     )"""
+
+
+def step_json(
+    step_id: str, kind: str, step_name: str, payload: Any, payload_bytes: bytes | None = None
+) -> dict[str, Any]:
+    """One step as ``insert_steps`` reads it (bytes travel as base64 inside the JSON)."""
+    step: dict[str, Any] = {"step_id": step_id, "kind": kind, "step_name": step_name, "payload": payload}
+    if payload_bytes is not None:
+        step["payload_bytes"] = base64.b64encode(payload_bytes).decode("ascii")
+    return step
+
+
+# The step recorded just before a suspend or completion, folded into its statement
+PENDING_STEP = insert_steps("pending_step", instance="fence.id", source="fence", steps="CAST(:pending_step AS jsonb)")
 
 SAVE_COMPENSATIONS = """saved AS (
         INSERT INTO kenning_compensations

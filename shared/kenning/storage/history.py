@@ -13,13 +13,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import text
-
-from kenning.rawdb import Executor
-from kenning.storage.fencing import LEASE_FENCE, SAVE_COMPENSATIONS
+from kenning.db import Connection, executor, statement
+from kenning.storage.fencing import LEASE_FENCE, SAVE_COMPENSATIONS, insert_steps, step_json
 from kenning.storage.records import CompensationRecord, HistoryRecord
 
-_HISTORY_LOAD = text(
+_HISTORY_LOAD = statement(
     """
     SELECT instance_id, step_id, kind, step_name, payload, payload_bytes, created_at
     FROM kenning_history
@@ -29,8 +27,9 @@ _HISTORY_LOAD = text(
 )
 
 
-async def history_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str, list[HistoryRecord]]:
+async def history_load(conn: Connection, instance_ids: Sequence[str]) -> dict[str, list[HistoryRecord]]:
     """History of many instances in one round trip, oldest step first."""
+    conn = executor(conn)
     loaded: dict[str, list[HistoryRecord]] = defaultdict(list)
     if not instance_ids:
         return loaded
@@ -48,24 +47,22 @@ async def history_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str,
     return loaded
 
 
-_HISTORY_RECORD_STEP = text(
+_HISTORY_RECORD_STEP = statement(
     f"""
-    WITH {LEASE_FENCE}, recorded AS (
-        INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload, payload_bytes)
-        SELECT fence.id, :step_id, :kind, :step_name, CAST(:payload AS jsonb), :payload_bytes FROM fence
-        RETURNING 1
-    ), {SAVE_COMPENSATIONS}
+    WITH {LEASE_FENCE},
+    {insert_steps("recorded", instance="fence.id", source="fence", steps="CAST(:steps AS jsonb)")},
+    {SAVE_COMPENSATIONS}
     SELECT fence.cancel_requested FROM fence, recorded
     """
 )
-_INSTANCE_CLEAR_ATTEMPTS = text(
+_INSTANCE_CLEAR_ATTEMPTS = statement(
     "UPDATE kenning_instances SET attempts = attempts - CAST(:step AS text) "
     "WHERE id = :id AND lease_token = CAST(:token AS uuid)"
 )
 
 
 async def history_record_step(
-    conn: Executor,
+    conn: Connection,
     *,
     instance_id: str,
     token: str,
@@ -79,17 +76,14 @@ async def history_record_step(
 ) -> bool | None:
     """Record a step if the lease is still ours. Returns the instance's cancellation flag,
     or None when the lease was lost (nothing was written)."""
+    conn = executor(conn)
     row = (
         await conn.execute(
             _HISTORY_RECORD_STEP,
             {
                 "id": instance_id,
                 "token": token,
-                "step_id": step_id,
-                "kind": kind,
-                "step_name": step_name,
-                "payload": json.dumps(payload),
-                "payload_bytes": payload_bytes,
+                "steps": json.dumps([step_json(step_id, kind, step_name, payload, payload_bytes)]),
                 "compensations": json.dumps([c.to_json() for c in compensations]) if compensations else "[]",
             },
         )
@@ -101,7 +95,7 @@ async def history_record_step(
     return bool(row.cancel_requested)
 
 
-_COMPENSATIONS_LOAD = text(
+_COMPENSATIONS_LOAD = statement(
     """
     SELECT instance_id, comp_id, position, function_name, args, kwargs, retry_policy
     FROM kenning_compensations
@@ -111,7 +105,8 @@ _COMPENSATIONS_LOAD = text(
 )
 
 
-async def compensations_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str, list[CompensationRecord]]:
+async def compensations_load(conn: Connection, instance_ids: Sequence[str]) -> dict[str, list[CompensationRecord]]:
+    conn = executor(conn)
     loaded: dict[str, list[CompensationRecord]] = defaultdict(list)
     if not instance_ids:
         return loaded

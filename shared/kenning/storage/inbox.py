@@ -17,11 +17,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from kenning.rawdb import Executor
+from kenning.db import Connection, executor, statement
 from kenning.storage.clock import NOW, seconds_or_none
+from kenning.storage.names import CHANNEL_INBOX, notify
 
 CANCEL_SOURCE = "kenning.ingress"
 CANCEL_TYPE = "kenning.cancel"
@@ -64,8 +62,8 @@ class ClaimedRow:
     event: StoredEvent
 
 
-_INBOX_INSERT_EVENTS = text(
-    """
+_INBOX_INSERT_EVENTS = statement(
+    f"""
     WITH incoming AS (
         SELECT * FROM unnest(
             CAST(:sources AS text[]), CAST(:event_ids AS text[]), CAST(:event_types AS text[]),
@@ -81,14 +79,15 @@ _INBOX_INSERT_EVENTS = text(
         ON CONFLICT DO NOTHING
         RETURNING source, event_id
     )
-    SELECT source, event_id, pg_notify('kenning_inbox', '') IS NULL AS notified FROM inserted
+    SELECT source, event_id, {notify(CHANNEL_INBOX)} AS notified FROM inserted
     """
 )
 
 
-async def inbox_insert_events(conn: Executor, events: Sequence[NewEvent]) -> list[bool]:
+async def inbox_insert_events(conn: Connection, events: Sequence[NewEvent]) -> list[bool]:
     """Store ``events`` in one statement and wake workers. Returns, per event, whether it
     was stored (False: a duplicate by ``(source, id)``, also within the batch)."""
+    conn = executor(conn)
     if not events:
         return []
     params = {
@@ -112,8 +111,8 @@ async def inbox_insert_events(conn: Executor, events: Sequence[NewEvent]) -> lis
     return result
 
 
-_INBOX_INSERT_CANCEL = text(
-    """
+_INBOX_INSERT_CANCEL = statement(
+    f"""
     WITH target AS (
         SELECT id FROM kenning_instances WHERE id = :instance_id
     ), inserted AS (
@@ -121,15 +120,16 @@ _INBOX_INSERT_CANCEL = text(
         SELECT 'cancel', :source, CAST(gen_random_uuid() AS text), :event_type, id FROM target
         RETURNING id
     )
-    SELECT id, pg_notify('kenning_inbox', '') IS NULL AS notified FROM inserted
+    SELECT id, {notify(CHANNEL_INBOX)} AS notified FROM inserted
     """
 )
 
 
-async def inbox_insert_cancel(conn: Executor, instance_id: str) -> bool:
+async def inbox_insert_cancel(conn: Connection, instance_id: str) -> bool:
     """Store a cancellation request for ``instance_id`` and wake workers; False (nothing
     stored) for an unknown instance. Requests are not deduplicated: applying one twice
     is harmless."""
+    conn = executor(conn)
     row = (
         await conn.execute(
             _INBOX_INSERT_CANCEL, {"instance_id": instance_id, "source": CANCEL_SOURCE, "event_type": CANCEL_TYPE}
@@ -138,18 +138,19 @@ async def inbox_insert_cancel(conn: Executor, instance_id: str) -> bool:
     return row is not None
 
 
-_INBOX_CHECK_READY = text("SELECT true AS ready FROM kenning_inbox LIMIT 1")
+_INBOX_CHECK_READY = statement("SELECT true AS ready FROM kenning_inbox LIMIT 1")
 
 
-async def inbox_check_ready(conn: Executor) -> None:
+async def inbox_check_ready(conn: Connection) -> None:
     """Raises unless the database answers and the inbox table exists."""
+    conn = executor(conn)
     await conn.execute(_INBOX_CHECK_READY)
 
 
 _COLUMNS = """x.id AS inbox_id, x.kind, x.source, x.event_id, x.event_type, x.instance_id, x.attributes,
               x.data, x.data_bytes, x.received_at, x.attempts, CAST(x.claim_token AS text) AS claim_token"""
 
-_INBOX_CLAIM_PENDING = text(
+_INBOX_CLAIM_PENDING = statement(
     f"""
     WITH batch AS (
         SELECT id FROM kenning_inbox
@@ -185,7 +186,7 @@ def stored_event(row: Any) -> StoredEvent:
 
 
 async def inbox_claim_pending(
-    conn: Executor, *, limit: int, lease_seconds: float, now: datetime | None = None
+    conn: Connection, *, limit: int, lease_seconds: float, now: datetime | None = None
 ) -> list[ClaimedRow]:
     """Claim up to ``limit`` due rows, oldest first, in one round trip.
 
@@ -193,6 +194,7 @@ async def inbox_claim_pending(
     dies holding it leaves it to the next claim after that, with the attempt counted, so
     an event that kills its worker every time is parked after the maximum attempts.
     """
+    conn = executor(conn)
     result = await conn.execute(_INBOX_CLAIM_PENDING, {"limit": limit, "lease_seconds": lease_seconds, "now": now})
     rows = sorted(result, key=lambda row: int(row.inbox_id))
     return [
@@ -201,7 +203,7 @@ async def inbox_claim_pending(
     ]
 
 
-_INBOX_MARK_PROCESSED = text(
+_INBOX_MARK_PROCESSED = statement(
     """
     UPDATE kenning_inbox AS x
     SET status = 'processed', processed_at = now(), claim_token = NULL
@@ -212,10 +214,11 @@ _INBOX_MARK_PROCESSED = text(
 )
 
 
-async def inbox_mark_processed(conn: AsyncConnection, claims: Sequence[tuple[int, str]]) -> set[int]:
+async def inbox_mark_processed(conn: Connection, claims: Sequence[tuple[int, str]]) -> set[int]:
     """First statement of the processing transaction: mark the claimed rows processed,
     locking them until commit. Returns the ids marked; a row missing was reclaimed by
     another worker after its lease ran out and is not ours any more."""
+    conn = executor(conn)
     if not claims:
         return set()
     result = await conn.execute(
@@ -224,16 +227,17 @@ async def inbox_mark_processed(conn: AsyncConnection, claims: Sequence[tuple[int
     return {int(row.id) for row in result}
 
 
-_LIMIT_LOCK_WAIT = text("SELECT set_config('lock_timeout', :timeout, true) AS lock_timeout")
+_LIMIT_LOCK_WAIT = statement("SELECT set_config('lock_timeout', :timeout, true) AS lock_timeout")
 
 
-async def inbox_limit_lock_wait(conn: AsyncConnection, seconds: float) -> None:
+async def inbox_limit_lock_wait(conn: Connection, seconds: float) -> None:
     """``SET LOCAL lock_timeout`` for the rest of this transaction: a lock held longer
     raises ``LockNotAvailable`` instead of stalling the inbox loop."""
+    conn = executor(conn)
     await conn.execute(_LIMIT_LOCK_WAIT, {"timeout": f"{max(1, round(seconds * 1000))}ms"})
 
 
-_INBOX_RECORD_FAILURE = text(
+_INBOX_RECORD_FAILURE = statement(
     """
     UPDATE kenning_inbox
     SET status = CASE WHEN :park OR attempts >= :max_attempts THEN 'failed' ELSE 'pending' END,
@@ -249,7 +253,7 @@ _INBOX_RECORD_FAILURE = text(
 
 
 async def inbox_record_failure(
-    conn: Executor,
+    conn: Connection,
     inbox_id: int,
     token: str,
     *,
@@ -262,6 +266,7 @@ async def inbox_record_failure(
     """After a failed attempt: back off (``retry_seconds`` doubled per attempt, capped),
     or park the row as ``failed`` after ``max_attempts`` (at once with ``park``).
     Returns (new status, seconds until the retry), or None if the claim was lost."""
+    conn = executor(conn)
     row = (
         await conn.execute(
             _INBOX_RECORD_FAILURE,
@@ -279,8 +284,8 @@ async def inbox_record_failure(
     return None if row is None else (str(row.status), float(row.retry_in_seconds))
 
 
-_INBOX_RELEASE = text(
-    """
+_INBOX_RELEASE = statement(
+    f"""
     WITH released AS (
         UPDATE kenning_inbox AS x
         SET attempts = greatest(x.attempts - 1, 0), claim_token = NULL,
@@ -289,14 +294,15 @@ _INBOX_RELEASE = text(
         WHERE x.id = r.id AND x.claim_token = r.token AND x.status = 'pending'
         RETURNING x.id
     )
-    SELECT id, pg_notify('kenning_inbox', '') IS NULL AS notified FROM released
+    SELECT id, {notify(CHANNEL_INBOX)} AS notified FROM released
     """
 )
 
 
-async def inbox_release(conn: Executor, claims: Sequence[tuple[int, str]], delay_seconds: float = 0.0) -> int:
+async def inbox_release(conn: Connection, claims: Sequence[tuple[int, str]], delay_seconds: float = 0.0) -> int:
     """Give claimed rows back without counting the attempt (shutdown, or a lock held by a
     concurrent delivery), due again after ``delay_seconds``; wakes workers."""
+    conn = executor(conn)
     if not claims:
         return 0
     result = await conn.execute(
@@ -306,19 +312,20 @@ async def inbox_release(conn: Executor, claims: Sequence[tuple[int, str]], delay
     return len(result.all())
 
 
-_INBOX_NEXT_AVAILABLE = text(
+_INBOX_NEXT_AVAILABLE = statement(
     f"SELECT extract(epoch FROM min(available_at) - {NOW}) AS seconds_until_next FROM kenning_inbox "
     "WHERE status = 'pending'"
 )
 
 
-async def inbox_seconds_until_next(conn: Executor, now: datetime | None = None) -> float | None:
+async def inbox_seconds_until_next(conn: Connection, now: datetime | None = None) -> float | None:
     """Seconds until the next pending row is due (negative: already due), or None."""
+    conn = executor(conn)
     row = (await conn.execute(_INBOX_NEXT_AVAILABLE, {"now": now})).one()  # an aggregate: always one row
     return seconds_or_none(row.seconds_until_next)
 
 
-_INBOX_DELETE_PROCESSED = text(
+_INBOX_DELETE_PROCESSED = statement(
     f"""
     WITH expired AS (
         SELECT id FROM kenning_inbox
@@ -335,10 +342,11 @@ _INBOX_DELETE_PROCESSED = text(
 
 
 async def inbox_delete_processed(
-    conn: Executor, *, retention_seconds: float, limit: int, now: datetime | None = None
+    conn: Connection, *, retention_seconds: float, limit: int, now: datetime | None = None
 ) -> int:
     """Delete up to ``limit`` rows processed more than ``retention_seconds`` ago; parked
     (``failed``) rows stay for operators. Returns how many were deleted."""
+    conn = executor(conn)
     row = (
         await conn.execute(
             _INBOX_DELETE_PROCESSED, {"retention_seconds": retention_seconds, "limit": limit, "now": now}

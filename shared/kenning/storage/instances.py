@@ -14,27 +14,32 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import TextClause, text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from kenning.rawdb import Executor
+from kenning.db import Connection, Statement, executor, statement
 from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
+from kenning.storage.names import (
+    ACTIVITY_FAILED,
+    CHANNEL_INSTANCES,
+    COMPENSATION_EXECUTED,
+    COMPENSATION_FAILED,
+    EVENT_TIMEOUT,
+    notify,
+)
 from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow, ParkedInstance
 
-_INSTANCE_INSERT = text(
-    """
+_INSTANCE_INSERT = statement(
+    f"""
     WITH inserted AS (
         INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at)
         VALUES (:id, :name, :hash, CAST(:input AS jsonb), :key, now())
         ON CONFLICT DO NOTHING
         RETURNING id
     )
-    SELECT id, pg_notify('kenning_instances', '') IS NULL AS notified FROM inserted
+    SELECT id, {notify(CHANNEL_INSTANCES)} AS notified FROM inserted
     """
 )
-_INSTANCES_INSERT_MANY = text(
-    """
+_INSTANCES_INSERT_MANY = statement(
+    f"""
     WITH incoming AS (
         SELECT * FROM jsonb_to_recordset(CAST(:starts AS jsonb)) AS s(
             position integer, id text, name text, hash text, input jsonb, key text)
@@ -46,7 +51,7 @@ _INSTANCES_INSERT_MANY = text(
     )
     -- identical notifications of one transaction reach listeners once: one wake-up per batch;
     -- two starts of one explicit id in a batch: the first is the one inserted
-    SELECT DISTINCT ON (s.id) s.position, pg_notify('kenning_instances', '') IS NULL AS notified
+    SELECT DISTINCT ON (s.id) s.position, {notify(CHANNEL_INSTANCES)} AS notified
     FROM incoming AS s JOIN inserted AS i ON i.id = s.id
     ORDER BY s.id, s.position
     """
@@ -62,10 +67,11 @@ class NewInstance:
     idempotency_key: str | None = None
 
 
-async def instances_insert_many(conn: Executor, starts: Sequence[NewInstance]) -> list[bool]:
+async def instances_insert_many(conn: Connection, starts: Sequence[NewInstance]) -> list[bool]:
     """Insert runnable instances in one statement and wake workers once. Per start,
     whether it was inserted (False: its id or idempotency key exists already; see
     ``instance_find_existing``)."""
+    conn = executor(conn)
     if not starts:
         return []
     payload = [
@@ -85,7 +91,7 @@ async def instances_insert_many(conn: Executor, starts: Sequence[NewInstance]) -
     return inserted
 
 
-_INSTANCE_FIND_EXISTING = text(
+_INSTANCE_FIND_EXISTING = statement(
     """
     SELECT id FROM kenning_instances
     WHERE id = :id OR (workflow_name = :name AND idempotency_key = CAST(:key AS text))
@@ -95,7 +101,7 @@ _INSTANCE_FIND_EXISTING = text(
 
 
 async def instance_insert(
-    conn: Executor,
+    conn: Connection,
     *,
     instance_id: str,
     workflow_name: str,
@@ -104,6 +110,7 @@ async def instance_insert(
     idempotency_key: str | None,
 ) -> tuple[str, bool]:
     """Insert a runnable instance and wake workers; ``(id, False)`` if it already existed."""
+    conn = executor(conn)
     params = {
         "id": instance_id,
         "name": workflow_name,
@@ -118,9 +125,10 @@ async def instance_insert(
 
 
 async def instance_find_existing(
-    conn: Executor, instance_id: str, workflow_name: str, idempotency_key: str | None
+    conn: Connection, instance_id: str, workflow_name: str, idempotency_key: str | None
 ) -> str:
     """The instance a start conflicted with: same id, or same workflow and idempotency key."""
+    conn = executor(conn)
     params = {"id": instance_id, "name": workflow_name, "key": idempotency_key}
     existing = (await conn.execute(_INSTANCE_FIND_EXISTING, params)).first()
     if existing is None:  # a concurrent insert of the same key has not committed yet
@@ -177,7 +185,7 @@ _CLAIM_SET = """
 
 
 @functools.cache
-def _claim_statement(max_runs: int, take_suspect: bool) -> TextClause:
+def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
     """The claim of a worker with this ``--max-runs`` that may (or may not, because it
     runs one already) take a suspect: an instance whose previous run did not end cleanly
     (its lease expired, or the run raised and ``instance_release_crashed`` handed it back).
@@ -218,7 +226,7 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> TextClause:
         reason=CRASH_LOOP,
         message=_crash_loop_format(max_runs),
     )
-    return text(
+    return statement(
         f"""
     WITH candidates AS (
         SELECT id, lease_token IS NOT NULL AS suspect, runs_without_progress, claimed_at, available_at
@@ -277,7 +285,7 @@ class Claim:
 
 
 async def instance_claim(
-    conn: Executor,
+    conn: Connection,
     *,
     owner: str,
     workflow_names: Sequence[str],
@@ -295,6 +303,7 @@ async def instance_claim(
     without a step recorded park the instance (``Claim.parked``). ``take_suspect=False``
     leaves expired leases to other workers (this one runs such an instance already).
     """
+    conn = executor(conn)
     if max_runs < 1:
         raise ValueError("max_runs must be at least 1")
     result = await conn.execute(
@@ -331,7 +340,7 @@ async def instance_claim(
     return Claim(instances, until, parked)
 
 
-_INSTANCE_HEARTBEAT = text(
+_INSTANCE_HEARTBEAT = statement(
     """
     WITH mine AS (
         SELECT id FROM kenning_instances
@@ -344,18 +353,19 @@ _INSTANCE_HEARTBEAT = text(
     RETURNING CAST(i.lease_token AS text) AS lease_token
     """
 )
-_INSTANCE_LEASES_HELD = text(
+_INSTANCE_LEASES_HELD = statement(
     "SELECT CAST(lease_token AS text) AS lease_token FROM kenning_instances "
     "WHERE lease_token = ANY(CAST(:tokens AS uuid[]))"
 )
 
 
-async def instance_heartbeat(conn: AsyncConnection, tokens: Sequence[str], lease_seconds: float) -> set[str]:
+async def instance_heartbeat(conn: Connection, tokens: Sequence[str], lease_seconds: float) -> set[str]:
     """Extend the leases still held; returns the tokens that are no longer held.
 
     Rows locked by an in-flight step write are skipped rather than waited for: that write
     holds the lease already, and the next heartbeat extends it.
     """
+    conn = executor(conn)
     if not tokens:
         return set()
     renewed = {
@@ -369,7 +379,7 @@ async def instance_heartbeat(conn: AsyncConnection, tokens: Sequence[str], lease
     return {t for t in unconfirmed if t not in held}
 
 
-_INSTANCE_COMPLETE = text(
+_INSTANCE_COMPLETE = statement(
     f"""
     -- the workflow's last step is folded into its completion: one statement, one commit
     WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}
@@ -384,17 +394,18 @@ _INSTANCE_COMPLETE = text(
 
 
 async def instance_complete(
-    conn: Executor, instance_id: str, token: str, result: Any, folded: FoldedWrites | None = None
+    conn: Connection, instance_id: str, token: str, result: Any, folded: FoldedWrites | None = None
 ) -> bool:
     """Complete a leased instance, recording its last step in the same statement: the
     single-instance form of ``writes.writes_apply``, which workers use; the benchmark's
     bare engine drives this one."""
+    conn = executor(conn)
     params = {"id": instance_id, "token": token, "result": json.dumps(result), **(folded or FoldedWrites()).params()}
     row = (await conn.execute(_INSTANCE_COMPLETE, params)).first()
     return row is not None
 
 
-_INSTANCE_FINISH = text(
+_INSTANCE_FINISH = statement(
     """
     UPDATE kenning_instances
     SET status = :status, error = coalesce(CAST(:error AS jsonb), error), lease_token = NULL, lease_owner = NULL,
@@ -406,9 +417,10 @@ _INSTANCE_FINISH = text(
 
 
 async def instance_finish(
-    conn: Executor, instance_id: str, token: str, status: str, error: dict[str, Any] | None
+    conn: Connection, instance_id: str, token: str, status: str, error: dict[str, Any] | None
 ) -> bool:
     """End an instance ``failed`` or ``cancelled``; the error is kept for operators."""
+    conn = executor(conn)
     row = (
         await conn.execute(
             _INSTANCE_FINISH,
@@ -418,7 +430,7 @@ async def instance_finish(
     return row is not None
 
 
-_INSTANCE_BEGIN_COMPENSATING = text(
+_INSTANCE_BEGIN_COMPENSATING = statement(
     f"""
     WITH {LEASE_FENCE}, fenced AS (
         UPDATE kenning_instances AS i
@@ -433,12 +445,13 @@ _INSTANCE_BEGIN_COMPENSATING = text(
 
 
 async def instance_begin_compensating(
-    conn: Executor,
+    conn: Connection,
     instance_id: str,
     token: str,
     error: dict[str, Any] | None,
     compensations_json: list[dict[str, Any]],
 ) -> bool:
+    conn = executor(conn)
     row = (
         await conn.execute(
             _INSTANCE_BEGIN_COMPENSATING,
@@ -453,7 +466,7 @@ async def instance_begin_compensating(
     return row is not None and row.updated_count == 1
 
 
-_INSTANCE_RECORD_ATTEMPT = text(
+_INSTANCE_RECORD_ATTEMPT = statement(
     """
     UPDATE kenning_instances
     SET attempts = jsonb_set(attempts, ARRAY[CAST(:step AS text)], jsonb_build_object(
@@ -470,10 +483,11 @@ _INSTANCE_RECORD_ATTEMPT = text(
 
 
 async def instance_record_attempt(
-    conn: Executor, instance_id: str, token: str, step_id: str, attempt: int, error: str
+    conn: Connection, instance_id: str, token: str, step_id: str, attempt: int, error: str
 ) -> tuple[float, bool] | None:
     """Count a failed attempt in the database; returns (seconds since the first failure,
     cancel requested), or None if the lease was lost."""
+    conn = executor(conn)
     row = (
         await conn.execute(
             _INSTANCE_RECORD_ATTEMPT,
@@ -483,8 +497,8 @@ async def instance_record_attempt(
     return None if row is None else (float(row.seconds_since_first_failure), bool(row.cancel_requested))
 
 
-_INSTANCE_RESCHEDULE = text(
-    """
+_INSTANCE_RESCHEDULE = statement(
+    f"""
     WITH released AS (
         UPDATE kenning_instances
         SET status = CASE WHEN status = 'running' THEN 'pending' ELSE status END,
@@ -495,24 +509,25 @@ _INSTANCE_RESCHEDULE = text(
         WHERE id = :id AND lease_token = CAST(:token AS uuid)
         RETURNING id, available_at <= now() AS due
     )
-    SELECT id, CASE WHEN due THEN pg_notify('kenning_instances', '') IS NULL END AS notified FROM released
+    SELECT id, CASE WHEN due THEN {notify(CHANNEL_INSTANCES)} END AS notified FROM released
     """
 )
 
 
-async def instance_release(conn: Executor, instance_id: str, token: str, delay_seconds: float = 0.0) -> bool:
+async def instance_release(conn: Connection, instance_id: str, token: str, delay_seconds: float = 0.0) -> bool:
     """Give the lease back so any worker may claim the instance after ``delay_seconds``.
 
     Used for durable retry back-offs (the worker is freed while it waits) and for
     instances still in flight when a worker shuts down.
     """
+    conn = executor(conn)
     row = (
         await conn.execute(_INSTANCE_RESCHEDULE, {"id": instance_id, "token": token, "delay": delay_seconds})
     ).first()
     return row is not None
 
 
-_INSTANCE_RELEASE_CRASHED = text(
+_INSTANCE_RELEASE_CRASHED = statement(
     """
     -- the run raised: the instance is handed back as if its lease had expired (a fresh
     -- token nobody holds, due after the delay), so the next claim takes it as a suspect
@@ -526,14 +541,15 @@ _INSTANCE_RELEASE_CRASHED = text(
 )
 
 
-async def instance_release_crashed(conn: Executor, instance_id: str, token: str, delay_seconds: float) -> bool:
+async def instance_release_crashed(conn: Connection, instance_id: str, token: str, delay_seconds: float) -> bool:
     """Hand back an instance whose run raised unexpectedly, counted as a run without
     progress (``runs_without_progress``, ``--max-runs``) unless it recorded a step."""
+    conn = executor(conn)
     params = {"id": instance_id, "token": token, "delay": delay_seconds}
     return (await conn.execute(_INSTANCE_RELEASE_CRASHED, params)).first() is not None
 
 
-_INSTANCE_PROGRESSED = text(
+_INSTANCE_PROGRESSED = statement(
     """
     SELECT EXISTS (
         SELECT FROM kenning_instances AS i JOIN kenning_history AS h ON h.instance_id = i.id
@@ -543,15 +559,16 @@ _INSTANCE_PROGRESSED = text(
 )
 
 
-async def instance_progressed(conn: Executor, token: str) -> bool:
+async def instance_progressed(conn: Connection, token: str) -> bool:
     """Whether the run holding this lease recorded a step since its claim: the claim's
     own test of progress, for a worker whose suspect records steps in transactions of
     their own (``history_record_step``) rather than through its group commit."""
+    conn = executor(conn)
     row = (await conn.execute(_INSTANCE_PROGRESSED, {"token": token})).first()
     return row is not None and bool(row.progressed)
 
 
-_INSTANCE_REQUEST_CANCEL = text(
+_INSTANCE_REQUEST_CANCEL = statement(
     f"""
     WITH target AS (
         SELECT id, status, status = 'failed' AND coalesce(error ->> 'reason' = '{CRASH_LOOP}', false) AS crash_loop
@@ -581,22 +598,23 @@ _INSTANCE_REQUEST_CANCEL = text(
         DELETE FROM kenning_timers WHERE instance_id IN (SELECT id FROM flagged) RETURNING 1
     )
     SELECT target.status AS previous_status, (SELECT count(*) FROM flagged) > 0 AS flagged,
-           pg_notify('kenning_instances', '') IS NULL AS notified
+           {notify(CHANNEL_INSTANCES)} AS notified
     FROM target
     """
 )
 
 
-async def instance_request_cancel(conn: AsyncConnection, instance_id: str) -> tuple[str, bool] | None:
+async def instance_request_cancel(conn: Connection, instance_id: str) -> tuple[str, bool] | None:
     """Ask for cancellation. Returns (status before, whether it will be cancelled), or None
     for an unknown instance. Finished instances are left as they are, but for one parked
     as ``crash_loop``: it resumes to be compensated (its body runs only up to its next new
     step), since giving up on it is what an operator may want instead of a retry."""
+    conn = executor(conn)
     row = (await conn.execute(_INSTANCE_REQUEST_CANCEL, {"id": instance_id})).first()
     return None if row is None else (str(row.previous_status), bool(row.flagged))
 
 
-_INSTANCE_GET = text(
+_INSTANCE_GET = statement(
     """
     SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
            available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key,
@@ -611,12 +629,13 @@ def _instance_row(row: Any) -> InstanceRow:
     return InstanceRow(**row._asdict())
 
 
-async def instance_get(conn: Executor, instance_id: str) -> InstanceRow | None:
+async def instance_get(conn: Connection, instance_id: str) -> InstanceRow | None:
+    conn = executor(conn)
     row = (await conn.execute(_INSTANCE_GET, {"id": instance_id})).first()
     return None if row is None else _instance_row(row)
 
 
-_INSTANCE_LIST = text(
+_INSTANCE_LIST = statement(
     """
     SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
            available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key,
@@ -631,26 +650,27 @@ _INSTANCE_LIST = text(
 
 
 async def instance_list(
-    conn: AsyncConnection, *, status: str | None = None, workflow_name: str | None = None, limit: int = 50
+    conn: Connection, *, status: str | None = None, workflow_name: str | None = None, limit: int = 50
 ) -> list[InstanceRow]:
+    conn = executor(conn)
     result = await conn.execute(_INSTANCE_LIST, {"status": status, "workflow": workflow_name, "limit": limit})
     return [_instance_row(row) for row in result]
 
 
-_INSTANCE_RETRY = text(
+_INSTANCE_RETRY = statement(
     f"""
     WITH target AS (
         SELECT i.id,
                coalesce(i.error ->> 'reason' = '{CRASH_LOOP}', false) AS crash_loop,
                (SELECT count(*) FROM kenning_history h
-                WHERE h.instance_id = i.id AND h.kind = 'CompensationExecuted') AS compensated
+                WHERE h.instance_id = i.id AND h.kind = '{COMPENSATION_EXECUTED}') AS compensated
         FROM kenning_instances i
         WHERE i.id = :id AND i.status = 'failed'
         FOR UPDATE
     ), cleared AS (
         DELETE FROM kenning_history h USING target
         WHERE h.instance_id = target.id AND target.compensated = 0 AND NOT target.crash_loop
-          AND h.kind IN ('ActivityFailed', 'EventTimeout', 'CompensationFailed')
+          AND h.kind IN ('{ACTIVITY_FAILED}', '{EVENT_TIMEOUT}', '{COMPENSATION_FAILED}')
         RETURNING h.step_id
     ), retried AS (
         -- a crash-looped instance failed in no step: it resumes where it was parked (its
@@ -670,13 +690,13 @@ _INSTANCE_RETRY = text(
     )
     SELECT target.compensated, target.crash_loop, (SELECT count(*) FROM cleared) AS cleared_count,
            (SELECT count(*) FROM retried) AS retried_count,
-           (SELECT pg_notify('kenning_instances', '') IS NULL FROM retried) AS notified
+           (SELECT {notify(CHANNEL_INSTANCES)} FROM retried) AS notified
     FROM target
     """
 )
 
 
-async def instance_retry(conn: AsyncConnection, instance_id: str) -> dict[str, Any]:
+async def instance_retry(conn: Connection, instance_id: str) -> dict[str, Any]:
     """Make a failed instance runnable again: its failed steps are forgotten, so replay
     re-runs them, and every step that succeeded is replayed from history.
 
@@ -684,6 +704,7 @@ async def instance_retry(conn: AsyncConnection, instance_id: str) -> dict[str, A
     leave the saga inconsistent; start a new instance instead. A crash-looped instance
     (parked by the claim) resumes as it was parked, its run counter reset.
     """
+    conn = executor(conn)
     row = (await conn.execute(_INSTANCE_RETRY, {"id": instance_id})).first()
     if row is None:
         return {"retried": False, "message": "only a failed instance can be retried"}

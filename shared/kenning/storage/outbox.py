@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from kenning.db import Connection, executor, statement
 from kenning.storage.clock import NOW, seconds_or_none
+from kenning.storage.names import CHANNEL_OUTBOX, notify
 
 OUTBOX_STATUSES = ("pending", "publishing", "published", "failed")
 
@@ -76,8 +75,8 @@ class OutboxOutcome:
         return {"id": self.id, "status": self.status, "error": self.error, "retry_in": self.retry_in}
 
 
-_OUTBOX_INSERT = text(
-    """
+_OUTBOX_INSERT = statement(
+    f"""
     WITH inserted AS (
         INSERT INTO kenning_outbox
             (id, instance_id, event_type, source, subject, content_type, data, data_bytes, extensions)
@@ -85,13 +84,13 @@ _OUTBOX_INSERT = text(
                 CAST(:data AS jsonb), :data_bytes, CAST(:extensions AS jsonb))
         RETURNING id
     )
-    SELECT pg_notify('kenning_outbox', '') IS NULL AS notified FROM inserted
+    SELECT {notify(CHANNEL_OUTBOX)} AS notified FROM inserted
     """
 )
 
 
 async def outbox_insert(
-    conn: AsyncConnection,
+    conn: Connection,
     *,
     event_id: str,
     instance_id: str | None,
@@ -107,6 +106,7 @@ async def outbox_insert(
 
     ``data_json`` is JSON text (NULL for no data); ``data_bytes`` carries binary data.
     """
+    conn = executor(conn)
     await conn.execute(
         _OUTBOX_INSERT,
         {
@@ -123,7 +123,7 @@ async def outbox_insert(
     )
 
 
-_OUTBOX_CLAIM = text(
+_OUTBOX_CLAIM = statement(
     f"""
     WITH candidates AS (
         SELECT o.id FROM kenning_outbox AS o
@@ -155,7 +155,7 @@ _OUTBOX_CLAIM = text(
 
 
 async def outbox_claim_pending(
-    conn: AsyncConnection,
+    conn: Connection,
     *,
     owner: str,
     token: str,
@@ -170,6 +170,7 @@ async def outbox_claim_pending(
     lease (a relayer that died): expired leases are reclaimed here, not by a sweeper.
     Each claim counts as an attempt.
     """
+    conn = executor(conn)
     result = await conn.execute(
         _OUTBOX_CLAIM,
         {"owner": owner, "token": token, "limit": limit, "lease_seconds": lease_seconds, "now": now},
@@ -177,7 +178,7 @@ async def outbox_claim_pending(
     return sorted((_row(row) for row in result), key=lambda r: r.created_seq)
 
 
-_OUTBOX_EXTEND_LEASE = text(
+_OUTBOX_EXTEND_LEASE = statement(
     f"""
     UPDATE kenning_outbox
     SET available_at = {NOW} + make_interval(secs => :lease_seconds)
@@ -187,15 +188,16 @@ _OUTBOX_EXTEND_LEASE = text(
 
 
 async def outbox_extend_lease(
-    conn: AsyncConnection, token: str, ids: Sequence[str], lease_seconds: float, now: datetime | None = None
+    conn: Connection, token: str, ids: Sequence[str], lease_seconds: float, now: datetime | None = None
 ) -> int:
     """Extend the lease on those of ``ids`` still held under ``token``; returns how many."""
+    conn = executor(conn)
     params = {"ids": list(ids), "token": token, "lease_seconds": lease_seconds, "now": now}
     result = await conn.execute(_OUTBOX_EXTEND_LEASE, params)
     return int(result.rowcount)
 
 
-_OUTBOX_RECORD_OUTCOMES = text(
+_OUTBOX_RECORD_OUTCOMES = statement(
     f"""
     WITH outcome AS (
         SELECT * FROM jsonb_to_recordset(CAST(:outcomes AS jsonb))
@@ -216,11 +218,12 @@ _OUTBOX_RECORD_OUTCOMES = text(
 
 
 async def outbox_record_outcomes(
-    conn: AsyncConnection, token: str, outcomes: Sequence[OutboxOutcome], now: datetime | None = None
+    conn: Connection, token: str, outcomes: Sequence[OutboxOutcome], now: datetime | None = None
 ) -> set[str]:
     """Record a batch's outcomes (published, next attempt, dead letter) in one statement,
     fenced by the lease token; returns the ids written. A missing id means the lease was
     lost and another relayer owns the row now."""
+    conn = executor(conn)
     if not outcomes:
         return set()
     payload = json.dumps([o.to_json() for o in outcomes])
@@ -228,8 +231,8 @@ async def outbox_record_outcomes(
     return {row.id for row in result}
 
 
-_OUTBOX_RELEASE = text(
-    """
+_OUTBOX_RELEASE = statement(
+    f"""
     WITH released AS (
         UPDATE kenning_outbox
         SET status = 'pending', lease_token = NULL, available_at = now(), attempts = greatest(attempts - 1, 0)
@@ -238,21 +241,22 @@ _OUTBOX_RELEASE = text(
         RETURNING id
     )
     SELECT count(*) AS released_count,
-           CASE WHEN count(*) > 0 THEN pg_notify('kenning_outbox', '') IS NULL END AS notified
+           CASE WHEN count(*) > 0 THEN {notify(CHANNEL_OUTBOX)} END AS notified
     FROM released
     """
 )
 
 
-async def outbox_release(conn: AsyncConnection, token: str, ids: Sequence[str]) -> int:
+async def outbox_release(conn: Connection, token: str, ids: Sequence[str]) -> int:
     """Hand back claimed rows that were not attempted (shutdown), uncounted, due now."""
+    conn = executor(conn)
     if not ids:
         return 0
     row = (await conn.execute(_OUTBOX_RELEASE, {"token": token, "ids": list(ids)})).first()
     return 0 if row is None else int(row.released_count)
 
 
-_OUTBOX_NEXT_AVAILABLE = text(
+_OUTBOX_NEXT_AVAILABLE = statement(
     f"""
     SELECT extract(epoch FROM min(available_at) - {NOW}) AS seconds_until_next
     FROM kenning_outbox WHERE status IN ('pending', 'publishing') AND available_at > {NOW}
@@ -260,15 +264,16 @@ _OUTBOX_NEXT_AVAILABLE = text(
 )
 
 
-async def outbox_seconds_until_next(conn: AsyncConnection, now: datetime | None = None) -> float | None:
+async def outbox_seconds_until_next(conn: Connection, now: datetime | None = None) -> float | None:
     """Seconds until the next event that is not yet due becomes due (a retry back-off or a
     lease expiring), or None. Events due already but not claimed are held back by an
     earlier event of their instance, or are being claimed by another relayer."""
+    conn = executor(conn)
     row = (await conn.execute(_OUTBOX_NEXT_AVAILABLE, {"now": now})).one()  # an aggregate: always one row
     return seconds_or_none(row.seconds_until_next)
 
 
-_OUTBOX_DELETE_PUBLISHED = text(
+_OUTBOX_DELETE_PUBLISHED = statement(
     f"""
     WITH doomed AS (
         SELECT id FROM kenning_outbox
@@ -283,14 +288,15 @@ _OUTBOX_DELETE_PUBLISHED = text(
 
 
 async def outbox_delete_published(
-    conn: AsyncConnection, *, retention_seconds: float, limit: int, now: datetime | None = None
+    conn: Connection, *, retention_seconds: float, limit: int, now: datetime | None = None
 ) -> int:
     """Delete up to ``limit`` events published more than ``retention_seconds`` ago."""
+    conn = executor(conn)
     result = await conn.execute(_OUTBOX_DELETE_PUBLISHED, {"retention": retention_seconds, "limit": limit, "now": now})
     return int(result.rowcount)
 
 
-_OUTBOX_LIST = text(
+_OUTBOX_LIST = statement(
     f"""
     SELECT {_COLUMNS}
     FROM kenning_outbox AS o
@@ -303,40 +309,43 @@ _OUTBOX_LIST = text(
 
 
 async def outbox_list(
-    conn: AsyncConnection, *, status: str | None = None, instance_id: str | None = None, limit: int = 50
+    conn: Connection, *, status: str | None = None, instance_id: str | None = None, limit: int = 50
 ) -> list[OutboxRow]:
     """Events newest first, optionally of one status or one instance."""
+    conn = executor(conn)
     result = await conn.execute(_OUTBOX_LIST, {"status": status, "instance_id": instance_id, "limit": limit})
     return [_row(row) for row in result]
 
 
-_OUTBOX_STATUSES = text(
+_OUTBOX_STATUSES = statement(
     "SELECT CAST(id AS text) AS id, status FROM kenning_outbox WHERE id = ANY(CAST(:ids AS uuid[]))"
 )
 
 
-async def outbox_statuses(conn: AsyncConnection, ids: Sequence[str]) -> dict[str, str]:
+async def outbox_statuses(conn: Connection, ids: Sequence[str]) -> dict[str, str]:
     """The status of each of ``ids`` that exists."""
+    conn = executor(conn)
     if not ids:
         return {}
     return {row.id: row.status for row in await conn.execute(_OUTBOX_STATUSES, {"ids": list(ids)})}
 
 
-_OUTBOX_RETRY_FAILED = text(
-    """
+_OUTBOX_RETRY_FAILED = statement(
+    f"""
     WITH retried AS (
         UPDATE kenning_outbox
         SET status = 'pending', attempts = 0, available_at = now(), lease_token = NULL
         WHERE status = 'failed' AND (CAST(:all_failed AS boolean) OR id = ANY(CAST(:ids AS uuid[])))
         RETURNING CAST(id AS text) AS id
     )
-    SELECT id, pg_notify('kenning_outbox', '') IS NULL AS notified FROM retried
+    SELECT id, {notify(CHANNEL_OUTBOX)} AS notified FROM retried
     """
 )
 
 
-async def outbox_retry_failed(conn: AsyncConnection, ids: Sequence[str] | None) -> list[str]:
+async def outbox_retry_failed(conn: Connection, ids: Sequence[str] | None) -> list[str]:
     """Put dead-lettered events back to pending with a fresh attempt count, due now;
     ``ids=None`` means every failed event. Returns the ids retried."""
+    conn = executor(conn)
     params = {"all_failed": ids is None, "ids": list(ids or [])}
     return sorted(row.id for row in await conn.execute(_OUTBOX_RETRY_FAILED, params))

@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from kenning.db import Connection, executor, statement
+from kenning.storage.names import CHANNEL_INSTANCES, COMPENSATION_FAILED, notify
 
-from kenning.rawdb import Executor
-
-_SAGA_FAIL = text(
+_SAGA_FAIL = statement(
     """
     UPDATE kenning_instances
     SET status = 'failed', error = CAST(:error AS jsonb) || jsonb_build_object('workflow_error', error),
@@ -26,23 +24,24 @@ _SAGA_FAIL = text(
 )
 
 
-async def saga_fail(conn: Executor, instance_id: str, token: str, error: dict[str, Any]) -> bool:
+async def saga_fail(conn: Connection, instance_id: str, token: str, error: dict[str, Any]) -> bool:
     """End a leased instance ``failed`` because compensations failed; False if the lease
     was lost."""
+    conn = executor(conn)
     row = (await conn.execute(_SAGA_FAIL, {"id": instance_id, "token": token, "error": json.dumps(error)})).first()
     return row is not None
 
 
-_SAGA_RETRY = text(
-    """
+_SAGA_RETRY = statement(
+    f"""
     WITH target AS (
         SELECT i.id FROM kenning_instances i
         WHERE i.id = :id AND i.status = 'failed'
-          AND EXISTS (SELECT FROM kenning_history h WHERE h.instance_id = i.id AND h.kind = 'CompensationFailed')
+          AND EXISTS (SELECT FROM kenning_history h WHERE h.instance_id = i.id AND h.kind = '{COMPENSATION_FAILED}')
         FOR UPDATE
     ), cleared AS (
         DELETE FROM kenning_history h USING target
-        WHERE h.instance_id = target.id AND h.kind = 'CompensationFailed'
+        WHERE h.instance_id = target.id AND h.kind = '{COMPENSATION_FAILED}'
         RETURNING h.step_id
     ), retried AS (
         UPDATE kenning_instances AS i
@@ -56,14 +55,15 @@ _SAGA_RETRY = text(
         RETURNING i.id
     )
     SELECT (SELECT count(*) FROM cleared) AS cleared_count,
-           pg_notify('kenning_instances', '') IS NULL AS notified
+           {notify(CHANNEL_INSTANCES)} AS notified
     FROM retried
     """
 )
 
 
-async def saga_retry(conn: AsyncConnection, instance_id: str) -> int | None:
+async def saga_retry(conn: Connection, instance_id: str) -> int | None:
     """Make a failed instance with failed compensations ``compensating`` again; returns how
     many compensations will run again, or None when it has none (not such an instance)."""
+    conn = executor(conn)
     row = (await conn.execute(_SAGA_RETRY, {"id": instance_id})).first()
     return None if row is None else int(row.cleared_count)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import enum
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from kenning.db import Connection, executor, statement
+from kenning.storage.names import CHANNEL_INSTANCES, notify
 
 
 class TickOutcome(enum.Enum):
@@ -23,13 +23,13 @@ class TickOutcome(enum.Enum):
 # A tick is started only if it is not older than the workflow's first definition row:
 # a schedule deployed at 15:00 does not start the 00:00 tick of that day, while a tick
 # missed because every scheduler was down is started when one comes back.
-_SCHEDULE_START_TICK = text(
-    """
+_SCHEDULE_START_TICK = statement(
+    f"""
     WITH first_seen AS (
         SELECT min(created_at) AS at FROM kenning_workflow_definitions WHERE workflow_name = :name
     ), inserted AS (
         INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at)
-        SELECT :id, :name, :hash, '{}', :key, now()
+        SELECT :id, :name, :hash, '{{}}', :key, now()
         FROM first_seen
         WHERE first_seen.at <= CAST(:tick AS timestamptz)
         ON CONFLICT DO NOTHING
@@ -37,14 +37,14 @@ _SCHEDULE_START_TICK = text(
     )
     SELECT (SELECT count(*) FROM inserted) > 0 AS started,
            coalesce(first_seen.at <= CAST(:tick AS timestamptz), false) AS in_schedule,
-           (SELECT pg_notify('kenning_instances', '') IS NULL FROM inserted) AS notified
+           (SELECT {notify(CHANNEL_INSTANCES)} FROM inserted) AS notified
     FROM first_seen
     """
 )
 
 
 async def schedule_start_tick(
-    conn: AsyncConnection,
+    conn: Connection,
     *,
     instance_id: str,
     workflow_name: str,
@@ -57,6 +57,7 @@ async def schedule_start_tick(
     The workflow's definition must have been recorded (``definitions.definitions_register``) first: its
     earliest ``created_at`` is when the schedule was first seen.
     """
+    conn = executor(conn)
     row = (
         await conn.execute(
             _SCHEDULE_START_TICK,

@@ -15,15 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from kenning.rawdb import Executor
+from kenning.db import Connection, executor, statement
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
 from kenning.storage.inbox import StoredEvent, stored_event
+from kenning.storage.names import CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS, CHANNEL_TIMERS, EVENT_RECEIVED, notify
 from kenning.storage.records import FoldedWrites, SuspendOutcome
 
-_SUBSCRIPTION_REGISTER_AND_SUSPEND = text(
+_SUBSCRIPTION_REGISTER_AND_SUSPEND = statement(
     f"""
     WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}, {suspend_as("waiting_for_event")}, registered AS (
         INSERT INTO kenning_event_subscriptions
@@ -36,16 +34,16 @@ _SUBSCRIPTION_REGISTER_AND_SUSPEND = text(
         RETURNING timeout_at
     )
     SELECT fence.cancel_requested,
-           (SELECT pg_notify('kenning_timers', '') IS NULL FROM registered WHERE timeout_at IS NOT NULL)
+           (SELECT {notify(CHANNEL_TIMERS)} FROM registered WHERE timeout_at IS NOT NULL)
                AS notified_timers,
-           (SELECT pg_notify('kenning_subscriptions', '') IS NULL FROM registered) AS notified_subscriptions
+           (SELECT {notify(CHANNEL_SUBSCRIPTIONS)} FROM registered) AS notified_subscriptions
     FROM fence
     """
 )
 
 
 async def subscription_register_and_suspend(
-    conn: Executor,
+    conn: Connection,
     *,
     instance_id: str,
     token: str,
@@ -61,6 +59,7 @@ async def subscription_register_and_suspend(
     """Subscribe to ``event_type`` (optionally only events whose data matches ``match``,
     and also those received since ``since_*``), time out after ``timeout_seconds`` on the
     database clock, and release the lease, in one fenced statement."""
+    conn = executor(conn)
     row = (
         await conn.execute(
             _SUBSCRIPTION_REGISTER_AND_SUSPEND,
@@ -92,7 +91,7 @@ async def subscription_register_and_suspend(
 # a row held by a concurrent delivery, timeout or cancel raises LockNotAvailable, and the
 # caller retries the event shortly instead of waiting (no deadlocks, nothing skipped).
 
-_DELIVER_TAIL = """
+_DELIVER_TAIL = f"""
     locked AS (
         SELECT i.id FROM kenning_instances AS i JOIN chosen ON chosen.instance_id = i.id
         WHERE i.status = 'waiting_for_event'
@@ -105,7 +104,7 @@ _DELIVER_TAIL = """
         RETURNING i.id, i.workflow_name
     ), recorded AS (
         INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload, payload_bytes)
-        SELECT chosen.instance_id, chosen.step_id, 'EventReceived', chosen.step_name,
+        SELECT chosen.instance_id, chosen.step_id, '{EVENT_RECEIVED}', chosen.step_name,
                CAST(:payload AS jsonb), :payload_bytes
         FROM chosen JOIN woken ON woken.id = chosen.instance_id
         ON CONFLICT DO NOTHING
@@ -115,12 +114,12 @@ _DELIVER_TAIL = """
         RETURNING s.instance_id
     )
     SELECT woken.id AS instance_id, woken.workflow_name, recorded.step_id,
-           pg_notify('kenning_instances', '') IS NULL AS notified
+           {notify(CHANNEL_INSTANCES)} AS notified
     FROM woken JOIN recorded ON recorded.instance_id = woken.id
 """
 
-_SUBSCRIPTION_DELIVER_EVENT = text(
-    """
+_SUBSCRIPTION_DELIVER_EVENT = statement(
+    f"""
     WITH candidates AS (
         SELECT s.instance_id, s.step_id, s.step_name, s.created_at
         FROM kenning_event_subscriptions AS s
@@ -130,7 +129,7 @@ _SUBSCRIPTION_DELIVER_EVENT = text(
           AND CAST(:received_at AS timestamptz) >= coalesce(s.since, s.created_at)
           AND NOT EXISTS (
               SELECT 1 FROM kenning_history AS h
-              WHERE h.instance_id = s.instance_id AND h.kind = 'EventReceived'
+              WHERE h.instance_id = s.instance_id AND h.kind = '{EVENT_RECEIVED}'
                 AND h.payload ->> 'source' = :source AND h.payload ->> 'id' = :event_id)
         FOR UPDATE OF s NOWAIT
     ), chosen AS (
@@ -155,7 +154,7 @@ def _delivery(row: Any) -> Delivery:
 
 
 async def subscription_deliver_event(
-    conn: AsyncConnection,
+    conn: Connection,
     *,
     event_type: str,
     source: str,
@@ -173,6 +172,7 @@ async def subscription_deliver_event(
     ``data`` is the event's JSON data for ``match`` (None for binary data).
     Raises ``LockNotAvailable`` (wrapped by SQLAlchemy) if a subscription or instance it
     needs is locked by another transaction."""
+    conn = executor(conn)
     result = await conn.execute(
         _SUBSCRIPTION_DELIVER_EVENT,
         {
@@ -189,8 +189,8 @@ async def subscription_deliver_event(
     return [_delivery(row) for row in result]
 
 
-_SUBSCRIPTION_CLAIM_UNCHECKED = text(
-    """
+_SUBSCRIPTION_CLAIM_UNCHECKED = statement(
+    f"""
     WITH fresh AS (
         SELECT instance_id, step_id, event_type, match, since, created_at
         FROM kenning_event_subscriptions
@@ -213,7 +213,7 @@ _SUBSCRIPTION_CLAIM_UNCHECKED = text(
           AND (fresh.match IS NULL OR x.data @> fresh.match)
           AND NOT EXISTS (
               SELECT 1 FROM kenning_history AS h
-              WHERE h.instance_id = fresh.instance_id AND h.kind = 'EventReceived'
+              WHERE h.instance_id = fresh.instance_id AND h.kind = '{EVENT_RECEIVED}'
                 AND h.payload ->> 'source' = x.source AND h.payload ->> 'id' = x.event_id)
         ORDER BY x.received_at, x.id
         LIMIT 1
@@ -229,13 +229,14 @@ class UncheckedSubscription:
     event: StoredEvent | None  # the oldest inbox event it takes, if any
 
 
-async def subscription_claim_unchecked(conn: AsyncConnection, *, limit: int) -> list[UncheckedSubscription]:
+async def subscription_claim_unchecked(conn: Connection, *, limit: int) -> list[UncheckedSubscription]:
     """Lock up to ``limit`` subscriptions no worker has checked yet (``SKIP LOCKED``),
     each with the oldest event already in the inbox (pending or processed) that it takes.
 
     This covers events received in the ``since`` window before the workflow subscribed,
     and the race where an event was processed while the subscription was not yet
     committed."""
+    conn = executor(conn)
     result = await conn.execute(_SUBSCRIPTION_CLAIM_UNCHECKED, {"limit": limit})
     return [
         UncheckedSubscription(
@@ -247,7 +248,7 @@ async def subscription_claim_unchecked(conn: AsyncConnection, *, limit: int) -> 
     ]
 
 
-_SUBSCRIPTION_DELIVER_TO = text(
+_SUBSCRIPTION_DELIVER_TO = statement(
     """
     WITH chosen AS (
         SELECT instance_id, step_id, step_name FROM kenning_event_subscriptions
@@ -259,10 +260,11 @@ _SUBSCRIPTION_DELIVER_TO = text(
 
 
 async def subscription_deliver_to(
-    conn: AsyncConnection, *, instance_id: str, step_id: str, payload: dict[str, Any], payload_bytes: bytes | None
+    conn: Connection, *, instance_id: str, step_id: str, payload: dict[str, Any], payload_bytes: bytes | None
 ) -> Delivery | None:
     """Deliver an event (``payload``) to one subscription, as ``subscription_deliver_event``
     does; None if the subscription or its waiting instance is gone."""
+    conn = executor(conn)
     row = (
         await conn.execute(
             _SUBSCRIPTION_DELIVER_TO,
@@ -277,7 +279,7 @@ async def subscription_deliver_to(
     return None if row is None else _delivery(row)
 
 
-_SUBSCRIPTION_MARK_CHECKED = text(
+_SUBSCRIPTION_MARK_CHECKED = statement(
     """
     UPDATE kenning_event_subscriptions AS s SET checked_at = now()
     FROM unnest(CAST(:instance_ids AS text[]), CAST(:step_ids AS text[])) AS k(instance_id, step_id)
@@ -286,9 +288,10 @@ _SUBSCRIPTION_MARK_CHECKED = text(
 )
 
 
-async def subscription_mark_checked(conn: AsyncConnection, keys: Sequence[tuple[str, str]]) -> None:
+async def subscription_mark_checked(conn: Connection, keys: Sequence[tuple[str, str]]) -> None:
     """Record that these subscriptions found no earlier event: from now on only events
     processed after them can satisfy them, which the normal delivery does."""
+    conn = executor(conn)
     if keys:
         await conn.execute(
             _SUBSCRIPTION_MARK_CHECKED, {"instance_ids": [k[0] for k in keys], "step_ids": [k[1] for k in keys]}

@@ -19,6 +19,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
+# re-exported for the listeners that import the channels from here; defined in names
+from kenning.storage.names import CHANNEL_INBOX as CHANNEL_INBOX
+from kenning.storage.names import CHANNEL_INSTANCES as CHANNEL_INSTANCES
+from kenning.storage.names import CHANNEL_OUTBOX as CHANNEL_OUTBOX
+from kenning.storage.names import CHANNEL_SUBSCRIPTIONS as CHANNEL_SUBSCRIPTIONS
+from kenning.storage.names import CHANNEL_TIMERS as CHANNEL_TIMERS
+
 metadata = MetaData()
 
 
@@ -154,10 +161,3 @@ outbox = Table(
     _ts("created_at", False),
     _ts("published_at"),
 )
-
-# NOTIFY channels: payloads are ids or empty, never data (NOTIFY caps payloads at 8,000 bytes).
-CHANNEL_INSTANCES = "kenning_instances"
-CHANNEL_INBOX = "kenning_inbox"
-CHANNEL_TIMERS = "kenning_timers"
-CHANNEL_OUTBOX = "kenning_outbox"
-CHANNEL_SUBSCRIPTIONS = "kenning_subscriptions"

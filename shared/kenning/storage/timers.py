@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-
-from kenning.rawdb import Executor
+from kenning.db import Connection, executor, statement
 from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
+from kenning.storage.names import CHANNEL_INSTANCES, CHANNEL_TIMERS, EVENT_TIMEOUT, TIMER_EXPIRED, notify
 from kenning.storage.records import FoldedWrites, SuspendOutcome
 
-_TIMER_REGISTER_AND_SUSPEND = text(
+_TIMER_REGISTER_AND_SUSPEND = statement(
     f"""
     WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}, {suspend_as("waiting_for_timer")}, registered AS (
         INSERT INTO kenning_timers (instance_id, step_id, step_name, due_at)
@@ -27,14 +26,14 @@ _TIMER_REGISTER_AND_SUSPEND = text(
         RETURNING due_at
     )
     SELECT fence.cancel_requested,
-           (SELECT pg_notify('kenning_timers', '') IS NULL FROM registered) AS notified
+           (SELECT {notify(CHANNEL_TIMERS)} FROM registered) AS notified
     FROM fence
     """
 )
 
 
 async def timer_register_and_suspend(
-    conn: Executor,
+    conn: Connection,
     *,
     instance_id: str,
     token: str,
@@ -46,6 +45,7 @@ async def timer_register_and_suspend(
 ) -> SuspendOutcome:
     """Register a timer due at ``due_at``, or ``delay_seconds`` from now on the database
     clock, and release the lease, in one fenced statement; wakes the scheduler."""
+    conn = executor(conn)
     row = (
         await conn.execute(
             _TIMER_REGISTER_AND_SUSPEND,
@@ -93,7 +93,7 @@ def _fired_wait(row: Any) -> FiredWait:
 # transaction holds (a cancel, another scheduler): the scheduler never waits on a lock,
 # so it cannot deadlock with them. Only an instance still waiting for its timer gets
 # TimerExpired and is woken; any other timer row is an orphan and is just deleted.
-_TIMER_FIRE_DUE = text(
+_TIMER_FIRE_DUE = statement(
     f"""
     WITH due AS (
         SELECT t.instance_id, t.step_id, t.step_name, t.due_at, i.workflow_name,
@@ -111,7 +111,7 @@ _TIMER_FIRE_DUE = text(
         RETURNING t.instance_id
     ), recorded AS (
         INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload)
-        SELECT instance_id, step_id, 'TimerExpired', step_name,
+        SELECT instance_id, step_id, '{TIMER_EXPIRED}', step_name,
                jsonb_build_object('due_at', due_at, 'fired_at', coalesce(CAST(:now AS timestamptz), clock_timestamp()))
         FROM (SELECT * FROM due WHERE waiting ORDER BY due_at, instance_id, step_id) AS ordered
         ON CONFLICT (instance_id, step_id) DO NOTHING
@@ -123,7 +123,7 @@ _TIMER_FIRE_DUE = text(
         RETURNING i.id
     )
     SELECT due.instance_id, due.workflow_name, due.step_id, due.due_at, recorded.fired_at,
-           (SELECT pg_notify('kenning_instances', '') IS NULL FROM woken LIMIT 1) AS notified
+           (SELECT {notify(CHANNEL_INSTANCES)} FROM woken LIMIT 1) AS notified
     FROM due
     LEFT JOIN recorded ON recorded.instance_id = due.instance_id AND recorded.step_id = due.step_id
     ORDER BY due.due_at, due.instance_id, due.step_id
@@ -131,19 +131,20 @@ _TIMER_FIRE_DUE = text(
 )
 
 
-async def timer_fire_due(conn: Executor, *, limit: int, now: datetime | None = None) -> list[FiredWait]:
+async def timer_fire_due(conn: Connection, *, limit: int, now: datetime | None = None) -> list[FiredWait]:
     """Fire up to ``limit`` due timers, oldest first, in one statement: append
     ``TimerExpired`` (with ``due_at``, and ``fired_at`` = ``clock_timestamp()``) to
     history, delete the timers, make their instances runnable and wake the workers. Due
     means ``due_at`` at or before the database clock, so a timer never fires early.
     ``now`` replaces the clock (and ``fired_at``) in tests."""
+    conn = executor(conn)
     result = await conn.execute(_TIMER_FIRE_DUE, {"limit": limit, "now": now})
     return [_fired_wait(row) for row in result]
 
 
 # The same for wait_event timeouts. The subscription row is locked (SKIP LOCKED) and
 # deleted here as event delivery locks and deletes it, so exactly one of them wins.
-_SUBSCRIPTION_TIMEOUT_FIRE_DUE = text(
+_SUBSCRIPTION_TIMEOUT_FIRE_DUE = statement(
     f"""
     WITH due AS (
         SELECT s.instance_id, s.step_id, s.step_name, s.event_type, s.timeout_at, i.workflow_name,
@@ -164,7 +165,7 @@ _SUBSCRIPTION_TIMEOUT_FIRE_DUE = text(
         RETURNING s.instance_id
     ), recorded AS (
         INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload)
-        SELECT instance_id, step_id, 'EventTimeout', step_name,
+        SELECT instance_id, step_id, '{EVENT_TIMEOUT}', step_name,
                jsonb_build_object('event_type', event_type, 'timeout_at', timeout_at,
                                   'fired_at', coalesce(CAST(:now AS timestamptz), clock_timestamp()))
         FROM (SELECT * FROM due WHERE waiting ORDER BY timeout_at, instance_id, step_id) AS ordered
@@ -177,7 +178,7 @@ _SUBSCRIPTION_TIMEOUT_FIRE_DUE = text(
         RETURNING i.id
     )
     SELECT due.instance_id, due.workflow_name, due.step_id, due.timeout_at AS due_at, recorded.fired_at,
-           (SELECT pg_notify('kenning_instances', '') IS NULL FROM woken LIMIT 1) AS notified
+           (SELECT {notify(CHANNEL_INSTANCES)} FROM woken LIMIT 1) AS notified
     FROM due
     LEFT JOIN recorded ON recorded.instance_id = due.instance_id AND recorded.step_id = due.step_id
     ORDER BY due.timeout_at, due.instance_id, due.step_id
@@ -185,10 +186,13 @@ _SUBSCRIPTION_TIMEOUT_FIRE_DUE = text(
 )
 
 
-async def subscription_timeout_fire_due(conn: Executor, *, limit: int, now: datetime | None = None) -> list[FiredWait]:
+async def subscription_timeout_fire_due(
+    conn: Connection, *, limit: int, now: datetime | None = None
+) -> list[FiredWait]:
     """Time out up to ``limit`` ``wait_event`` subscriptions whose ``timeout_at`` has
     passed, oldest first: append ``EventTimeout``, delete the subscription, make the
     instance runnable and wake the workers, in one statement."""
+    conn = executor(conn)
     result = await conn.execute(_SUBSCRIPTION_TIMEOUT_FIRE_DUE, {"limit": limit, "now": now})
     return [_fired_wait(row) for row in result]
 
@@ -199,7 +203,7 @@ class NextDue:
     seconds: float | None  # until the earliest timer or event timeout; <= 0: one is due
 
 
-_TIMER_NEXT_DUE = text(
+_TIMER_NEXT_DUE = statement(
     f"""
     SELECT clock.now,
            extract(epoch FROM least(
@@ -211,7 +215,8 @@ _TIMER_NEXT_DUE = text(
 )
 
 
-async def timer_next_due(conn: Executor, now: datetime | None = None) -> NextDue:
+async def timer_next_due(conn: Connection, now: datetime | None = None) -> NextDue:
     """The database clock and the seconds until the next timer or event timeout is due."""
+    conn = executor(conn)
     row = (await conn.execute(_TIMER_NEXT_DUE, {"now": now})).one()
     return NextDue(now=row.now, seconds=seconds_or_none(row.seconds_until_next))

@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import text
-
-from kenning.rawdb import Executor
+from kenning.db import Connection, executor, statement
+from kenning.storage.fencing import insert_steps
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,16 @@ class InstanceWrite:
         }
 
 
-_WRITES_APPLY = text(
-    """
+# each write's steps, in order, for the writes whose lease held
+_RECORDED = insert_steps(
+    "recorded",
+    instance="w.instance_id",
+    source="incoming AS w JOIN fence ON fence.position = w.position",
+    steps="w.steps",
+    order_by="w.position, s.n",
+)
+_WRITES_APPLY = statement(
+    f"""
     WITH incoming AS (
         SELECT * FROM jsonb_to_recordset(CAST(:writes AS jsonb)) AS w(
             position integer, instance_id text, token uuid, steps jsonb, compensations jsonb,
@@ -52,14 +59,7 @@ _WRITES_APPLY = text(
         FROM kenning_instances AS i JOIN incoming AS w ON i.id = w.instance_id AND i.lease_token = w.token
         ORDER BY i.id, w.position
         FOR UPDATE OF i
-    ), recorded AS (
-        INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload)
-        SELECT w.instance_id, s.step_id, s.kind, s.step_name, s.payload
-        FROM incoming AS w JOIN fence ON fence.position = w.position,
-             jsonb_to_recordset(w.steps) AS s(n integer, step_id text, kind text, step_name text, payload jsonb)
-        ORDER BY w.position, s.n
-        RETURNING 1
-    ), saved AS (
+    ), {_RECORDED}, saved AS (
         INSERT INTO kenning_compensations
             (instance_id, comp_id, position, function_name, args, kwargs, retry_policy)
         SELECT w.instance_id, c.comp_id, c.position, c.function_name, c.args, c.kwargs, c.retry_policy
@@ -71,7 +71,7 @@ _WRITES_APPLY = text(
     ), completed AS (
         UPDATE kenning_instances AS i
         SET status = 'completed', result = w.result, lease_token = NULL, lease_owner = NULL,
-            available_at = NULL, attempts = '{}', finished_at = now(), updated_at = now()
+            available_at = NULL, attempts = '{{}}', finished_at = now(), updated_at = now()
         FROM incoming AS w JOIN fence ON fence.position = w.position
         WHERE i.id = w.instance_id AND w.complete
         RETURNING 1
@@ -82,9 +82,10 @@ _WRITES_APPLY = text(
 )
 
 
-async def writes_apply(conn: Executor, writes: Sequence[InstanceWrite]) -> list[bool | None]:
+async def writes_apply(conn: Connection, writes: Sequence[InstanceWrite]) -> list[bool | None]:
     """Apply ``writes`` in one statement. Per write: the instance's cancellation flag, or
     None when its lease was lost (nothing of it was written)."""
+    conn = executor(conn)
     if not writes:
         return []
     payload = json.dumps([w.as_json(position) for position, w in enumerate(writes)])
