@@ -97,7 +97,7 @@ class Relayer:
 
     async def _seconds_until_next(self) -> float:
         try:
-            async with self.database.engine.connect() as conn:
+            async with self.database.connection() as conn:
                 until = await outbox_sql.outbox_seconds_until_next(conn)
         except Exception:
             return self.settings.poll_interval
@@ -111,7 +111,7 @@ class Relayer:
         if self._client is None:
             raise RuntimeError("Relayer.publish_batch needs a running relayer (Relayer.run)")
         token = str(uuid.uuid4())
-        async with self.database.engine.begin() as conn:
+        async with self.database.connection() as conn:  # one statement: its own transaction
             rows = await outbox_sql.outbox_claim_pending(
                 conn,
                 owner=self.relayer_id,
@@ -155,7 +155,7 @@ class Relayer:
         while True:
             await asyncio.sleep(self.settings.lease_seconds / 3)
             try:
-                async with self.database.engine.begin() as conn:
+                async with self.database.connection() as conn:
                     await outbox_sql.outbox_extend_lease(conn, token, ids, self.settings.lease_seconds)
             except Exception as error:
                 self.log.warning("relayer.heartbeat_failed", error=repr(error))
@@ -171,7 +171,7 @@ class Relayer:
         delay = 0.05
         while True:
             try:
-                async with self.database.engine.begin() as conn:
+                async with self.database.transaction() as conn:
                     written = await outbox_sql.outbox_record_outcomes(conn, token, outcomes)
                     released = await outbox_sql.outbox_release(conn, token, unattempted)
                 break
@@ -205,7 +205,7 @@ class Relayer:
             try:
                 deleted = 0
                 while True:
-                    async with self.database.engine.begin() as conn:
+                    async with self.database.connection() as conn:
                         n = await outbox_sql.outbox_delete_published(
                             conn, retention_seconds=retention, limit=self.settings.cleanup_batch_size
                         )

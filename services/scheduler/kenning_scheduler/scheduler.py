@@ -99,7 +99,7 @@ class Scheduler:
             fault_point("timer.after_fire")
         if self.settings.batch_size in (timers, timeouts):
             return 0.0  # a full batch: more may be due
-        async with self.database.autocommit.connect() as conn:
+        async with self.database.connection() as conn:
             next_due = await timers_sql.timer_next_due(conn, now)
         if self.cron.workflows:
             await self.cron.start_due(next_due.now)
@@ -122,7 +122,7 @@ class Scheduler:
     async def _fire(self, statement: FireStatement, events: tuple[str, str], now: datetime | None) -> int:
         """Run one fire statement (its own transaction, one round trip); log each row
         (per-wait events are debug, as per-step events are in the worker)."""
-        async with self.database.autocommit.connect() as conn:
+        async with self.database.connection() as conn:
             fired = await statement(conn, limit=self.settings.batch_size, now=now)
         fired_event, discarded_event = events
         for item in fired:

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from kenning import serialization
 from kenning.app import App
 from kenning.config import add_settings, positive_float, positive_int, setting, settings_from_args
 from kenning.db import Database
+from kenning.dberrors import sqlstate
 from kenning.errors import TerminalError
 from kenning.events import ReceivedEvent, event_from_inbox, event_history_payload
 from kenning.faults import fault_point
@@ -109,7 +109,8 @@ class _Received:
 
 
 def _is_conflict(error: BaseException) -> bool:
-    return isinstance(error, DBAPIError) and getattr(error.orig, "sqlstate", None) in _CONFLICTS
+    """Psycopg's error, or SQLAlchemy's wrapping it (statements in a handler's transaction)."""
+    return sqlstate(error) in _CONFLICTS
 
 
 class InboxProcessor:
@@ -165,7 +166,7 @@ class InboxProcessor:
         return 0.0 if busy else await self._seconds_until_next()
 
     async def _seconds_until_next(self) -> float:
-        async with self.database.autocommit.connect() as conn:
+        async with self.database.connection() as conn:
             until = await inbox_sql.inbox_seconds_until_next(conn)
         if until is None:
             return self.poll_interval
@@ -179,7 +180,7 @@ class InboxProcessor:
         or meets a lock, that transaction rolls back and every row is processed alone,
         in a transaction of its own, where a failure is recorded against that row only.
         """
-        async with self.database.autocommit.connect() as conn:  # one statement, committed at once
+        async with self.database.connection() as conn:  # one statement, committed at once
             claimed = await inbox_sql.inbox_claim_pending(
                 conn, limit=self.settings.batch_size, lease_seconds=self.lease_seconds
             )
@@ -187,7 +188,7 @@ class InboxProcessor:
         for position, row in enumerate(rows):
             if self.loop.stopping:
                 rest = [(r.event.inbox_id, r.claim_token) for r in rows[position:]]
-                async with self.database.autocommit.connect() as conn:
+                async with self.database.connection() as conn:
                     await inbox_sql.inbox_release(conn, rest)
                 self.log.info("inbox.released", rows=len(rest))
                 return False
@@ -261,7 +262,7 @@ class InboxProcessor:
         except Exception as error:
             if _is_conflict(error):
                 log.debug("inbox.lock_conflict", error=str(getattr(error, "orig", error)))
-                async with self.database.autocommit.connect() as conn:
+                async with self.database.connection() as conn:
                     await inbox_sql.inbox_release(
                         conn, [(stored.inbox_id, row.claim_token)], self.settings.conflict_retry_seconds
                     )
@@ -281,7 +282,7 @@ class InboxProcessor:
 
     async def _record_failure(self, row: ClaimedRow, log: Any, message: str, *, park: bool) -> None:
         try:
-            async with self.database.autocommit.connect() as conn:
+            async with self.database.connection() as conn:
                 outcome = await inbox_sql.inbox_record_failure(
                     conn,
                     row.event.inbox_id,
@@ -391,7 +392,7 @@ class InboxProcessor:
         (the ``since`` window, or an event processed while it was being committed)."""
         limit = self.settings.batch_size
         received: list[_Received] = []
-        async with self.database.engine.begin() as conn:
+        async with self.database.transaction() as conn:
             unchecked = await subscriptions_sql.subscription_claim_unchecked(conn, limit=limit)
             checked: list[tuple[str, str]] = []
             for sub in unchecked:
@@ -402,7 +403,7 @@ class InboxProcessor:
                 event = event_from_inbox(sub.event)
                 payload, payload_bytes = event_history_payload(event)
                 try:
-                    async with conn.begin_nested():
+                    async with conn.driver.transaction():  # a savepoint: one delivery undone alone
                         delivery = await subscriptions_sql.subscription_deliver_to(
                             conn,
                             instance_id=sub.instance_id,
@@ -410,7 +411,7 @@ class InboxProcessor:
                             payload=payload,
                             payload_bytes=payload_bytes,
                         )
-                except DBAPIError as error:
+                except Exception as error:
                     if not _is_conflict(error):
                         raise
                     continue  # left unchecked: the next round tries again
@@ -434,7 +435,7 @@ class InboxProcessor:
     async def _cleanup(self) -> None:
         total = 0
         while not self.loop.stopping:
-            async with self.database.autocommit.connect() as conn:
+            async with self.database.connection() as conn:
                 deleted = await inbox_sql.inbox_delete_processed(
                     conn, retention_seconds=self.settings.retention_seconds, limit=_CLEANUP_BATCH
                 )
