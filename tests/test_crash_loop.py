@@ -19,7 +19,8 @@ from sqlalchemy import text
 
 from kenning import App, Client, WorkflowContext, activity, workflow
 from kenning.db import Database
-from kenning.replay import Replayer
+from kenning.engine.outcomes import RunOutcome
+from kenning.engine.run import WorkflowRun
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from tests.logguard import expect_log
@@ -223,15 +224,15 @@ async def test_an_instance_whose_run_raises_every_time_is_parked_and_a_cancel_en
     ``--max-runs`` of them park it. A cancel of the parked instance is accepted: it
     resumes only to be compensated and ends ``cancelled``."""
     runs: list[str] = []
-    original = Replayer.run
+    original = WorkflowRun.run
 
-    async def run(self: Replayer) -> str:
+    async def run(self: WorkflowRun) -> RunOutcome:
         if self.workflow_name == "raises_in_replay" and not self.cancel_requested:
             runs.append(self.instance_id)
             raise RuntimeError("a bug the replay does not handle")
         return await original(self)
 
-    monkeypatch.setattr(Replayer, "run", run)
+    monkeypatch.setattr(WorkflowRun, "run", run)
     async with Client(database=database) as client, running_worker(database, inprocess, max_runs=MAX_RUNS):
         started = await client.start("raises_in_replay")
         iid = started.instance_id

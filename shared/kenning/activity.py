@@ -51,7 +51,7 @@ class Activity(Generic[R]):
         return getattr(self, "_kenning_on_failure", None) or getattr(self.func, "_kenning_on_failure", None)
 
     async def __call__(self, ctx: WorkflowContext, *args: Any, activity_id: str | None = None, **kwargs: Any) -> R:
-        result: R = await ctx._replayer.run_activity(self, args, kwargs, activity_id)
+        result: R = await ctx.runtime.run_activity(self, args, kwargs, activity_id)
         return result
 
     def __repr__(self) -> str:

@@ -1,4 +1,5 @@
-"""Saga compensation: ``@compensation``, ``@on_failure`` and ``register_compensation``.
+"""Saga compensation as users declare it: ``@compensation``, ``@on_failure`` and
+``register_compensation``. The engine runs them with ``kenning.engine.saga``.
 
 Fixes Edda 0.1.0: compensations are retried with the activity's policy and looked up by
 ``module:qualname``. An ``@on_failure`` compensation is called as Edda calls it, by name:
@@ -27,7 +28,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 log = structlog.get_logger("kenning.compensation")
 
-# The comp_id prefix of compensations ``@on_failure`` registers (the replay engine sets it):
+# The comp_id prefix of compensations ``@on_failure`` registers (the engine sets it):
 # their stored kwargs are the activity's named arguments and result, bound by name.
 ON_FAILURE_PREFIX = "on_failure:"
 
@@ -218,4 +219,4 @@ async def register_compensation(
         serialization.signature(_function(compensation_func)).bind(ctx, *args, **kwargs)
     except TypeError as error:
         raise TypeError(f"register_compensation({qualified_name(compensation_func)}): {error}") from None
-    ctx._replayer.register_compensation(compensation_func, args, kwargs, activity_id)
+    ctx.runtime.register_compensation(compensation_func, args, kwargs, activity_id)

@@ -39,14 +39,41 @@ class UnstorableValueError(TerminalError):
     NaN, a lone surrogate): the step's failure, never retried and never replayed in a loop."""
 
 
-class NonDeterminismError(KenningError):
-    """Replay asked for a different step than the one recorded in history."""
+class ControlSignal(BaseException):
+    """Base of the engine's control signals: they end a run's workflow code and are
+    handled by the engine alone.
+
+    A ``BaseException`` (as ``asyncio.CancelledError`` is), so that ``except Exception``
+    in workflow or activity code can never swallow one and carry on down a path the
+    engine has already left.
+    """
 
 
-class LeaseLostError(KenningError):
+class NonDeterminismError(ControlSignal):
+    """Replay asked for a different step than the one recorded in history.
+
+    The instance ends ``failed`` without compensation (the code diverged from its
+    history: nothing on the new path may run); a code fix and a new instance are needed.
+    """
+
+
+class LeaseLostError(ControlSignal):
     """This worker's lease on an instance expired and another worker took it over.
 
     Raised by every fenced write that sees zero rows; the stale worker stops at once.
+    """
+
+
+class Suspended(ControlSignal):
+    """The instance gave its lease back: it waits for an event or a timer, or a retry
+    back-off long enough to free the worker. The run ends; another claim resumes it."""
+
+
+class StorageUnavailable(ControlSignal):
+    """Kenning could not write an instance's progress because the database is away.
+
+    Not the workflow's failure: the run ends, nothing is compensated, and the worker
+    releases the instance to be replayed once the database answers.
     """
 
 

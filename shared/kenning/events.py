@@ -15,12 +15,10 @@ from typing import Any
 
 from kenning import serialization
 from kenning.context import WorkflowContext
+from kenning.engine.history import EVENT_RECEIVED, EVENT_TIMEOUT
 from kenning.errors import EventTimeoutError
-from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage.inbox import StoredEvent
 
-EVENT_RECEIVED = "EventReceived"
-EVENT_TIMEOUT = "EventTimeout"
 INSTANCE_EXTENSION = "kenninginstanceid"
 # CloudEvents 1.0 context attributes; every other attribute is an extension.
 STANDARD_ATTRIBUTES = frozenset(
@@ -130,15 +128,6 @@ async def wait_event(
     """
     if timeout_seconds is not None and timeout_seconds < 0:
         raise ValueError(f"wait_event timeout must not be negative, got {timeout_seconds}")
-    replayer = ctx._replayer
-    step_name = f"wait_event:{event_type}"
-    step_id = event_id or replayer.next_step_id(f"wait_event_{event_type}")
-    record = replayer.take_recorded(step_id, step_name)
-    if record is not None:
-        if record.kind == EVENT_TIMEOUT:
-            raise EventTimeoutError(f"no {event_type!r} event within {timeout_seconds} s (step {step_id})")
-        return event_from_history(record.payload or {}, record.payload_bytes, model)
-    await replayer.before_new_step(step_id, step_name, flush=False)
     since_at: datetime | None = None
     since_seconds: float | None = None
     if isinstance(since, datetime):
@@ -147,18 +136,17 @@ async def wait_event(
         since_seconds = since.total_seconds()
     elif since is not None:
         since_seconds = float(since)
-    await replayer.suspend(
-        lambda conn, folded: subscriptions_sql.subscription_register_and_suspend(
-            conn,
-            folded=folded,
-            instance_id=replayer.instance_id,
-            token=replayer.token,
-            step_id=step_id,
-            step_name=step_name,
-            event_type=event_type,
-            match=serialization.to_json(match) if match is not None else None,
-            since_at=since_at,
-            since_seconds=since_seconds,
-            timeout_seconds=timeout_seconds,
-        )
+    record = await ctx.runtime.wait_event(
+        event_type,
+        event_id=event_id,
+        match=serialization.to_json(match) if match is not None else None,
+        since_at=since_at,
+        since_seconds=since_seconds,
+        timeout_seconds=timeout_seconds,
     )
+    if record.kind == EVENT_TIMEOUT:
+        raise EventTimeoutError(f"no {event_type!r} event within {timeout_seconds} s (step {record.step_id})")
+    return event_from_history(record.payload or {}, record.payload_bytes, model)
+
+
+__all__ = ["EVENT_RECEIVED", "EVENT_TIMEOUT", "ReceivedEvent", "wait_event"]

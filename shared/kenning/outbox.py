@@ -18,14 +18,9 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
-
 from kenning import serialization
 from kenning.context import WorkflowContext, current_step
-from kenning.hooks import call_hook
-from kenning.storage import outbox as outbox_sql
-
-_log = structlog.get_logger("kenning.outbox")
+from kenning.engine.port import OutboxEvent
 
 JSON_CONTENT_TYPE = "application/json"
 BINARY_CONTENT_TYPE = "application/octet-stream"
@@ -144,22 +139,20 @@ async def send_event_transactional(
     checked_extensions = _check_extensions(extensions)
     data_json, data_bytes, resolved_content_type = _encode_data(event_data, content_type)
     event_id = str(uuid.uuid4())
-    replayer = ctx._replayer
-    await outbox_sql.outbox_insert(
-        await step.connection(),
+    event = OutboxEvent(
         event_id=event_id,
-        instance_id=replayer.instance_id,
+        instance_id=ctx.instance_id,
         event_type=event_type,
         source=event_source,
         subject=subject,
         content_type=resolved_content_type,
         data_json=data_json,
         data_bytes=data_bytes,
-        extensions=checked_extensions,
+        extensions=dict(checked_extensions),
     )
-    _log.debug("outbox.event_recorded", event_id=event_id, event_type=event_type, instance_id=replayer.instance_id)
-    # reported once the activity's transaction has committed, never for a rolled-back one
-    step.after_commit(lambda: call_hook(replayer.app.hooks, "on_event_sent", event_type, event_source, event_data))
+    # on_event_sent is reported once the activity's transaction has committed, never for
+    # a rolled-back one
+    await ctx.runtime.send_event(step, event, event_data)
     return event_id
 
 

@@ -20,18 +20,19 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import structlog
 
 from kenning.app import App
-from kenning.config import process_id
+from kenning.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
 from kenning.db import Database
 from kenning.dberrors import may_be_one_callers_fault
+from kenning.engine.run import WorkflowRun
+from kenning.errors import StorageUnavailable
 from kenning.faults import fault_point
 from kenning.groupcommit import GroupCommit
-from kenning.listener import Listener
-from kenning.replay import Replayer, StorageUnavailable
+from kenning.passloop import PassLoop, listening
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import writes as writes_sql
@@ -41,6 +42,7 @@ from kenning.storage.tables import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_SUB
 from kenning.storage.writes import InstanceWrite
 from kenning_worker.crashloop import report_parked
 from kenning_worker.inbox import InboxProcessor, InboxSettings
+from kenning_worker.port import PgInstancePort
 from kenning_worker.unknown import UnknownWorkflows
 
 _log = structlog.get_logger("kenning.worker")
@@ -51,18 +53,42 @@ CANCEL_SECONDS = 2.0
 RELEASE_SECONDS = 2.0
 
 
-@dataclass(frozen=True)
-class WorkerSettings:
-    concurrency: int = 32
-    lease_seconds: float = 30.0
-    poll_interval: float = 1.0
-    inline_retry_seconds: float = 5.0
-    shutdown_grace_seconds: float = 30.0
-    activity_timeout: float | None = None  # per attempt, for activities without @activity(timeout=)
-    max_runs: int = DEFAULT_MAX_RUNS  # runs in a row without a clean end or a step: then crash_loop
-    listen: bool = True
-    worker_id: str = ""
-    inbox: InboxSettings = field(default_factory=InboxSettings)
+@dataclass(frozen=True, kw_only=True)
+class WorkerSettings(ServiceSettings):
+    """``kenning worker``'s options (``kenning.config``)."""
+
+    PROCESS: ClassVar[str] = "worker"
+
+    app: str = setting("", help="modules defining workflows: module[:attribute][,module...]")
+    concurrency: int = setting(32, type=positive_int, help="instances run at once")
+    lease_seconds: float = setting(30.0, type=positive_float, per_process=True, help="lease on a claimed instance")
+    pool_size: int = setting(
+        10, type=positive_int, help="database connections per worker; instances in flight share them"
+    )
+    inline_retry_seconds: float = setting(
+        5.0, type=float, help="retry back-offs up to this long wait in the worker; longer ones free it"
+    )
+    shutdown_grace_seconds: float = setting(
+        30.0,
+        type=float,
+        per_process=True,
+        help="on SIGTERM, time for instances in flight to finish before they are released",
+    )
+    # per attempt, for activities without @activity(timeout=)
+    activity_timeout: float | None = setting(
+        None,
+        type=positive_float,
+        help="seconds an activity attempt may run when it sets no @activity(timeout=); none by default",
+    )
+    # runs in a row without a clean end or a step: then crash_loop
+    max_runs: int = setting(
+        DEFAULT_MAX_RUNS,
+        type=positive_int,
+        help="runs in a row that may die without a step before the instance fails as crash_loop",
+    )
+    worker_id: str = setting("", help="name in leases and logs (default host-pid-random)")
+    # its flags are --inbox-*; a field specifier, as dataclasses.field is
+    inbox: InboxSettings = settings_group(InboxSettings)  # noqa: RUF009
 
 
 @dataclass
@@ -108,12 +134,28 @@ class Worker:
         self._reports: set[asyncio.Task[None]] = set()
         self._drain_deadline: float | None = None
         self.abandoned = 0  # runs that outlived their cancellation at shutdown
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()  # another claim pass, now (set by the runs' ends too)
         # Whether another claim may find work: set by NOTIFY and polls, and after a claim
         # that filled every free slot; a finished run frees a slot but brings no new work.
         self._work_likely = True
-        self._stopping = asyncio.Event()
+        # Claims are batched: the NOTIFYs of many starts and the ends of many runs coalesce
+        # into one claim of every free slot. Saturated (the last claim filled every slot),
+        # it refills a quarter of its slots at a time. Claims are spaced (``ClaimPacer``):
+        # several workers woken by one NOTIFY race for one row, and the losers back off
+        # instead of paying a commit per start each.
+        self._pacer = ClaimPacer()
+        self._refill_at = max(1, self.settings.concurrency // 4)
+        self._saturated = False
         self.log = _log.bind(worker_id=self.worker_id)
+        self.loop = PassLoop(
+            self._claim_pass,
+            log=self.log,
+            failed_event="worker.claim_failed",
+            retry_seconds=min(self.settings.poll_interval, 1.0),
+            settle=self._claim_spacing,  # let more wake-ups arrive: one claim for all
+            on_poll=self._polled,
+            wake=self._wake,
+        )
         # Group commit of the instances' step records and completions: the writes of
         # instances running side by side share one statement and one commit.
         self.writes: GroupCommit[InstanceWrite, bool | None] = GroupCommit(
@@ -135,8 +177,7 @@ class Worker:
         """Stop claiming; in-flight runs get the grace period to finish (SIGTERM)."""
         if self._drain_deadline is None:
             self._drain_deadline = asyncio.get_running_loop().time() + self.settings.shutdown_grace_seconds
-        self._stopping.set()
-        self._wake.set()
+        self.loop.stop()
         self.inbox.stop()
 
     def _notify(self, channel: str) -> None:
@@ -144,7 +185,7 @@ class Worker:
             self.inbox.wake()
         else:
             self._work_likely = True
-            self._wake.set()
+            self.loop.wake()
 
     async def run(self) -> None:
         if not self.workflow_names:
@@ -152,16 +193,20 @@ class Worker:
         channels = [CHANNEL_INSTANCES]
         if self.settings.inbox.enabled:
             channels += [CHANNEL_INBOX, CHANNEL_SUBSCRIPTIONS]
-        listener = Listener(self.database.url, channels, self._notify) if self.settings.listen else None
-        if listener is not None:
-            await listener.start()
+        try:
+            async with listening(self.database.url, channels, self._notify, enabled=self.settings.listen):
+                await self._claiming()
+        finally:
+            self.log.info("worker.stopped")
+
+    async def _claiming(self) -> None:
         await self.unknown.register()  # before worker.started: its workflows may be started by name
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="kenning-heartbeat")
         unknown = asyncio.create_task(self.unknown.run(), name="kenning-unknown-workflows")
         inbox = asyncio.create_task(self.inbox.run(), name="kenning-inbox") if self.settings.inbox.enabled else None
         self.log.info("worker.started", workflows=self.workflow_names, concurrency=self.settings.concurrency)
         try:
-            await self._claim_loop()
+            await self.loop.run()
         finally:
             self.inbox.stop()
             if inbox is not None:
@@ -172,63 +217,52 @@ class Worker:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            if listener is not None:
-                await listener.stop()
-            self.log.info("worker.stopped")
 
-    async def _claim_loop(self) -> None:
-        # Claims are batched: the NOTIFYs of many starts and the ends of many runs coalesce
-        # into one claim of every free slot. Saturated (the last claim filled every slot),
-        # it refills a quarter of its slots at a time. Claims are spaced (``ClaimPacer``):
-        # several workers woken by one NOTIFY race for one row, and the losers back off
-        # instead of paying a commit per start each.
-        pacer = ClaimPacer()
-        refill_at = max(1, self.settings.concurrency // 4)
-        saturated = False
-        loop = asyncio.get_running_loop()
-        while not self._stopping.is_set():
-            self._wake.clear()
-            free = self.settings.concurrency - len(self._running)
-            sleep_for = self.settings.poll_interval
-            wanted = self._work_likely and free > 0 and (not saturated or free >= refill_at)
-            if not self.workflow_names:
-                self.unknown.idle()  # it claims nothing: idle whenever it polls
-            if wanted and self.workflow_names:
-                self._work_likely = False
-                try:
-                    claimed, until = await self._claim(free)
-                except Exception as error:  # database down: keep trying, never crash the loop
-                    self.log.warning("worker.claim_failed", error=repr(error))
-                    claimed, until, self._work_likely = 0, None, True
-                    sleep_for = min(self.settings.poll_interval, 1.0)
-                else:
-                    pacer.claimed(loop.time(), found=claimed > 0)
-                    if claimed == 0:
-                        self.unknown.idle()
-                    if claimed == 0 and until is not None and until <= 0 and self._suspect is not None:
-                        # due but not claimed may be a suspect this worker leaves to others
-                        # while it runs one: no spinning on it; the end of its own suspect,
-                        # or a NOTIFY, wakes it
-                        sleep_for = self.settings.poll_interval
-                    elif claimed == 0 and until is not None:
-                        # due but not claimed means another worker holds it: back off as
-                        # after any lost race instead of spinning on it
-                        sleep_for = min(self.settings.poll_interval, max(until, pacer.spacing))
-                saturated = claimed == free
-                if saturated:
-                    self._work_likely = True
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=max(sleep_for, 0.001))
-            except TimeoutError:
-                self._work_likely, saturated = True, False  # a poll, or the next run-after time
-                continue
-            await asyncio.sleep(pacer.delay(loop.time()))  # let more wake-ups arrive: one claim for all
+    async def _claim_pass(self) -> float:
+        """Claim every free slot when work is likely; returns the seconds until the next
+        pass (the poll interval, or sooner when a queued instance comes due)."""
+        free = self.settings.concurrency - len(self._running)
+        poll = self.settings.poll_interval
+        wanted = self._work_likely and free > 0 and (not self._saturated or free >= self._refill_at)
+        if not self.workflow_names:
+            self.unknown.idle()  # it claims nothing: idle whenever it polls
+        if not (wanted and self.workflow_names):
+            return poll
+        self._work_likely = False
+        try:
+            claimed, until = await self._claim(free)
+        except Exception:  # the loop logs it (worker.claim_failed) and retries
+            self._work_likely, self._saturated = True, False
+            raise
+        self._pacer.claimed(asyncio.get_running_loop().time(), found=claimed > 0)
+        sleep_for = poll
+        if claimed == 0:
+            self.unknown.idle()
+        if claimed == 0 and until is not None and until <= 0 and self._suspect is not None:
+            # due but not claimed may be a suspect this worker leaves to others while it
+            # runs one: no spinning on it; the end of its own suspect, or a NOTIFY, wakes it
+            sleep_for = poll
+        elif claimed == 0 and until is not None:
+            # due but not claimed means another worker holds it: back off as after any
+            # lost race instead of spinning on it
+            sleep_for = min(poll, max(until, self._pacer.spacing))
+        self._saturated = claimed == free
+        if self._saturated:
+            self._work_likely = True
+        return sleep_for
+
+    def _polled(self) -> None:
+        """A pass came due with no wake-up (a poll, or the next run-after time)."""
+        self._work_likely, self._saturated = True, False
+
+    def _claim_spacing(self) -> float:
+        return self._pacer.delay(asyncio.get_running_loop().time())
 
     async def _claim(self, limit: int) -> tuple[int, float | None]:
         """Claim and start up to ``limit`` instances; returns how many, and when nothing
         was claimable, the seconds until something will be (None: nothing is queued)."""
         # Autocommit: the claim is one statement (its own transaction), the loads are reads.
-        async with self.database.autocommit.connect() as conn:
+        async with self.database.connection() as conn:
             claim = await instances_sql.instance_claim(
                 conn,
                 owner=self.worker_id,
@@ -258,7 +292,7 @@ class Worker:
             self._running[instance.lease_token] = task
         if claim.parked:
             self._work_likely = True  # they took slots of this claim that others may fill
-            self._wake.set()
+            self.loop.wake()
             # after the runs started (their leases renewed by the heartbeat from now on),
             # and apart from the claim loop: the failure hook may take any time
             report = asyncio.create_task(
@@ -273,20 +307,19 @@ class Worker:
         self, claimed: ClaimedInstance, history: list[HistoryRecord], compensations: list[CompensationRecord]
     ) -> None:
         log = self.log.bind(instance_id=claimed.id, workflow=claimed.workflow_name)
-        replayer = Replayer(
-            db=self.database,
+        run = WorkflowRun(
             app=self.app,
             workflow=self.app.registry.workflow(claimed.workflow_name),
             claimed=claimed,
             history=history,
             compensations=compensations,
+            port=PgInstancePort(database=self.database, claimed=claimed, writes=self.writes),
             inline_retry_seconds=self.settings.inline_retry_seconds,
-            writes=self.writes,
             activity_timeout=self.settings.activity_timeout,
         )
         try:
-            outcome = await replayer.run()
-            log.debug("instance.run_ended", outcome=outcome)
+            outcome = await run.run()
+            log.debug("instance.run_ended", outcome=outcome.value)
         except asyncio.CancelledError:
             await self._release(claimed, log)
         except StorageUnavailable as error:
@@ -346,7 +379,7 @@ class Worker:
             if not tokens:
                 continue
             try:
-                async with self.database.engine.begin() as conn:
+                async with self.database.connection() as conn:  # one statement: its own transaction
                     lost = await instances_sql.instance_heartbeat(conn, tokens, self.settings.lease_seconds)
             except Exception as error:
                 self.log.warning("worker.heartbeat_failed", error=repr(error))

@@ -1,0 +1,406 @@
+"""The worker's ``InstancePort``: the engine's commands as fenced PostgreSQL statements.
+
+It owns how a run's progress reaches the database:
+
+- **Folding.** A finished step's record is held back until the next write and goes out
+  with it: with the next step's record, or inside the statement that completes the
+  workflow or suspends it (one round trip, one commit). Compensations registered
+  meanwhile ride along with whichever write comes next.
+- **Group commit.** Step records and completions go through the worker's
+  ``GroupCommit``: the writes of instances running side by side share one statement.
+- **Fencing.** Every statement checks the lease token; zero rows means another worker
+  holds the instance (``LeaseLostError``).
+- **Error mapping.** The database being away is ``StorageUnavailable`` (the run ends,
+  the instance is handed back); a value it refuses (SQLSTATE class 22) is the step's
+  ``UnstorableValueError`` and the held-back record that rode along is dropped.
+- **The step's transaction.** An activity that touched ``ctx.session`` or sent an outbox
+  event is recorded inside its own transaction (``StepTransaction``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from kenning.db import Database
+from kenning.dberrors import is_data_error, is_unavailable
+from kenning.engine.commands import (
+    AttemptCounted,
+    BeginCompensating,
+    Complete,
+    CountAttempt,
+    DroppedCompensation,
+    FailSaga,
+    Finish,
+    RecordStep,
+    ReleaseWithDelay,
+    SaveCompensation,
+    Suspend,
+    SuspendOnTimer,
+)
+from kenning.engine.history import StepRecord
+from kenning.engine.port import OutboxEvent, StepScope
+from kenning.errors import LeaseLostError, StorageUnavailable, UnstorableValueError
+from kenning.faults import fault_point
+from kenning.groupcommit import GroupCommit
+from kenning.storage import history as history_sql
+from kenning.storage import instances as instances_sql
+from kenning.storage import outbox as outbox_sql
+from kenning.storage import sagas as sagas_sql
+from kenning.storage import subscriptions as subscriptions_sql
+from kenning.storage import timers as timers_sql
+from kenning.storage.records import ClaimedInstance, CompensationRecord, FoldedWrites, SuspendOutcome
+from kenning.storage.writes import InstanceWrite
+
+T = TypeVar("T")
+
+
+class StepTransaction:
+    """The transaction one activity or compensation attempt writes in.
+
+    It is opened only when the attempt touches ``ctx.session`` or sends an outbox event,
+    so an activity doing slow outside I/O holds no connection meanwhile. The record, the
+    ``ctx.session`` writes and the outbox rows commit together.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._session: AsyncSession | None = None
+        self._connection: AsyncConnection | None = None
+        self._after_commit: list[Callable[[], Awaitable[None]]] = []
+
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Run ``callback`` once this transaction has committed (never on rollback)."""
+        self._after_commit.append(callback)
+
+    @property
+    def session(self) -> AsyncSession:
+        if self._session is None:
+            self._session = AsyncSession(bind=self._engine, expire_on_commit=False)
+        return self._session
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._session is not None or self._connection is not None
+
+    async def connection(self) -> AsyncConnection:
+        """The connection of this transaction, begun if it was not yet."""
+        if self._session is not None:
+            await self._session.flush()
+            return await self._session.connection()
+        if self._connection is None:
+            self._connection = await self._engine.connect()
+            await self._connection.begin()
+        return self._connection
+
+    async def add_outbox_event(self, event: OutboxEvent) -> None:
+        await outbox_sql.outbox_insert(
+            await self.connection(),
+            event_id=event.event_id,
+            instance_id=event.instance_id,
+            event_type=event.event_type,
+            source=event.source,
+            subject=event.subject,
+            content_type=event.content_type,
+            data_json=event.data_json,
+            data_bytes=event.data_bytes,
+            extensions=event.extensions,
+        )
+
+    async def commit(self) -> None:
+        try:
+            if self._session is not None:
+                await self._session.commit()
+            elif self._connection is not None:
+                await self._connection.commit()
+        finally:
+            await self.close()
+        callbacks, self._after_commit = self._after_commit, []
+        for callback in callbacks:
+            await callback()
+
+    async def rollback(self) -> None:
+        self._after_commit = []  # rolled back: nothing happened to report
+        try:
+            if self._session is not None:
+                await self._session.rollback()
+            elif self._connection is not None:
+                await self._connection.rollback()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        session, connection = self._session, self._connection
+        self._session = self._connection = None
+        if session is not None:
+            await session.close()
+        if connection is not None:
+            await connection.close()
+
+
+class PgInstancePort:
+    """One run's lease on one instance, in PostgreSQL."""
+
+    def __init__(
+        self, *, database: Database, claimed: ClaimedInstance, writes: GroupCommit[InstanceWrite, bool | None]
+    ) -> None:
+        self.database = database
+        self.writes = writes  # the worker's group commit of step records and completions
+        self.instance_id = claimed.id
+        self.token = claimed.lease_token
+        self._cancel = claimed.cancel_requested
+        self._pending: StepRecord | None = None
+        self._unsaved: list[CompensationRecord] = []
+        # concurrent steps of one instance (asyncio.gather) take turns writing
+        self._lock = asyncio.Lock()
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel
+
+    def open_step(self) -> StepTransaction:
+        return StepTransaction(self.database.engine)
+
+    # ------------------------------------------------------------------ error mapping
+
+    async def _storage(self, write: Awaitable[T], what: str = "a write") -> T:
+        """Await one of Kenning's own writes, mapping the database's errors to the engine's.
+
+        A value the database refuses (SQLSTATE class 22) would be refused again on every
+        replay: that is the step's error, ``UnstorableValueError``, and the deferred record
+        that rode along is dropped. Values are checked before they get here
+        (``serialization.storable_json``); this is the guard for what the check missed."""
+        try:
+            return await write
+        except Exception as error:
+            if is_unavailable(error):
+                raise StorageUnavailable(f"database unavailable while writing {self.instance_id}") from error
+            if is_data_error(error):
+                self.discard()
+                reason = str(getattr(error, "orig", None) or error).strip().splitlines()
+                raise UnstorableValueError(
+                    f"{what} cannot be stored: {reason[0] if reason else type(error).__name__}"
+                ) from error
+            raise
+
+    async def _autocommit(self, statement: Callable[[Any], Awaitable[T]], what: str = "a write") -> T:
+        async def run() -> T:
+            async with self.database.autocommit.connect() as conn:
+                return await statement(conn)
+
+        return await self._storage(run(), what)
+
+    def _lost(self, before: str) -> LeaseLostError:
+        return LeaseLostError(f"lease on {self.instance_id} was lost before {before}")
+
+    # ------------------------------------------------------------------ step records
+
+    async def _write_record(self, conn: Any, record: StepRecord) -> None:
+        saved = len(self._unsaved)
+        flag = await history_sql.history_record_step(
+            conn,
+            instance_id=self.instance_id,
+            token=self.token,
+            step_id=record.step_id,
+            kind=record.kind,
+            step_name=record.step_name,
+            payload=record.payload,
+            payload_bytes=record.payload_bytes,
+            compensations=self._unsaved[:saved],
+            clear_attempts=record.clear_attempts,
+        )
+        self._recorded(record, flag, saved)
+
+    def _recorded(self, record: StepRecord, flag: bool | None, saved: int) -> None:
+        """After a step write: ``saved`` compensations went with it (a parallel branch may
+        have registered more meanwhile; those wait for the next write)."""
+        if flag is None:
+            raise self._lost(f"step {record.step_id!r} was recorded")
+        del self._unsaved[:saved]
+        self._cancel = self._cancel or flag
+
+    async def _flush_locked(self) -> None:
+        record, self._pending = self._pending, None
+        if record is None:
+            return
+        if record.foldable:
+            sent = [c.to_json() for c in self._unsaved]
+            write = InstanceWrite(self.instance_id, self.token, steps=[record.as_json()], compensations=sent)
+            (flag,) = await self._storage(self.writes.store([write]), f"step {record.step_id}")
+            self._recorded(record, flag, len(sent))
+        else:
+            await self._autocommit(lambda conn: self._write_record(conn, record), f"step {record.step_id}")
+        fault_point("step.after_commit")
+
+    async def flush(self) -> None:
+        async with self._lock:
+            await self._flush_locked()
+
+    def discard(self) -> None:
+        self._pending = None
+
+    def save_compensation(self, command: SaveCompensation) -> None:
+        self._unsaved.append(command.record)
+
+    async def record_step(self, command: RecordStep, step: StepScope | None = None) -> None:
+        record, what = command.record, command.what or f"step {command.record.step_id}"
+        async with self._lock:
+            await self._flush_locked()
+            if isinstance(step, StepTransaction) and step.in_transaction:
+                transaction = step
+
+                async def write_in_step() -> None:
+                    await self._write_record(await transaction.connection(), record)
+                    await transaction.commit()
+                    fault_point("step.after_commit")
+
+                try:
+                    # the attempt's own ctx.session writes go in this statement's commit
+                    await self._storage(write_in_step(), f"{what} (with its ctx.session writes)")
+                except BaseException:
+                    await transaction.rollback()
+                    raise
+                return
+            if step is not None:
+                await step.close()
+            if command.defer:
+                self._pending = record
+            else:
+                await self._autocommit(lambda conn: self._write_record(conn, record), what)
+                fault_point("step.after_commit")
+
+    async def _take_folded(self) -> FoldedWrites:
+        """The deferred record and unsaved compensations, for a statement that folds them
+        in (call with the lock held; rare record shapes are written first)."""
+        if self._pending is not None and not self._pending.foldable:
+            await self._flush_locked()
+        record, self._pending = self._pending, None
+        return FoldedWrites(
+            pending_steps=[] if record is None else [record.as_json()],
+            compensations=[c.to_json() for c in self._unsaved],
+        )
+
+    # ------------------------------------------------------------------ single statements
+
+    async def _write_now(self, statement: Callable[[Any], Awaitable[T]], what: str = "a write") -> T:
+        """One fenced statement, after the deferred record, each its own commit."""
+        async with self._lock:
+            await self._flush_locked()
+            return await self._autocommit(statement, what)
+
+    async def count_attempt(self, command: CountAttempt) -> AttemptCounted:
+        outcome = await self._write_now(
+            lambda conn: instances_sql.instance_record_attempt(
+                conn, self.instance_id, self.token, command.step_id, command.attempt, command.error
+            )
+        )
+        if outcome is None:
+            raise self._lost(f"it counted attempt {command.attempt} of {command.step_id!r}")
+        elapsed, cancel = outcome
+        self._cancel = self._cancel or cancel
+        return AttemptCounted(elapsed, self._cancel)
+
+    async def release(self, command: ReleaseWithDelay) -> None:
+        released = await self._write_now(
+            lambda conn: instances_sql.instance_release(conn, self.instance_id, self.token, command.delay)
+        )
+        if not released:
+            raise self._lost("it released the instance for a retry back-off")
+
+    async def suspend(self, command: Suspend) -> SuspendOutcome:
+        """Register what the instance waits for and release the lease in one fenced
+        statement, together with the step recorded just before (folded), refusing when
+        cancellation was requested."""
+        fault_point("instance.before_release")
+        async with self._lock:
+            folded = await self._take_folded()
+            outcome = await self._autocommit(lambda conn: self._suspend_statement(conn, command, folded))
+            if outcome is not SuspendOutcome.LEASE_LOST:
+                self._unsaved = []
+        if outcome is SuspendOutcome.CANCELLED:
+            self._cancel = True
+        return outcome
+
+    def _suspend_statement(self, conn: Any, command: Suspend, folded: FoldedWrites) -> Awaitable[SuspendOutcome]:
+        if isinstance(command, SuspendOnTimer):
+            return timers_sql.timer_register_and_suspend(
+                conn,
+                folded=folded,
+                instance_id=self.instance_id,
+                token=self.token,
+                step_id=command.step_id,
+                step_name=command.step_name,
+                due_at=command.due_at,
+                delay_seconds=command.delay_seconds,
+            )
+        return subscriptions_sql.subscription_register_and_suspend(
+            conn,
+            folded=folded,
+            instance_id=self.instance_id,
+            token=self.token,
+            step_id=command.step_id,
+            step_name=command.step_name,
+            event_type=command.event_type,
+            match=command.match,
+            since_at=command.since_at,
+            since_seconds=command.since_seconds,
+            timeout_seconds=command.timeout_seconds,
+        )
+
+    async def complete(self, command: Complete) -> None:
+        """The completion, with the last step's record, in one group-committed statement."""
+        fault_point("instance.before_release")
+        async with self._lock:
+            folded = await self._take_folded()
+            write = InstanceWrite(
+                self.instance_id,
+                self.token,
+                steps=folded.pending_steps,
+                compensations=folded.compensations,
+                complete=True,
+                result=command.result,
+            )
+            stored = await self._storage(self.writes.store([write]), command.what or "the completion")
+        if stored[0] is None:
+            raise self._lost("completion")
+
+    async def begin_compensating(self, command: BeginCompensating) -> list[DroppedCompensation]:
+        unsaved = list(self._unsaved)
+        try:
+            await self._write_begin(command, unsaved)
+            return []
+        except UnstorableValueError as refused:
+            if not unsaved:
+                raise  # the error is always storable (encode_error): nothing else to leave out
+            reason = str(refused)
+        await self._write_begin(command, [])
+        return [DroppedCompensation(c, reason) for c in unsaved]
+
+    async def _write_begin(self, command: BeginCompensating, comps: list[CompensationRecord]) -> None:
+        sent = [c.to_json() for c in comps]
+        ok = await self._write_now(
+            lambda conn: instances_sql.instance_begin_compensating(
+                conn, self.instance_id, self.token, command.error, sent
+            )
+        )
+        if not ok:
+            raise self._lost("compensating")
+        self._unsaved = []
+
+    async def finish(self, command: Finish | FailSaga) -> None:
+        fault_point("instance.before_release")
+        if isinstance(command, FailSaga):
+            finished = await self._write_now(
+                lambda conn: sagas_sql.saga_fail(conn, self.instance_id, self.token, command.error)
+            )
+        else:
+            finished = await self._write_now(
+                lambda conn: instances_sql.instance_finish(
+                    conn, self.instance_id, self.token, command.status.value, command.error
+                )
+            )
+        if not finished:
+            raise self._lost("it finished")

@@ -1,0 +1,129 @@
+"""The commands the engine issues to its ``InstancePort``: what to make durable, never how.
+
+Each is a frozen record; the port decides how it reaches storage (which statement, what
+it folds together, whether it is group-committed). Step records and compensations may
+be held back and folded into the next write; every other command is a resting point or
+a decision that is written before the engine goes on.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kenning.engine.history import StepRecord
+from kenning.storage.records import CompensationRecord
+
+
+@dataclass(frozen=True)
+class RecordStep:
+    """Record a finished step. ``defer``: the port may hold it back and write it with the
+    next write (a completion or a suspend folds it into its own statement)."""
+
+    record: StepRecord
+    defer: bool = True
+    what: str = ""  # names the value in an UnstorableValueError
+
+
+@dataclass(frozen=True)
+class SaveCompensation:
+    """Keep a compensation registered by the workflow; saved with the next write."""
+
+    record: CompensationRecord
+
+
+@dataclass(frozen=True)
+class CountAttempt:
+    """Count a failed attempt of ``step_id`` on the instance (durable across runs)."""
+
+    step_id: str
+    attempt: int
+    error: str
+
+
+@dataclass(frozen=True)
+class AttemptCounted:
+    """The port's answer to ``CountAttempt``."""
+
+    seconds_since_first_failure: float
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class ReleaseWithDelay:
+    """Give the lease back; the instance is claimable again after ``delay`` seconds."""
+
+    delay: float
+
+
+@dataclass(frozen=True)
+class SuspendOnTimer:
+    """Register a timer (``due_at``, or ``delay_seconds`` on the database clock) and give
+    the lease back, unless cancellation was requested."""
+
+    step_id: str
+    step_name: str
+    due_at: datetime | None
+    delay_seconds: float | None
+
+
+@dataclass(frozen=True)
+class SuspendOnEvent:
+    """Subscribe to an event type and give the lease back, unless cancellation was requested."""
+
+    step_id: str
+    step_name: str
+    event_type: str
+    match: Any  # JSON containment filter on the event's data, or None
+    since_at: datetime | None
+    since_seconds: float | None
+    timeout_seconds: float | None
+
+
+Suspend = SuspendOnTimer | SuspendOnEvent
+
+
+@dataclass(frozen=True)
+class Complete:
+    """End the instance ``completed`` with its result (``{"result": ...}``)."""
+
+    result: dict[str, Any]
+    what: str = ""
+
+
+@dataclass(frozen=True)
+class BeginCompensating:
+    """Make the instance ``compensating``, keeping the workflow's error (None: resume)."""
+
+    error: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class DroppedCompensation:
+    """A compensation the database refused to store: never run, named in the saga's error."""
+
+    record: CompensationRecord
+    reason: str
+
+
+class FinalStatus(enum.Enum):
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class Finish:
+    """End the instance ``failed`` or ``cancelled``; ``error`` None keeps the stored one."""
+
+    status: FinalStatus
+    error: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class FailSaga:
+    """End the instance ``failed`` because compensations failed (the workflow's own error
+    is kept inside ``error``)."""
+
+    error: dict[str, Any]

@@ -1,0 +1,118 @@
+"""An instance's history as replay reads it: step ids, the cursor over recorded steps and
+the determinism checks.
+
+A step's id is ``<name>:<n>`` (the n-th call of that name in this run) unless the code
+gives one explicitly; the same code therefore asks for the same ids in every run, and a
+recorded id asked for under another name means the code changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kenning.errors import NonDeterminismError
+from kenning.storage.records import HistoryRecord
+
+# History kinds, as stored in kenning_history.kind.
+ACTIVITY_COMPLETED = "ActivityCompleted"
+ACTIVITY_FAILED = "ActivityFailed"
+EVENT_RECEIVED = "EventReceived"
+EVENT_TIMEOUT = "EventTimeout"
+TIMER_EXPIRED = "TimerExpired"
+COMPENSATION_EXECUTED = "CompensationExecuted"
+COMPENSATION_FAILED = "CompensationFailed"
+# Kinds the workflow body consumes on replay; compensation records are not among them.
+REPLAYED_KINDS = frozenset({ACTIVITY_COMPLETED, ACTIVITY_FAILED, EVENT_RECEIVED, EVENT_TIMEOUT, TIMER_EXPIRED})
+COMPENSATION_KINDS = frozenset({COMPENSATION_EXECUTED, COMPENSATION_FAILED})
+COMPENSATION_STEP_PREFIX = "compensation:"
+
+
+def compensation_step_id(comp_id: str) -> str:
+    """The history step id (and attempt-counter key) of one compensation."""
+    return f"{COMPENSATION_STEP_PREFIX}{comp_id}"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One history row the engine asks the port to record."""
+
+    step_id: str
+    kind: str
+    step_name: str
+    payload: Any
+    payload_bytes: bytes | None = None
+    # the step had failed attempts counted on the instance: the record clears them
+    clear_attempts: bool = False
+
+    @property
+    def foldable(self) -> bool:
+        """Whether a folding statement can carry it (bytes and attempt resets cannot)."""
+        return self.payload_bytes is None and not self.clear_attempts
+
+    def as_json(self) -> dict[str, Any]:
+        return {"step_id": self.step_id, "kind": self.kind, "step_name": self.step_name, "payload": self.payload}
+
+
+class HistoryCursor:
+    """Hands out step ids and the recorded step for each; knows what is still unreplayed."""
+
+    def __init__(self, *, instance_id: str, workflow_name: str, history: Iterable[HistoryRecord]) -> None:
+        self.instance_id = instance_id
+        self.workflow_name = workflow_name
+        self.records = {record.step_id: record for record in history}
+        self.unconsumed = {r.step_id for r in self.records.values() if r.kind in REPLAYED_KINDS}
+        self._counters: dict[str, int] = {}
+        # called when the last recorded step has been replayed (the replay barrier's cue)
+        self.on_drained: Callable[[], None] | None = None
+
+    @property
+    def is_replaying(self) -> bool:
+        return bool(self.unconsumed)
+
+    @property
+    def empty(self) -> bool:
+        return not self.records
+
+    def next_step_id(self, name: str) -> str:
+        n = self._counters.get(name, 0) + 1
+        self._counters[name] = n
+        return f"{name}:{n}"
+
+    def take(self, step_id: str, step_name: str) -> HistoryRecord | None:
+        """The recorded step with this id, checked against the name now asking for it."""
+        record = self.records.get(step_id)
+        if record is None or record.kind not in REPLAYED_KINDS:
+            return None
+        if record.step_name != step_name:
+            raise NonDeterminismError(
+                f"non-deterministic workflow {self.workflow_name!r} (instance {self.instance_id}): "
+                f"step {step_id!r} was recorded as {record.step_name!r} but the code now runs "
+                f"{step_name!r}; restore the old code path or start a new instance"
+            )
+        if step_id in self.unconsumed:
+            self.unconsumed.discard(step_id)
+            if not self.unconsumed and self.on_drained is not None:
+                self.on_drained()
+        return record
+
+    def compensations_done(self) -> set[str]:
+        """Step ids of compensations already run (executed or failed for good)."""
+        return {s for s, r in self.records.items() if r.kind in COMPENSATION_KINDS}
+
+    def new_step_error(self, step_id: str, step_name: str) -> NonDeterminismError:
+        """The error for a new step asked for while recorded steps were never reached."""
+        waiting = [s for s in self.records if s in self.unconsumed]  # history order, oldest first
+        return NonDeterminismError(
+            f"non-deterministic workflow {self.workflow_name!r} (instance {self.instance_id}): "
+            f"the code now runs new step {step_id!r} ({step_name}) while recorded step(s) "
+            f"{', '.join(repr(s) for s in waiting[:5])} were never reached"
+        )
+
+    def returned_error(self) -> NonDeterminismError:
+        """The error for a workflow that returned with recorded steps never reached."""
+        return NonDeterminismError(
+            f"non-deterministic workflow {self.workflow_name!r} (instance {self.instance_id}): "
+            f"it returned while recorded step(s) {', '.join(sorted(self.unconsumed)[:5])} were never reached"
+        )

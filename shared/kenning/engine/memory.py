@@ -1,0 +1,273 @@
+"""An in-memory ``InstancePort``: the engine without a database, for unit tests.
+
+``MemoryInstance`` is one instance's stored state (what the tables would hold);
+``MemoryPort`` is one run's lease on it, writing at once (no folding, no group commit).
+``run_until_rest`` claims and runs an instance the way a worker would, resuming it after
+timers and retry back-offs, until it waits for an event or ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kenning.engine.commands import (
+    AttemptCounted,
+    BeginCompensating,
+    Complete,
+    CountAttempt,
+    DroppedCompensation,
+    FailSaga,
+    Finish,
+    RecordStep,
+    ReleaseWithDelay,
+    SaveCompensation,
+    Suspend,
+    SuspendOnEvent,
+    SuspendOnTimer,
+)
+from kenning.engine.history import EVENT_RECEIVED, TIMER_EXPIRED
+from kenning.engine.outcomes import RunOutcome
+from kenning.engine.port import OutboxEvent, StepScope
+from kenning.errors import LeaseLostError
+from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord, SuspendOutcome
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from kenning.app import App
+
+
+@dataclass
+class MemoryInstance:
+    """One instance as storage would hold it."""
+
+    id: str
+    workflow_name: str
+    input: dict[str, Any] = field(default_factory=dict)
+    status: str = "pending"
+    result: Any = None
+    error: dict[str, Any] | None = None
+    cancel_requested: bool = False
+    lease_token: str | None = None
+    run_count: int = 0
+    history: list[HistoryRecord] = field(default_factory=list)
+    compensations: list[CompensationRecord] = field(default_factory=list)
+    attempts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    outbox: list[OutboxEvent] = field(default_factory=list)
+    waiting_for: Suspend | None = None
+    available_after: float = 0.0  # seconds of back-off asked for by the last release
+    # every write in order, for tests that check what was written and when
+    writes: list[str] = field(default_factory=list)
+
+    def claim(self) -> ClaimedInstance:
+        self.lease_token = str(uuid.uuid4())
+        self.run_count += 1
+        if self.status in ("pending", "waiting_for_event", "waiting_for_timer"):
+            self.status = "running"
+        return ClaimedInstance(
+            id=self.id,
+            workflow_name=self.workflow_name,
+            status=self.status,
+            input=self.input,
+            cancel_requested=self.cancel_requested,
+            lease_token=self.lease_token,
+            run_count=self.run_count,
+            attempts={k: dict(v) for k, v in self.attempts.items()},
+        )
+
+    def append(self, step_id: str, kind: str, step_name: str, payload: Any, payload_bytes: bytes | None = None) -> None:
+        self.history.append(HistoryRecord(step_id, kind, step_name, payload, payload_bytes))
+
+    def deliver_event(self, payload: dict[str, Any]) -> None:
+        """What the inbox does for a waiting instance: record the event, make it runnable."""
+        waiting = self.waiting_for
+        assert isinstance(waiting, SuspendOnEvent), f"{self.id} is not waiting for an event"
+        self.append(waiting.step_id, EVENT_RECEIVED, waiting.step_name, payload)
+        self.waiting_for, self.status = None, "pending"
+
+    def fire_timer(self) -> None:
+        """What the scheduler does when the timer is due."""
+        waiting = self.waiting_for
+        assert isinstance(waiting, SuspendOnTimer), f"{self.id} is not waiting for a timer"
+        self.append(waiting.step_id, TIMER_EXPIRED, waiting.step_name, {})
+        self.waiting_for, self.status = None, "pending"
+
+
+class MemoryStep:
+    """A step scope without a database: outbox events are kept until the record commits."""
+
+    def __init__(self, instance: MemoryInstance) -> None:
+        self._instance = instance
+        self._events: list[OutboxEvent] = []
+        self._after_commit: list[Callable[[], Awaitable[None]]] = []
+
+    @property
+    def session(self) -> AsyncSession:
+        raise RuntimeError("ctx.session needs a database; the in-memory port has none")
+
+    @property
+    def in_transaction(self) -> bool:
+        return bool(self._events)
+
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
+        self._after_commit.append(callback)
+
+    async def add_outbox_event(self, event: OutboxEvent) -> None:
+        self._events.append(event)
+
+    async def commit(self) -> None:
+        self._instance.outbox.extend(self._events)
+        self._events = []
+        callbacks, self._after_commit = self._after_commit, []
+        for callback in callbacks:
+            await callback()
+
+    async def rollback(self) -> None:
+        self._events, self._after_commit = [], []
+
+    async def close(self) -> None:
+        self._events = []
+
+
+class MemoryPort:
+    """One run's lease on a ``MemoryInstance``; writes land at once."""
+
+    def __init__(self, instance: MemoryInstance, token: str, *, clock: Callable[[], float] | None = None) -> None:
+        self.instance = instance
+        self.token = token
+        self._cancel = instance.cancel_requested
+        self._unsaved: list[CompensationRecord] = []
+        self._clock = clock or asyncio.get_running_loop().time
+        self.first_failure: dict[str, float] = {}
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel
+
+    def _fence(self, what: str) -> None:
+        """The lease check every write makes; also reads the cancellation flag."""
+        if self.instance.lease_token != self.token:
+            raise LeaseLostError(f"lease on {self.instance.id} was lost before {what}")
+        self._cancel = self._cancel or self.instance.cancel_requested
+        self.instance.writes.append(what)
+
+    def _save_compensations(self) -> None:
+        known = {c.comp_id for c in self.instance.compensations}
+        self.instance.compensations.extend(c for c in self._unsaved if c.comp_id not in known)
+        self._unsaved = []
+
+    def open_step(self) -> MemoryStep:
+        return MemoryStep(self.instance)
+
+    async def record_step(self, command: RecordStep, step: StepScope | None = None) -> None:
+        record = command.record
+        self._fence(f"record {record.step_id}")
+        self.instance.append(record.step_id, record.kind, record.step_name, record.payload, record.payload_bytes)
+        self._save_compensations()
+        if record.clear_attempts:
+            self.instance.attempts.pop(record.step_id, None)
+        if isinstance(step, MemoryStep):
+            await step.commit()
+
+    def save_compensation(self, command: SaveCompensation) -> None:
+        self._unsaved.append(command.record)
+
+    async def flush(self) -> None:
+        if self._unsaved:
+            self._fence("save compensations")
+            self._save_compensations()
+
+    def discard(self) -> None:
+        pass  # nothing is held back
+
+    async def count_attempt(self, command: CountAttempt) -> AttemptCounted:
+        self._fence(f"count attempt {command.attempt} of {command.step_id}")
+        now = self._clock()
+        first = self.instance.attempts.setdefault(command.step_id, {"first_failure_at": now})["first_failure_at"]
+        self.instance.attempts[command.step_id].update(attempts=command.attempt, last_error=command.error)
+        return AttemptCounted(now - float(first), self._cancel)
+
+    async def release(self, command: ReleaseWithDelay) -> None:
+        self._fence(f"release after {command.delay:g} s")
+        if self.instance.status == "running":
+            self.instance.status = "pending"
+        self.instance.lease_token = None
+        self.instance.available_after = command.delay
+
+    async def suspend(self, command: Suspend) -> SuspendOutcome:
+        self._fence(f"suspend at {command.step_id}")
+        if self._cancel:
+            return SuspendOutcome.CANCELLED
+        self._save_compensations()
+        self.instance.waiting_for = command
+        self.instance.status = "waiting_for_timer" if isinstance(command, SuspendOnTimer) else "waiting_for_event"
+        self.instance.lease_token = None
+        return SuspendOutcome.SUSPENDED
+
+    async def complete(self, command: Complete) -> None:
+        self._fence("complete")
+        self._save_compensations()
+        self.instance.status, self.instance.result, self.instance.lease_token = "completed", command.result, None
+
+    async def begin_compensating(self, command: BeginCompensating) -> list[DroppedCompensation]:
+        self._fence("begin compensating")
+        self._save_compensations()
+        self.instance.status = "compensating"
+        self.instance.error = command.error if command.error is not None else self.instance.error
+        return []
+
+    async def finish(self, command: Finish | FailSaga) -> None:
+        self._fence("finish")
+        if isinstance(command, FailSaga):
+            self.instance.status = "failed"
+            self.instance.error = {**command.error, "workflow_error": self.instance.error}
+        else:
+            self.instance.status = command.status.value
+            self.instance.error = command.error if command.error is not None else self.instance.error
+        self.instance.lease_token = None
+
+
+async def run_once(app: App, instance: MemoryInstance, *, inline_retry_seconds: float = 5.0) -> RunOutcome:
+    """Claim ``instance`` and run it once, as a worker would."""
+    from kenning.engine.run import WorkflowRun
+
+    claimed = instance.claim()
+    run = WorkflowRun(
+        app=app,
+        workflow=app.registry.workflow(instance.workflow_name),
+        claimed=claimed,
+        history=list(instance.history),
+        compensations=list(instance.compensations),
+        port=MemoryPort(instance, claimed.lease_token),
+        inline_retry_seconds=inline_retry_seconds,
+    )
+    return await run.run()
+
+
+async def run_until_rest(
+    app: App, instance: MemoryInstance, *, inline_retry_seconds: float = 5.0, max_runs: int = 50
+) -> list[RunOutcome]:
+    """Run ``instance`` again after each timer and retry back-off (no waiting: time is
+    not simulated) until it ends or waits for an event; the outcome of every run."""
+    outcomes: list[RunOutcome] = []
+    for _ in range(max_runs):
+        outcome = await run_once(app, instance, inline_retry_seconds=inline_retry_seconds)
+        outcomes.append(outcome)
+        if isinstance(instance.waiting_for, SuspendOnTimer):
+            instance.fire_timer()
+        elif outcome is not RunOutcome.SUSPENDED or isinstance(instance.waiting_for, SuspendOnEvent):
+            return outcomes
+    raise AssertionError(f"{instance.id} did not come to rest in {max_runs} runs")
+
+
+__all__ = [
+    "MemoryInstance",
+    "MemoryPort",
+    "MemoryStep",
+    "run_once",
+    "run_until_rest",
+]

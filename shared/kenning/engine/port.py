@@ -1,0 +1,110 @@
+"""``InstancePort``: everything the engine needs from the outside world, for one claimed
+instance. The worker's PostgreSQL adapter (``kenning_worker.port``) and the in-memory one
+(``kenning.engine.memory``) implement it.
+
+Errors are the port's to map: a write refused because the lease moved raises
+``LeaseLostError``, the database being away ``StorageUnavailable``, a value the database
+cannot store ``UnstorableValueError`` (the held-back record that rode along is dropped).
+Every write tells the port whether cancellation was requested; ``cancel_requested``
+reports the latest answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kenning.engine.commands import (
+    AttemptCounted,
+    BeginCompensating,
+    Complete,
+    CountAttempt,
+    DroppedCompensation,
+    FailSaga,
+    Finish,
+    RecordStep,
+    ReleaseWithDelay,
+    SaveCompensation,
+    Suspend,
+)
+from kenning.storage.records import SuspendOutcome
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+
+@dataclass(frozen=True)
+class OutboxEvent:
+    """An event ``send_event_transactional`` writes in a step's transaction."""
+
+    event_id: str
+    instance_id: str
+    event_type: str
+    source: str
+    subject: str | None
+    content_type: str | None
+    data_json: str | None
+    data_bytes: bytes | None
+    extensions: dict[str, Any]
+
+
+class StepScope(Protocol):
+    """The transaction of one activity or compensation attempt: its ``ctx.session``
+    writes, its outbox events and its record commit together, or not at all."""
+
+    @property
+    def session(self) -> AsyncSession: ...
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the attempt opened the transaction (``ctx.session``, outbox events)."""
+        ...
+
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> None: ...
+
+    async def add_outbox_event(self, event: OutboxEvent) -> None: ...
+
+    async def rollback(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class InstancePort(Protocol):
+    @property
+    def cancel_requested(self) -> bool: ...
+
+    def open_step(self) -> StepScope:
+        """A fresh transaction scope for one attempt (opened lazily)."""
+        ...
+
+    async def record_step(self, command: RecordStep, step: StepScope | None = None) -> None:
+        """Record a step; in ``step``'s transaction when the attempt opened it."""
+        ...
+
+    def save_compensation(self, command: SaveCompensation) -> None: ...
+
+    async def flush(self) -> None:
+        """Write what is held back (a deferred step record, unsaved compensations)."""
+        ...
+
+    def discard(self) -> None:
+        """Drop a held-back step record (the run is abandoned or the value was refused)."""
+        ...
+
+    async def count_attempt(self, command: CountAttempt) -> AttemptCounted: ...
+
+    async def release(self, command: ReleaseWithDelay) -> None: ...
+
+    async def suspend(self, command: Suspend) -> SuspendOutcome:
+        """Register the wait and give the lease back, folding what is held back; answers
+        ``CANCELLED`` (nothing registered, lease kept) when cancellation was requested."""
+        ...
+
+    async def complete(self, command: Complete) -> None: ...
+
+    async def begin_compensating(self, command: BeginCompensating) -> list[DroppedCompensation]:
+        """Returns the unsaved compensations the database refused to store (never run)."""
+        ...
+
+    async def finish(self, command: Finish | FailSaga) -> None: ...

@@ -1,0 +1,441 @@
+"""``WorkflowRun``: one run of a claimed instance, from the top, replaying recorded steps.
+
+A recorded step returns its recorded result without running; the first unrecorded step
+runs for real and the engine asks its ``InstancePort`` to record it. The run decides and
+the port writes: this module does no I/O of its own (user code aside: activities,
+compensations, hooks). It is the ``Runtime`` SDK functions talk to (``ctx.runtime``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import structlog
+
+from kenning import serialization
+from kenning.activity import call_attempt
+from kenning.compensation import ON_FAILURE_PREFIX, on_failure_arguments
+from kenning.context import WorkflowContext, current_step
+from kenning.engine.barrier import ReplayBarrier
+from kenning.engine.commands import (
+    Complete,
+    CountAttempt,
+    FinalStatus,
+    Finish,
+    RecordStep,
+    ReleaseWithDelay,
+    SaveCompensation,
+    Suspend,
+    SuspendOnEvent,
+    SuspendOnTimer,
+)
+from kenning.engine.history import ACTIVITY_COMPLETED, ACTIVITY_FAILED, HistoryCursor, StepRecord
+from kenning.engine.outcomes import Attempted, GaveUp, RunOutcome
+from kenning.engine.port import InstancePort, OutboxEvent, StepScope
+from kenning.engine.retries import GiveUp, GiveUpReason, RetryAfter, after_counting, before_counting
+from kenning.engine.saga import undo_saga
+from kenning.errors import (
+    ActivityTimeoutError,
+    LeaseLostError,
+    NonDeterminismError,
+    RetryExhaustedError,
+    StorageUnavailable,
+    Suspended,
+    UnstorableValueError,
+    WorkflowCancelledException,
+)
+from kenning.faults import fault_point
+from kenning.hooks import call_hook
+from kenning.registry import qualified_name
+from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord, SuspendOutcome
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from kenning.activity import Activity
+    from kenning.app import App
+    from kenning.workflow import Workflow
+
+T = TypeVar("T")
+
+
+class WorkflowRun:
+    """Runs one claimed instance until it completes, fails, suspends or loses its lease."""
+
+    def __init__(
+        self,
+        *,
+        app: App,
+        workflow: Workflow[Any],
+        claimed: ClaimedInstance,
+        history: list[HistoryRecord],
+        compensations: list[CompensationRecord],
+        port: InstancePort,
+        inline_retry_seconds: float,
+        activity_timeout: float | None = None,
+    ) -> None:
+        self.app = app
+        self.workflow = workflow
+        self.claimed = claimed
+        self.port = port
+        self.cursor = HistoryCursor(instance_id=claimed.id, workflow_name=claimed.workflow_name, history=history)
+        self.barrier = ReplayBarrier(lambda: not self.cursor.unconsumed)
+        self.cursor.on_drained = self.barrier.drained
+        self.compensations = list(compensations)
+        self.cancelled = False
+        self.inline_retry_seconds = inline_retry_seconds
+        # the worker's --activity-timeout, for activities that declare none
+        self.activity_timeout = activity_timeout
+        self.ctx = WorkflowContext(self)
+        self.log = structlog.get_logger("kenning.replay").bind(instance_id=claimed.id, workflow=claimed.workflow_name)
+
+    # ---------------------------------------------------------------- the runtime interface
+
+    @property
+    def instance_id(self) -> str:
+        return self.claimed.id
+
+    @property
+    def workflow_name(self) -> str:
+        return self.claimed.workflow_name
+
+    @property
+    def is_replaying(self) -> bool:
+        return self.cursor.is_replaying
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.port.cancel_requested
+
+    async def run_activity(
+        self, act: Activity[Any], args: tuple[Any, ...], kwargs: dict[str, Any], activity_id: str | None
+    ) -> Any:
+        step_id = activity_id or self.cursor.next_step_id(act.name)
+        record = self.cursor.take(step_id, act.name)
+        if record is not None:
+            if record.kind == ACTIVITY_FAILED:
+                raise serialization.decode_error(record.payload)
+            result = _decode_result(act, record)
+            self._register_on_failure(act, step_id, args, kwargs, result)
+            await self.hook("on_activity_complete", step_id, act.name, result, True)
+            return result
+
+        await self.before_new_step(step_id, act.name)
+        policy = act.retry_policy or self.app.default_retry_policy or DEFAULT_RETRY_POLICY
+        timeout = act.timeout if act.timeout is not None else self.activity_timeout
+
+        async def attempt(_: StepScope) -> tuple[Any, Any, bytes | None]:
+            result = await call_attempt(act, (self.ctx, *args), kwargs, timeout)
+            payload, payload_bytes = _encode_result(act, result)
+            # its arguments are stored with the step record: checked here, so an
+            # unstorable one is this attempt's failure
+            self._register_on_failure(act, step_id, args, kwargs, result)
+            return result, payload, payload_bytes
+
+        outcome = await self.attempts(step_id, act.name, policy, attempt, activity=True, timeout=timeout)
+        if isinstance(outcome, GaveUp):
+            final = _activity_error(act.name, outcome)
+            await self._record_failure(act.name, step_id, final)
+            raise final
+        fault_point("activity.after_effect")
+        result, payload, payload_bytes = outcome.result
+        record_step = RecordStep(
+            StepRecord(step_id, ACTIVITY_COMPLETED, act.name, payload, payload_bytes, clear_attempts=outcome.counted),
+            what=f"step {step_id}",
+        )
+        try:
+            await self.port.record_step(record_step, outcome.step)
+        except UnstorableValueError as error:  # its ctx.session writes were refused
+            await self._record_failure(act.name, step_id, error)
+            raise
+        self.log.debug("activity.completed", step=step_id)
+        await self.hook("on_activity_complete", step_id, act.name, result, False)
+        return result
+
+    def register_compensation(
+        self,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        activity_id: str | None,
+        retry_policy: RetryPolicy | None = None,
+        owner: str = "",
+    ) -> None:
+        """``owner`` prefixes the error naming an argument that cannot be stored."""
+        position = len(self.compensations) + 1
+        policy = retry_policy or getattr(func, "retry_policy", None)
+        name = qualified_name(func)
+        record = CompensationRecord(
+            comp_id=activity_id or f"comp:{position}",
+            position=position,
+            function_name=name,
+            args=serialization.storable_json(list(args), f"{owner}compensation {name} arguments"),
+            kwargs=serialization.storable_json(kwargs, f"{owner}compensation {name} arguments"),
+            retry_policy=policy.to_json() if isinstance(policy, RetryPolicy) else None,
+        )
+        if any(c.comp_id == record.comp_id for c in self.compensations):
+            return  # replayed registration of one already saved
+        self.compensations.append(record)
+        self.port.save_compensation(SaveCompensation(record))
+
+    async def wait_timer(
+        self, step_name: str, timer_id: str | None, *, due_at: datetime | None, delay_seconds: float | None
+    ) -> None:
+        step_id = timer_id or self.cursor.next_step_id(step_name)
+        if self.cursor.take(step_id, step_name) is not None:
+            return
+        await self.before_new_step(step_id, step_name, flush=False)
+        await self._suspend(SuspendOnTimer(step_id, step_name, due_at, delay_seconds))
+
+    async def wait_event(
+        self,
+        event_type: str,
+        *,
+        event_id: str | None,
+        match: Any,
+        since_at: datetime | None,
+        since_seconds: float | None,
+        timeout_seconds: float | None,
+    ) -> HistoryRecord:
+        """The recorded ``EventReceived`` or ``EventTimeout``; suspends until there is one."""
+        step_name = f"wait_event:{event_type}"
+        step_id = event_id or self.cursor.next_step_id(f"wait_event_{event_type}")
+        record = self.cursor.take(step_id, step_name)
+        if record is not None:
+            return record
+        await self.before_new_step(step_id, step_name, flush=False)
+        await self._suspend(
+            SuspendOnEvent(step_id, step_name, event_type, match, since_at, since_seconds, timeout_seconds)
+        )
+
+    async def send_event(self, step: StepScope, event: OutboxEvent, data: Any) -> None:
+        """Write ``event`` in the attempt's transaction; ``on_event_sent`` once it commits."""
+        await step.add_outbox_event(event)
+        self.log.debug("outbox.event_recorded", event_id=event.event_id, event_type=event.event_type)
+        step.after_commit(lambda: self.hook("on_event_sent", event.event_type, event.source, data, with_id=False))
+
+    # ---------------------------------------------------------------- step boundaries
+
+    async def before_new_step(self, step_id: str, step_name: str, *, flush: bool = True) -> None:
+        """Checks at every step boundary before anything new runs: history fully replayed
+        (``ReplayBarrier``), the deferred record written (``flush=False`` keeps it for a
+        suspend that folds it in), no cancellation requested."""
+        await self.barrier.wait(lambda: self.cursor.new_step_error(step_id, step_name))
+        if flush:
+            await self.port.flush()
+        self.raise_if_cancelled()
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled or self.port.cancel_requested:
+            self.cancelled = True
+            raise WorkflowCancelledException(f"workflow instance {self.instance_id} was cancelled")
+
+    async def _suspend(self, command: Suspend) -> NoReturn:
+        """Give the lease back while the instance waits. A cancel that races the suspend
+        is applied, never overwritten (Edda 0.1.0 lost it)."""
+        outcome = await self.port.suspend(command)
+        if outcome is SuspendOutcome.CANCELLED:
+            self.raise_if_cancelled()
+        if outcome is SuspendOutcome.LEASE_LOST:
+            raise LeaseLostError(f"lease on {self.instance_id} was lost before it could suspend")
+        self.log.debug("instance.suspended")
+        raise Suspended()
+
+    # ---------------------------------------------------------------- the retry loop
+
+    async def attempts(
+        self,
+        step_id: str,
+        name: str,
+        policy: RetryPolicy,
+        attempt_once: Callable[[StepScope], Awaitable[T]],
+        *,
+        activity: bool,
+        timeout: float | None = None,
+    ) -> Attempted | GaveUp:
+        """Run ``attempt_once`` until it succeeds or the policy gives up: the one retry
+        loop of activities and compensations. Failed attempts are counted through the
+        port; a long back-off releases the instance (``Suspended``). Only an activity's
+        retry stops for a cancellation (compensations are what a cancel runs)."""
+        attempt = int(self.claimed.attempts.get(step_id, {}).get("attempts", 0))
+        counted = attempt > 0
+        while True:
+            attempt += 1
+            if activity:
+                await self.hook("on_activity_start", step_id, name, False)
+            step = self.port.open_step()
+            token = current_step.set(step)
+            try:
+                result = await attempt_once(step)
+            except Exception as error:
+                await step.rollback()
+                if isinstance(error, ActivityTimeoutError):
+                    self.log.warning("activity.timed_out", step=step_id, attempt=attempt, timeout=timeout)
+                if activity:
+                    await self.hook("on_activity_failed", step_id, name, error)
+                verdict: GiveUp | RetryAfter | None = before_counting(policy, error, attempt)
+                if verdict is None:
+                    count = CountAttempt(step_id, attempt, serialization.storable_text(repr(error)))
+                    counted = True
+                    answer = await self.port.count_attempt(count)
+                    verdict = after_counting(
+                        policy, attempt, answer.seconds_since_first_failure, self.inline_retry_seconds
+                    )
+                if isinstance(verdict, GiveUp):
+                    return GaveUp(error, attempt, verdict.reason, counted)
+                if activity:
+                    self.raise_if_cancelled()
+                if verdict.release:
+                    # A long back-off frees the worker: the instance becomes claimable again later.
+                    await self.port.release(ReleaseWithDelay(verdict.delay))
+                    self.log.info("activity.retry_scheduled", step=step_id, attempt=attempt, delay=verdict.delay)
+                    raise Suspended() from None
+                await self.hook("on_activity_retry", step_id, name, attempt, verdict.delay)
+                self.log.info("activity.retry", step=step_id, attempt=attempt, delay=verdict.delay, error=repr(error))
+                await asyncio.sleep(verdict.delay)
+                continue
+            except BaseException:
+                await step.rollback()
+                raise
+            finally:
+                current_step.reset(token)
+            return Attempted(result, step, counted)
+
+    async def _record_failure(self, name: str, step_id: str, error: BaseException) -> None:
+        record = StepRecord(step_id, ACTIVITY_FAILED, name, serialization.encode_error(error), clear_attempts=True)
+        await self.port.record_step(RecordStep(record, defer=False, what=f"step {step_id}"))
+
+    def _register_on_failure(
+        self, act: Activity[Any], step_id: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+    ) -> None:
+        comp = act.on_failure
+        if comp is None:
+            return
+        # Edda's call, by name: the activity's arguments by parameter name merged with its
+        # dict result; the compensation takes the names it declares when it runs.
+        named = on_failure_arguments(act.func, comp, args, kwargs, result)
+        self.register_compensation(
+            comp, (), named, f"{ON_FAILURE_PREFIX}{step_id}", act.retry_policy, owner=f"activity {act.name}: "
+        )
+
+    async def hook(self, name: str, *args: Any, with_id: bool = True) -> None:
+        """A user hook (``WorkflowHooks``), with the instance id first unless told not to."""
+        await call_hook(self.app.hooks, name, *((self.instance_id, *args) if with_id else args))
+
+    # ---------------------------------------------------------------- the whole run
+
+    async def run(self) -> RunOutcome:
+        """Run to the next resting point."""
+        self.barrier.enter(asyncio.current_task())
+        if self.claimed.status == "compensating" or (self.port.cancel_requested and self.cursor.empty):
+            # Crash recovery of a saga (or its retry back-off), or a cancel that arrived
+            # before the first step: nothing of the workflow body needs to run again.
+            return await self._undo(error=None, cancelled=self.port.cancel_requested)
+        try:
+            kwargs = serialization.bind_arguments(self.workflow.func, self.claimed.input)
+            if self.claimed.run_count == 1:
+                await self.hook("on_workflow_start", self.workflow_name, self.claimed.input)
+            result = await self.workflow.func(self.ctx, **kwargs)
+            if self.cursor.unconsumed:
+                raise self.cursor.returned_error()
+        except Suspended:
+            await self.port.flush()
+            return RunOutcome.SUSPENDED
+        except LeaseLostError:
+            self.port.discard()
+            self.log.warning("instance.lease_lost")
+            return RunOutcome.LEASE_LOST
+        except StorageUnavailable:
+            self.port.discard()
+            raise
+        except NonDeterminismError as error:
+            self.port.discard()
+            self.log.error("instance.non_deterministic", error=str(error))
+            return await self._finish_without_compensation(error)
+        except Exception as error:
+            if self.cancelled:
+                return await self._undo(error=None, cancelled=True)
+            return await self._fail(error)
+        except asyncio.CancelledError:
+            self.port.discard()
+            raise
+        if self.cancelled:
+            return await self._undo(error=None, cancelled=True)
+        return await self._complete(result)
+
+    async def _fail(self, error: Exception) -> RunOutcome:
+        """The workflow's error: its saga is undone and the instance ends failed."""
+        # Log levels: a workflow that raised is the workflow's outcome, handled as
+        # designed (its saga is undone), so a warning; error is kept for what needs an
+        # operator: non-determinism (a code fix) and a compensation that failed for good
+        # (a saga left half done).
+        self.log.warning("instance.failed", error=repr(error))
+        return await self._undo(error=error, cancelled=False)
+
+    async def _undo(self, *, error: BaseException | None, cancelled: bool) -> RunOutcome:
+        try:
+            return await undo_saga(self, error=error, cancelled=cancelled)
+        except Suspended:  # a compensation's retry back-off released the instance
+            return RunOutcome.SUSPENDED
+        except LeaseLostError:
+            self.port.discard()
+            self.log.warning("instance.lease_lost")
+            return RunOutcome.LEASE_LOST
+
+    async def _complete(self, result: Any) -> RunOutcome:
+        # A result that cannot be stored is the workflow's error (its saga is undone),
+        # decided before the write: written, it would be refused on every replay.
+        try:
+            payload = {"result": serialization.storable_json(result, f"workflow {self.workflow_name}: result")}
+            await self.port.complete(Complete(payload, what=f"workflow {self.workflow_name}: completion"))
+        except UnstorableValueError as error:
+            return await self._fail(error)
+        except LeaseLostError:
+            self.log.warning("instance.lease_lost")
+            return RunOutcome.LEASE_LOST
+        self.log.debug("instance.completed")
+        await self.hook("on_workflow_complete", self.workflow_name, result)
+        return RunOutcome.COMPLETED
+
+    async def _finish_without_compensation(self, error: BaseException) -> RunOutcome:
+        finish = Finish(FinalStatus.FAILED, serialization.encode_error(error))
+        try:
+            try:
+                await self.port.finish(finish)
+            except UnstorableValueError:  # the deferred record was refused and dropped; the error is storable
+                await self.port.finish(finish)
+        except LeaseLostError:
+            self.log.warning("instance.lease_lost")
+            return RunOutcome.LEASE_LOST
+        await self.hook("on_workflow_failed", self.workflow_name, error)
+        return RunOutcome.FAILED
+
+
+def _activity_error(name: str, gave_up: GaveUp) -> BaseException:
+    """What the workflow sees (and history keeps) of an activity whose retries are over."""
+    error = gave_up.error
+    if gave_up.reason is GiveUpReason.TERMINAL:
+        return error
+    if gave_up.reason is GiveUpReason.NOT_RETRYABLE:
+        final = RetryExhaustedError(f"Activity {name} failed: error type {type(error).__name__} is not retryable")
+    else:
+        final = RetryExhaustedError(f"Activity {name} failed after {gave_up.attempt} attempts: {error}")
+    final.__cause__ = error
+    return final
+
+
+def _encode_result(act: Activity[Any], result: Any) -> tuple[Any, bytes | None]:
+    if isinstance(result, bytes | bytearray | memoryview):
+        return {"bytes": True}, bytes(result)
+    return {"result": serialization.storable_json(result, f"activity {act.name}: result")}, None
+
+
+def _decode_result(act: Activity[Any], record: HistoryRecord) -> Any:
+    if record.payload_bytes is not None:
+        return record.payload_bytes
+    annotation = serialization.type_hints(act.func).get("return", inspect.Parameter.empty)
+    return serialization.from_json((record.payload or {}).get("result"), annotation)
