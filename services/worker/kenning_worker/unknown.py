@@ -32,7 +32,7 @@ class UnknownWorkflows:
         """Record this worker's workflows, so that starting one by name is known to be
         claimable; a database that does not answer yet is tried again by ``run``."""
         try:
-            async with self.database.autocommit.connect() as conn:
+            async with self.database.connection() as conn:
                 await definitions_sql.definitions_register(conn, self.definitions)
         except Exception as error:
             self.log.warning("worker.definitions_not_registered", error=repr(error))
@@ -40,7 +40,7 @@ class UnknownWorkflows:
             self.registered = True
 
     async def check(self) -> None:
-        async with self.database.autocommit.connect() as conn:
+        async with self.database.connection() as conn:
             unknown = await definitions_sql.unknown_workflows_pending(conn)
         for entry in unknown:
             if entry.workflow_name in self.reported:
