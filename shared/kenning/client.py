@@ -69,7 +69,7 @@ class Client:
         )
 
     async def _insert_starts(self, starts: Sequence[NewInstance]) -> list[bool]:
-        async with self.database.autocommit.connect() as conn:
+        async with self.database.connection() as conn:
             return await instances_sql.instances_insert_many(conn, starts)
 
     async def __aenter__(self) -> Client:
@@ -126,7 +126,7 @@ class Client:
         return StartedInstance(existing, False)
 
     async def status(self, instance_id: str) -> InstanceRow:
-        async with self.database.engine.connect() as conn:
+        async with self.database.connection() as conn:
             row = await instances_sql.instance_get(conn, instance_id)
         if row is None:
             raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
@@ -163,7 +163,7 @@ class Client:
         """Request cancellation: a waiting instance is compensated and ends ``cancelled``;
         a running one stops at its next step boundary; one parked as ``crash_loop`` is
         resumed to be compensated. False if it had already finished."""
-        async with self.database.engine.begin() as conn:
+        async with self.database.connection() as conn:  # one statement, its own transaction
             outcome = await instances_sql.instance_request_cancel(conn, instance_id)
         if outcome is None:
             raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
@@ -172,7 +172,7 @@ class Client:
     async def list(
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
     ) -> list[InstanceRow]:
-        async with self.database.engine.connect() as conn:
+        async with self.database.connection() as conn:
             return await instances_sql.instance_list(conn, status=status, workflow_name=workflow, limit=limit)
 
 

@@ -13,13 +13,12 @@ import time
 import psycopg
 from psycopg.rows import dict_row
 
-from kenning.rawdb import compiled_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 
-CLAIM = compiled_sql(instances_sql._INSTANCE_CLAIM)
-RECORD = compiled_sql(history_sql._HISTORY_RECORD_STEP)
-COMPLETE = compiled_sql(instances_sql._INSTANCE_COMPLETE)
+CLAIM = instances_sql._INSTANCE_CLAIM.sql
+RECORD = history_sql._HISTORY_RECORD_STEP.sql
+COMPLETE = instances_sql._INSTANCE_COMPLETE.sql
 
 
 def pgbench_tps(url: str, clients: int, seconds: float) -> float | None:
@@ -88,11 +87,8 @@ async def bare_engine_rate(url: str, clients: int, workflows: int, batch: int = 
                             {
                                 "id": instance_id,
                                 "token": token,
-                                "step_id": f"bump:{n}",
-                                "kind": "ActivityCompleted",
-                                "step_name": "bump",
-                                "payload": '{"result": 1}',
-                                "payload_bytes": None,
+                                "steps": f'[{{"step_id": "bump:{n}", "kind": "ActivityCompleted", '
+                                '"step_name": "bump", "payload": {"result": 1}}]',
                                 "compensations": "[]",
                             },
                         )

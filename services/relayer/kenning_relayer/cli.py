@@ -106,7 +106,7 @@ def render_table(rows: Sequence[OutboxRow]) -> str:
 async def _list(args: argparse.Namespace) -> int:
     database = connect(args.database_url, pool_size=1, max_overflow=0)
     try:
-        async with database.engine.connect() as conn:
+        async with database.connection() as conn:
             rows = await outbox_sql.outbox_list(conn, status=args.status, instance_id=args.instance, limit=args.limit)
     finally:
         await database.dispose()
@@ -135,7 +135,7 @@ async def _retry(args: argparse.Namespace) -> int:
     ids = _event_ids(args.ids)
     database = connect(args.database_url, pool_size=1, max_overflow=0)
     try:
-        async with database.engine.begin() as conn:
+        async with database.transaction() as conn:
             retried = await outbox_sql.outbox_retry_failed(conn, None if args.all_failed else ids)
             statuses = await outbox_sql.outbox_statuses(conn, [i for i in ids if i not in retried])
     finally:

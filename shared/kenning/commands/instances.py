@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def _run(args: argparse.Namespace) -> int:
     database = connect(args.database_url, pool_size=1, max_overflow=0)
     try:
-        async with database.engine.begin() as conn:
+        async with database.transaction() as conn:
             if args.action == "list":
                 rows = await instances_sql.instance_list(
                     conn, status=args.status, workflow_name=args.workflow, limit=args.limit

@@ -54,7 +54,7 @@ async def _check_known(client: Client, name: str) -> None:
     """Refuse a workflow no process ever registered: no worker would ever claim it."""
     if name in REGISTRY.workflows:  # --app defines it: the start registers it
         return
-    async with client.database.autocommit.connect() as conn:
+    async with client.database.connection() as conn:
         names = await definitions_sql.definition_names(conn)
     if name not in names:
         hint = did_you_mean(name, {*names, *REGISTRY.workflows})
