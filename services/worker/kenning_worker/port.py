@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from kenning.db import Database
+from kenning.db import Database, Executor, executor_of
 from kenning.dberrors import is_data_error, is_unavailable
 from kenning.engine.commands import (
     AttemptCounted,
@@ -96,9 +96,13 @@ class StepTransaction:
             await self._connection.begin()
         return self._connection
 
+    async def executor(self) -> Executor:
+        """Kenning's statements in this transaction (on the psycopg connection under it)."""
+        return await executor_of(await self.connection())
+
     async def add_outbox_event(self, event: OutboxEvent) -> None:
         await outbox_sql.outbox_insert(
-            await self.connection(),
+            await self.executor(),
             event_id=event.event_id,
             instance_id=event.instance_id,
             event_type=event.event_type,
@@ -186,9 +190,9 @@ class PgInstancePort:
                 ) from error
             raise
 
-    async def _autocommit(self, statement: Callable[[Any], Awaitable[T]], what: str = "a write") -> T:
+    async def _autocommit(self, statement: Callable[[Executor], Awaitable[T]], what: str = "a write") -> T:
         async def run() -> T:
-            async with self.database.autocommit.connect() as conn:
+            async with self.database.connection() as conn:
                 return await statement(conn)
 
         return await self._storage(run(), what)
@@ -198,7 +202,7 @@ class PgInstancePort:
 
     # ------------------------------------------------------------------ step records
 
-    async def _write_record(self, conn: Any, record: StepRecord) -> None:
+    async def _write_record(self, conn: Executor, record: StepRecord) -> None:
         saved = len(self._unsaved)
         flag = await history_sql.history_record_step(
             conn,
@@ -253,7 +257,7 @@ class PgInstancePort:
                 transaction = step
 
                 async def write_in_step() -> None:
-                    await self._write_record(await transaction.connection(), record)
+                    await self._write_record(await transaction.executor(), record)
                     await transaction.commit()
                     fault_point("step.after_commit")
 
@@ -285,7 +289,7 @@ class PgInstancePort:
 
     # ------------------------------------------------------------------ single statements
 
-    async def _write_now(self, statement: Callable[[Any], Awaitable[T]], what: str = "a write") -> T:
+    async def _write_now(self, statement: Callable[[Executor], Awaitable[T]], what: str = "a write") -> T:
         """One fenced statement, after the deferred record, each its own commit."""
         async with self._lock:
             await self._flush_locked()
@@ -324,7 +328,7 @@ class PgInstancePort:
             self._cancel = True
         return outcome
 
-    def _suspend_statement(self, conn: Any, command: Suspend, folded: FoldedWrites) -> Awaitable[SuspendOutcome]:
+    def _suspend_statement(self, conn: Executor, command: Suspend, folded: FoldedWrites) -> Awaitable[SuspendOutcome]:
         if isinstance(command, SuspendOnTimer):
             return timers_sql.timer_register_and_suspend(
                 conn,
