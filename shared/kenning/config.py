@@ -330,23 +330,6 @@ def add_logging_options(parser: argparse.ArgumentParser) -> None:
     _add_shared(parser, "log_level", "log_format")
 
 
-# until kenning worker declares its settings in a class (then these go)
-def add_migrate_option(parser: argparse.ArgumentParser) -> None:
-    _add_shared(parser, "migrate")
-
-
-def add_listen_option(parser: argparse.ArgumentParser) -> None:
-    _add_shared(parser, "listen")
-
-
-def add_poll_interval_option(parser: argparse.ArgumentParser) -> None:
-    _add_shared(parser, "poll_interval")
-
-
-def add_health_file_option(parser: argparse.ArgumentParser) -> None:
-    _add_shared(parser, "health_file")
-
-
 def process_id(prefix: str = "") -> str:
     """``[prefix-]host-pid-random``: the default name of a process in leases and logs."""
     return f"{prefix}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
