@@ -1,7 +1,7 @@
 """``kenning.Client``: start, inspect, await and cancel workflow instances.
 
-Starting inserts a runnable instance and notifies workers in one statement; it never
-runs workflow code in the caller.
+Starting (``kenning.starting``) inserts a runnable instance and notifies workers in one
+statement; it never runs workflow code in the caller.
 """
 
 from __future__ import annotations
@@ -9,46 +9,24 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kenning import serialization
 from kenning.db import Database, connect
-from kenning.dberrors import may_be_one_callers_fault
 from kenning.errors import ConfigurationError, KenningError, WorkflowFailedError, WorkflowNotFoundError
 from kenning.groupcommit import GroupCommit
-from kenning.limits import MAX_ID_LENGTH
 from kenning.registry import REGISTRY
-from kenning.storage import definitions as definitions_sql
+from kenning.starting import InvalidInputError as InvalidInputError  # re-exported: kenning.client's API
+from kenning.starting import StartedInstance as StartedInstance  # re-exported
+from kenning.starting import Starter, prepare_start
 from kenning.storage import instances as instances_sql
-from kenning.storage.definitions import Definition
-from kenning.storage.instances import NewInstance
+from kenning.storage.instances import NewInstance, StartOutcome
 from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
 from kenning.workflow import Workflow
 
 
-def _check_storable(what: str, value: str | None) -> None:
-    if value is None:
-        return
-    if "\x00" in value or len(value) > MAX_ID_LENGTH:
-        raise InvalidInputError(f"{what} must be at most {MAX_ID_LENGTH} characters with no NUL character")
-
-
-class InvalidInputError(KenningError, TypeError):
-    """``start()`` arguments that do not fit the workflow's signature or types (a
-    ``TypeError``, as a call with the wrong arguments would be)."""
-
-
 class ResultTimeoutError(KenningError, TimeoutError):
     """``result(timeout=...)`` ran out while the instance goes on."""
-
-
-@dataclass(frozen=True)
-class StartedInstance:
-    instance_id: str
-    created: bool  # False when the instance id or idempotency key already existed
 
 
 class Client:
@@ -60,17 +38,14 @@ class Client:
         else:
             self._owns_database = False
         self.database = database
-        self._known_definitions: set[tuple[str, str]] = set()
-        # Group commit of starts: concurrent start() calls (a web app's requests) share
-        # one insert, one commit and one NOTIFY. NOTIFY serialises commits server-side,
-        # so one per batch instead of one per start is what lets starts scale.
-        self.starts: GroupCommit[NewInstance, bool] = GroupCommit(
-            write=self._insert_starts, retry_alone=may_be_one_callers_fault
-        )
+        # concurrent start() calls (a web app's requests) share one insert, one commit and
+        # one NOTIFY (kenning.starting)
+        self.starter = Starter(database)
 
-    async def _insert_starts(self, starts: Sequence[NewInstance]) -> list[bool]:
-        async with self.database.connection() as conn:
-            return await instances_sql.instances_insert_many(conn, starts)
+    @property
+    def starts(self) -> GroupCommit[NewInstance, StartOutcome]:
+        """The group commit of this client's starts (statements run, starts carried)."""
+        return self.starter.inserts
 
     async def __aenter__(self) -> Client:
         return self
@@ -93,37 +68,10 @@ class Client:
     ) -> StartedInstance:
         """Start an instance; starting again with the same ``instance_id`` or
         ``idempotency_key`` returns the existing instance (``created=False``)."""
-        wf = workflow if isinstance(workflow, Workflow) else REGISTRY.workflows.get(workflow)
-        name = workflow.name if isinstance(workflow, Workflow) else workflow
-        _check_storable("instance id", instance_id)
-        _check_storable("idempotency key", idempotency_key)
-        input_json = serialization.to_json(kwargs)
-        reason = serialization.unstorable_reason(input_json)
-        if reason is not None:  # jsonb refuses it: say so now, not as a failed batch of starts
-            raise InvalidInputError(f"invalid input for workflow {name!r}: it cannot be stored: {reason}")
-        if wf is not None:
-            try:
-                serialization.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))
-            except (TypeError, ValueError) as error:
-                raise InvalidInputError(f"invalid input for workflow {name!r}: {error}") from None
-        source_hash = wf.source_hash if wf is not None else ""
-        if wf is not None and (name, source_hash) not in self._known_definitions:
-            async with self.database.autocommit.connect() as conn:
-                await definitions_sql.definitions_register(conn, [Definition(name, source_hash, wf.source)])
-            self._known_definitions.add((name, source_hash))
-        start = NewInstance(
-            instance_id=instance_id or f"{name}-{uuid.uuid4().hex}",
-            workflow_name=name,
-            source_hash=source_hash,
-            input_json=input_json,
-            idempotency_key=idempotency_key,
-        )
-        (created,) = await self.starts.store([start])
-        if created:
-            return StartedInstance(start.instance_id, True)
-        async with self.database.autocommit.connect() as conn:
-            existing = await instances_sql.instance_find_existing(conn, start.instance_id, name, idempotency_key)
-        return StartedInstance(existing, False)
+        start = prepare_start(workflow, kwargs, instance_id=instance_id, idempotency_key=idempotency_key)
+        started = await self.starter.start(start)
+        assert started is not None  # only a start with not_before (a cron tick) can be refused
+        return started
 
     async def status(self, instance_id: str) -> InstanceRow:
         async with self.database.connection() as conn:

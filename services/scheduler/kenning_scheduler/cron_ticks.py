@@ -15,13 +15,19 @@ import structlog
 
 from kenning.db import Database
 from kenning.schedules import tick_instance_id, tick_key
+from kenning.starting import StartedInstance, prepare_start, start_on
 from kenning.storage import definitions as definitions_sql
-from kenning.storage import schedules as schedules_sql
 from kenning.storage.definitions import Definition
 from kenning.storage.schedules import TickOutcome
 from kenning.workflow import Workflow
 
 _log = structlog.get_logger("kenning.scheduler")
+
+
+def _outcome(started: StartedInstance | None) -> TickOutcome:
+    if started is None:
+        return TickOutcome.BEFORE_SCHEDULE
+    return TickOutcome.STARTED if started.created else TickOutcome.EXISTS
 
 
 @dataclass
@@ -38,6 +44,7 @@ class CronTicker:
         self._registered = False
         self._windows: dict[str, _Window] = {}
         self._handled: dict[str, datetime] = {}  # workflow -> the tick already tried
+        self._known: set[tuple[str, str]] = set()  # definitions registered
 
     async def register(self) -> None:
         """Record the workflows' definitions: the first sighting of a schedule is when
@@ -45,8 +52,9 @@ class CronTicker:
         if self._registered or not self.workflows:
             return
         definitions = [Definition(wf.name, wf.source_hash, wf.source) for wf in self.workflows]
-        async with self.database.engine.begin() as conn:
+        async with self.database.connection() as conn:
             await definitions_sql.definitions_register(conn, definitions)
+        self._known.update((d.workflow_name, d.source_hash) for d in definitions)
         self._registered = True
 
     async def start_due(self, now: datetime) -> dict[str, TickOutcome]:
@@ -58,15 +66,18 @@ class CronTicker:
             tick = self._window(wf, now).latest
             if self._handled.get(wf.name) == tick:
                 continue
-            async with self.database.engine.begin() as conn:
-                outcome = await schedules_sql.schedule_start_tick(
-                    conn,
-                    instance_id=tick_instance_id(wf.name, tick),
-                    workflow_name=wf.name,
-                    source_hash=wf.source_hash,
-                    tick=tick,
-                    idempotency_key=tick_key(tick),
-                )
+            # a start like any other (kenning.starting), not before the workflow's first sighting
+            start = prepare_start(
+                wf,
+                {},
+                instance_id=tick_instance_id(wf.name, tick),
+                idempotency_key=tick_key(tick),
+                not_before=tick,
+                own_ids=True,
+            )
+            async with self.database.connection() as conn:  # one statement, its own transaction
+                started = await start_on(conn, start, known=self._known)
+            outcome = _outcome(started)
             self._handled[wf.name] = tick
             outcomes[wf.name] = outcome
             log = self.log.bind(workflow=wf.name, instance_id=tick_instance_id(wf.name, tick), tick=tick_key(tick))

@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import inspect
 import json
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,6 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from kenning import serialization
 from kenning.app import App
 from kenning.config import add_settings, positive_float, positive_int, setting, settings_from_args
 from kenning.db import Database
@@ -41,11 +39,10 @@ from kenning.events import ReceivedEvent, event_from_inbox, event_history_payloa
 from kenning.faults import fault_point
 from kenning.hooks import call_hook
 from kenning.passloop import PassLoop
-from kenning.storage import definitions as definitions_sql
+from kenning.starting import InvalidInputError, prepare_start, start_on
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import subscriptions as subscriptions_sql
-from kenning.storage.definitions import Definition
 from kenning.storage.inbox import ClaimedRow
 from kenning.workflow import Workflow
 
@@ -367,23 +364,22 @@ class InboxProcessor:
     async def _start(
         self, conn: AsyncConnection, wf: Workflow[Any], event: ReceivedEvent, log: Any, started: list[tuple[str, str]]
     ) -> None:
-        input_json = event.data if isinstance(event.data, dict) else {}
+        """Start ``wf`` with the event's data, in the event row's transaction (kenning.starting);
+        definitions it registers are listed in ``started``, known once that commits."""
         try:
-            serialization.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))
-        except (TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
-            raise TerminalError(f"event data is not valid input for workflow {wf.name!r}: {error}") from None
-        if (wf.name, wf.source_hash) not in self._known_definitions:
-            await definitions_sql.definitions_register(conn, [Definition(wf.name, wf.source_hash, wf.source)])
-            started.append((wf.name, wf.source_hash))
-        instance_id, created = await instances_sql.instance_insert(
-            conn,
-            instance_id=f"{wf.name}-{uuid.uuid4().hex}",
-            workflow_name=wf.name,
-            source_hash=wf.source_hash,
-            input_json=input_json,
-            idempotency_key=event_start_key(event.source, event.id),
+            start = prepare_start(
+                wf,
+                event.data if isinstance(event.data, dict) else {},
+                idempotency_key=event_start_key(event.source, event.id),
+                own_ids=True,
+            )
+        except InvalidInputError as error:
+            raise TerminalError(f"event data is not valid input for workflow {wf.name!r}: {error.detail}") from None
+        result = await start_on(conn, start, known=self._known_definitions, registered=started)
+        assert result is not None  # refused only with not_before (a cron tick)
+        log.debug(
+            "workflow.started_by_event", instance_id=result.instance_id, workflow=wf.name, created=result.created
         )
-        log.debug("workflow.started_by_event", instance_id=instance_id, workflow=wf.name, created=created)
 
     # ---------------------------------------------------------------- subscriptions and cleanup
 

@@ -7,6 +7,7 @@ The database clock is the only clock; ``now`` parameters exist so tests can move
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
 from collections.abc import Sequence
@@ -27,33 +28,35 @@ from kenning.storage.names import (
 )
 from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow, ParkedInstance
 
-_INSTANCE_INSERT = statement(
-    f"""
-    WITH inserted AS (
-        INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at)
-        VALUES (:id, :name, :hash, CAST(:input AS jsonb), :key, now())
-        ON CONFLICT DO NOTHING
-        RETURNING id
-    )
-    SELECT id, {notify(CHANNEL_INSTANCES)} AS notified FROM inserted
-    """
-)
-_INSTANCES_INSERT_MANY = statement(
+# The one insert of new instances: a client's batch of starts, an event's start, a cron tick.
+_INSTANCES_INSERT = statement(
     f"""
     WITH incoming AS (
         SELECT * FROM jsonb_to_recordset(CAST(:starts AS jsonb)) AS s(
-            position integer, id text, name text, hash text, input jsonb, key text)
+            position integer, id text, name text, hash text, input jsonb, key text, not_before timestamptz)
+    ), admitted AS (
+        -- a start with not_before (a cron tick) only if its workflow was first seen by then
+        SELECT s.position, s.id, s.name, s.hash, s.input, s.key FROM incoming AS s
+        WHERE s.not_before IS NULL
+           OR (SELECT min(d.created_at) FROM kenning_workflow_definitions AS d WHERE d.workflow_name = s.name)
+              <= s.not_before
     ), inserted AS (
         INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at)
-        SELECT id, name, hash, input, key, now() FROM incoming ORDER BY position
+        SELECT id, name, hash, input, key, now() FROM admitted ORDER BY position
         ON CONFLICT DO NOTHING
         RETURNING id
+    ), first_inserted AS (
+        -- two starts of one explicit id in a batch: the first is the one inserted
+        SELECT DISTINCT ON (s.id) s.position
+        FROM incoming AS s JOIN inserted AS i ON i.id = s.id
+        ORDER BY s.id, s.position
     )
-    -- identical notifications of one transaction reach listeners once: one wake-up per batch;
-    -- two starts of one explicit id in a batch: the first is the one inserted
-    SELECT DISTINCT ON (s.id) s.position, {notify(CHANNEL_INSTANCES)} AS notified
-    FROM incoming AS s JOIN inserted AS i ON i.id = s.id
-    ORDER BY s.id, s.position
+    -- identical notifications of one transaction reach listeners once: one wake-up per batch
+    SELECT s.position,
+           EXISTS (SELECT FROM first_inserted AS f WHERE f.position = s.position) AS inserted,
+           EXISTS (SELECT FROM admitted AS a WHERE a.position = s.position) AS admitted,
+           (SELECT {notify(CHANNEL_INSTANCES)} FROM inserted LIMIT 1) AS notified
+    FROM incoming AS s
     """
 )
 
@@ -65,12 +68,19 @@ class NewInstance:
     source_hash: str
     input_json: dict[str, Any]
     idempotency_key: str | None = None
+    # only if the workflow's first definition row is not younger (a cron tick: schedules.py)
+    not_before: datetime | None = None
 
 
-async def instances_insert_many(conn: Connection, starts: Sequence[NewInstance]) -> list[bool]:
-    """Insert runnable instances in one statement and wake workers once. Per start,
-    whether it was inserted (False: its id or idempotency key exists already; see
-    ``instance_find_existing``)."""
+class StartOutcome(enum.Enum):
+    STARTED = "started"  # this insert made the instance
+    EXISTS = "exists"  # its id, or its workflow and idempotency key, exist already
+    BEFORE_SCHEDULE = "before_schedule"  # not_before predates the workflow's first sighting
+
+
+async def instances_start(conn: Connection, starts: Sequence[NewInstance]) -> list[StartOutcome]:
+    """Insert runnable instances in one statement and wake workers once; the outcome of
+    each start (``instance_find_existing`` names the instance an ``EXISTS`` met)."""
     conn = executor(conn)
     if not starts:
         return []
@@ -82,13 +92,22 @@ async def instances_insert_many(conn: Connection, starts: Sequence[NewInstance])
             "hash": start.source_hash,
             "input": start.input_json,
             "key": start.idempotency_key,
+            "not_before": None if start.not_before is None else start.not_before.isoformat(),
         }
         for position, start in enumerate(starts)
     ]
-    inserted = [False] * len(starts)
-    for row in await conn.execute(_INSTANCES_INSERT_MANY, {"starts": json.dumps(payload)}):
-        inserted[row.position] = True
-    return inserted
+    outcomes = [StartOutcome.EXISTS] * len(starts)
+    for row in await conn.execute(_INSTANCES_INSERT, {"starts": json.dumps(payload)}):
+        if row.inserted:
+            outcomes[row.position] = StartOutcome.STARTED
+        elif not row.admitted:
+            outcomes[row.position] = StartOutcome.BEFORE_SCHEDULE
+    return outcomes
+
+
+async def instances_insert_many(conn: Connection, starts: Sequence[NewInstance]) -> list[bool]:
+    """Per start, whether it was inserted (False: its id or idempotency key exists already)."""
+    return [outcome is StartOutcome.STARTED for outcome in await instances_start(conn, starts)]
 
 
 _INSTANCE_FIND_EXISTING = statement(
@@ -111,16 +130,10 @@ async def instance_insert(
 ) -> tuple[str, bool]:
     """Insert a runnable instance and wake workers; ``(id, False)`` if it already existed."""
     conn = executor(conn)
-    params = {
-        "id": instance_id,
-        "name": workflow_name,
-        "hash": source_hash,
-        "input": json.dumps(input_json),
-        "key": idempotency_key,
-    }
-    row = (await conn.execute(_INSTANCE_INSERT, params)).first()
-    if row is not None:
-        return str(row.id), True
+    start = NewInstance(instance_id, workflow_name, source_hash, input_json, idempotency_key)
+    (outcome,) = await instances_start(conn, [start])
+    if outcome is StartOutcome.STARTED:
+        return instance_id, True
     return await instance_find_existing(conn, instance_id, workflow_name, idempotency_key), False
 
 

@@ -1,0 +1,183 @@
+"""Starting an instance: the one path a client's ``start()``, an event that starts a
+workflow (the inbox processor) and a cron tick (the scheduler) all take.
+
+``prepare_start`` turns what the caller has into a ``Start``: the instance id (given, or
+``<workflow>-<uuid>``), the input serialized to JSON, checked storable and bound to the
+workflow's signature, the idempotency key, and the workflow's definition row. Then:
+
+- ``start_on`` inserts it on a connection the caller holds: inside its transaction (the
+  inbox: the start commits with the event row marked processed) or as one autocommit
+  statement (a cron tick);
+- ``Starter.start`` inserts it through a group commit on the pool (a client: concurrent
+  starts share one insert, one commit and one NOTIFY; NOTIFY serialises commits
+  server-side, so one per batch is what lets starts scale).
+
+Either way the insert and the NOTIFY that wakes the workers are one statement
+(``instances.instances_start``), and a start whose id or idempotency key exists already
+returns the existing instance (``created=False``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kenning import serialization
+from kenning.db import Connection, Database
+from kenning.dberrors import may_be_one_callers_fault
+from kenning.errors import KenningError
+from kenning.groupcommit import GroupCommit
+from kenning.limits import MAX_ID_LENGTH
+from kenning.registry import REGISTRY, Registry
+from kenning.storage import definitions as definitions_sql
+from kenning.storage import instances as instances_sql
+from kenning.storage.definitions import Definition
+from kenning.storage.instances import NewInstance, StartOutcome
+from kenning.workflow import Workflow
+
+DefinitionKey = tuple[str, str]  # (workflow name, source hash)
+
+
+class InvalidInputError(KenningError, TypeError):
+    """``start()`` arguments that do not fit the workflow's signature or types (a
+    ``TypeError``, as a call with the wrong arguments would be)."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = message if detail is None else detail  # what is wrong, without the workflow's name
+
+
+@dataclass(frozen=True)
+class StartedInstance:
+    instance_id: str
+    created: bool  # False when the instance id or idempotency key already existed
+
+
+@dataclass(frozen=True)
+class Start:
+    """A start checked and ready to insert."""
+
+    instance: NewInstance
+    definition: Definition | None  # None: a workflow this process has no code for
+
+    @property
+    def definition_key(self) -> DefinitionKey | None:
+        return None if self.definition is None else (self.definition.workflow_name, self.definition.source_hash)
+
+
+def _invalid(workflow_name: str, detail: str) -> InvalidInputError:
+    return InvalidInputError(f"invalid input for workflow {workflow_name!r}: {detail}", detail)
+
+
+def _check_storable(what: str, value: str | None) -> None:
+    if value is None:
+        return
+    if "\x00" in value or len(value) > MAX_ID_LENGTH:
+        raise ValueError(f"{what} must be at most {MAX_ID_LENGTH} characters with no NUL character")
+
+
+def prepare_start(
+    workflow: Workflow[Any] | str,
+    arguments: dict[str, Any],
+    *,
+    instance_id: str | None = None,
+    idempotency_key: str | None = None,
+    not_before: datetime | None = None,
+    own_ids: bool = False,
+    registry: Registry = REGISTRY,
+) -> Start:
+    """``arguments`` (Python values, or JSON already) as the workflow's input. Raises
+    ``InvalidInputError`` for an id or key PostgreSQL cannot index, an input it cannot
+    store, or one the workflow's signature refuses; a workflow this process does not
+    know (a name only) is started with its input unchecked. ``own_ids``: the id and key
+    are Kenning's own (an event's, a tick's), not a caller's, and not held to the length
+    a caller's are."""
+    wf = workflow if isinstance(workflow, Workflow) else registry.workflows.get(workflow)
+    name = workflow.name if isinstance(workflow, Workflow) else workflow
+    if not own_ids:
+        try:
+            _check_storable("instance id", instance_id)
+            _check_storable("idempotency key", idempotency_key)
+        except ValueError as error:
+            raise InvalidInputError(str(error)) from None
+    input_json = serialization.to_json(arguments)
+    reason = serialization.unstorable_reason(input_json)
+    if reason is not None:  # jsonb refuses it: say so now, not as a failed batch of starts
+        raise _invalid(name, f"it cannot be stored: {reason}")
+    if wf is not None:
+        try:
+            serialization.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))
+        except (TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
+            raise _invalid(name, str(error)) from None
+    instance = NewInstance(
+        instance_id=instance_id or f"{name}-{uuid.uuid4().hex}",
+        workflow_name=name,
+        source_hash=wf.source_hash if wf is not None else "",
+        input_json=input_json,
+        idempotency_key=idempotency_key,
+        not_before=not_before,
+    )
+    return Start(instance, None if wf is None else Definition(name, wf.source_hash, wf.source))
+
+
+async def start_on(
+    conn: Connection,
+    start: Start,
+    *,
+    known: set[DefinitionKey],
+    registered: list[DefinitionKey] | None = None,
+) -> StartedInstance | None:
+    """Insert ``start`` on ``conn``: its definition row first unless in ``known``, then
+    the instance, which wakes the workers. None: not started because its ``not_before``
+    predates the workflow's first sighting (a cron tick from before its schedule).
+
+    Inside a transaction pass ``registered``: the definitions written are listed there
+    for the caller to add to ``known`` once it committed; without it they are added to
+    ``known`` at once (the statement committed on its own)."""
+    key = start.definition_key
+    if start.definition is not None and key is not None and key not in known:
+        await definitions_sql.definitions_register(conn, [start.definition])
+        (known.add if registered is None else registered.append)(key)
+    (outcome,) = await instances_sql.instances_start(conn, [start.instance])
+    return await _started(conn, start, outcome)
+
+
+async def _started(conn: Connection, start: Start, outcome: StartOutcome) -> StartedInstance | None:
+    if outcome is StartOutcome.BEFORE_SCHEDULE:
+        return None
+    if outcome is StartOutcome.STARTED:
+        return StartedInstance(start.instance.instance_id, True)
+    new = start.instance
+    existing = await instances_sql.instance_find_existing(conn, new.instance_id, new.workflow_name, new.idempotency_key)
+    return StartedInstance(existing, False)
+
+
+class Starter:
+    """The starts of one process that start instances on the pool (a ``Client``):
+    concurrent ``start`` calls share one insert statement (group commit)."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.known: set[DefinitionKey] = set()
+        self.inserts: GroupCommit[NewInstance, StartOutcome] = GroupCommit(
+            write=self._insert, retry_alone=may_be_one_callers_fault
+        )
+
+    async def _insert(self, starts: Sequence[NewInstance]) -> list[StartOutcome]:
+        async with self.database.connection() as conn:
+            return await instances_sql.instances_start(conn, starts)
+
+    async def start(self, start: Start) -> StartedInstance | None:
+        key = start.definition_key
+        if start.definition is not None and key is not None and key not in self.known:
+            async with self.database.connection() as conn:
+                await definitions_sql.definitions_register(conn, [start.definition])
+            self.known.add(key)
+        (outcome,) = await self.inserts.store([start.instance])
+        if outcome is StartOutcome.STARTED:  # the common case: no second round trip
+            return StartedInstance(start.instance.instance_id, True)
+        async with self.database.connection() as conn:
+            return await _started(conn, start, outcome)
