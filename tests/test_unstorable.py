@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 from kenning import Client, TerminalError, UnstorableValueError, WorkflowFailedError, serialization
+from kenning.db import Connection as Executor
 from kenning.db import Database
 from kenning.dberrors import is_data_error, is_unavailable
-from kenning.rawdb import Executor
 from kenning.storage import instances as instances_sql
 from tests.apps import limits, saga_refusals
 from tests.logguard import expect_log
