@@ -38,11 +38,11 @@ CRASH_EXIT_CODE = 137  # what a shell reports for a process killed by SIGKILL
 # The points, what has happened when each is reached, and where it is; the names are an
 # interface (tests and chaos drills arm them).
 POINTS: dict[str, str] = {
-    "activity.after_effect": "an activity's function returned, its step not yet recorded (replay.py, run_activity)",
+    "activity.after_effect": "an activity's function returned, its step not yet recorded (kenning/engine/run.py)",
     "step.after_commit": "a step's record committed, the workflow not yet gone on: a deferred record, a failure, "
-    "an activity's or compensation's own transaction (replay.py)",
+    "an activity's or compensation's own transaction (kenning_worker/port.py)",
     "instance.before_release": "the run ended, the statement that releases the lease not yet run: completion and "
-    "suspend (replay.py), the saga's end (compensate.py), a hand-back at shutdown or after a crash (worker.py)",
+    "suspend, the saga's end (kenning_worker/port.py), a hand-back at shutdown or after a crash (worker.py)",
     "relayer.after_send": "a batch was sent and the broker answered, no outcome recorded yet, so no row marked "
     "published (relayer.py)",
     "delivery.after_commit": "an inbox row's transaction committed (event delivered, workflow started, cancel "
