@@ -344,7 +344,7 @@ class Worker:
         self._wake.set()
 
     async def _apply_writes(self, writes: Sequence[InstanceWrite]) -> list[bool | None]:
-        async with self.database.autocommit.connect() as conn:
+        async with self.database.connection() as conn:
             flags = await writes_sql.writes_apply(conn, writes)
         suspect = self._suspect
         if suspect is not None and any(
@@ -359,7 +359,7 @@ class Worker:
         handed back as an expired lease, which the next claim counts (``crashloop.py``)."""
         fault_point("instance.before_release")
         try:
-            async with self.database.engine.begin() as conn:
+            async with self.database.connection() as conn:  # one statement: its own transaction
                 if crashed:
                     released = await instances_sql.instance_release_crashed(
                         conn, claimed.id, claimed.lease_token, delay
@@ -400,7 +400,7 @@ class Worker:
         if suspect is None or suspect not in self._running:
             return
         try:
-            async with self.database.autocommit.connect() as conn:
+            async with self.database.connection() as conn:
                 progressed = await instances_sql.instance_progressed(conn, suspect)
         except Exception as error:
             self.log.debug("worker.suspect_check_failed", error=repr(error))
