@@ -109,7 +109,7 @@ async def test_a_connection_killed_under_a_statement_is_dropped_not_reused(datab
         assert is_unavailable(lost.value)
         assert await backend_pid(db) != victim  # a fresh connection replaces it
     finally:
-        await db.pool.close()
+        await db.close_pool()
 
 
 async def test_a_statement_cancelled_mid_flight_does_not_leave_a_busy_connection(database: Database) -> None:
@@ -129,7 +129,7 @@ async def test_a_statement_cancelled_mid_flight_does_not_leave_a_busy_connection
             async with db.connection() as conn:
                 assert (await conn.execute(statement("SELECT 7 AS seven"))).one().seven == 7
     finally:
-        await db.pool.close()
+        await db.close_pool()
 
 
 async def test_the_pool_never_exceeds_its_size_and_times_out_waiters(database: Database) -> None:
@@ -150,7 +150,7 @@ async def test_the_pool_never_exceeds_its_size_and_times_out_waiters(database: D
                     pass
             assert is_unavailable(waited.value)
     finally:
-        await db.pool.close()
+        await db.close_pool()
 
 
 async def test_an_unreachable_server_fails_each_request_at_once() -> None:
@@ -188,7 +188,7 @@ async def test_a_waiter_cancelled_as_it_is_handed_a_connection_gives_it_back(dat
             async with asyncio.timeout(1):  # the slot is not lost
                 assert await backend_pid(db) > 0
     finally:
-        await db.pool.close()
+        await db.close_pool()
 
 
 async def test_a_broken_connection_drops_the_idle_ones_too(database: Database, sql: Sql) -> None:
@@ -208,7 +208,7 @@ async def test_a_broken_connection_drops_the_idle_ones_too(database: Database, s
         assert await pid() not in old  # the other two dead ones were dropped with it
         assert await pid() not in old
     finally:
-        await db.pool.close()
+        await db.close_pool()
 
 
 async def test_an_empty_claim_says_when_the_next_instance_becomes_claimable(database: Database) -> None:
@@ -245,7 +245,7 @@ async def test_disposing_wakes_every_waiter_with_a_clear_error(database: Databas
 
     waiters = [asyncio.create_task(wait_for_one()) for _ in range(3)]
     await asyncio.sleep(0.05)
-    await db.pool.close()
+    await db.close_pool()
     async with asyncio.timeout(2):  # not the 30 s pool timeout
         outcomes = await asyncio.gather(*waiters, return_exceptions=True)
     assert all(isinstance(o, psycopg.OperationalError) and "closed" in str(o) for o in outcomes), outcomes
