@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,11 @@ _POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql
 
 # psycopg's default, stated: a statement run this many times on a connection is prepared
 PREPARE_THRESHOLD = 5
+
+# psycopg_pool's warnings (a failed connect, a connection found broken) reach an
+# application's logging if it configures any, but never stderr as bare text lines among
+# Kenning's JSON: Kenning reports an unreachable database itself.
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 
 def _check(url: str) -> str:
