@@ -15,6 +15,7 @@ from kenning.storage import definitions as definitions_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import sagas as sagas_sql
+from kenning.storage.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED
 
 STATUSES = (
     "pending",
@@ -173,12 +174,10 @@ def _add_outcomes(compensations: list[dict[str, Any]], history: list[dict[str, A
     for comp in compensations:
         record = recorded.get(f"compensation:{comp['comp_id']}")
         kind = record["kind"] if record else None
-        comp["outcome"] = {"CompensationExecuted": "executed", "CompensationFailed": "failed"}.get(
-            kind or "", "not run"
-        )
+        comp["outcome"] = {COMPENSATION_EXECUTED: "executed", COMPENSATION_FAILED: "failed"}.get(kind or "", "not run")
         payload = (record or {}).get("payload") or {}
         error_type = str(payload.get("type", "")).rpartition(".")[2]
-        comp["error"] = f"{error_type}: {payload.get('message')}" if kind == "CompensationFailed" else None
+        comp["error"] = f"{error_type}: {payload.get('message')}" if kind == COMPENSATION_FAILED else None
 
 
 def run(args: argparse.Namespace) -> int:
