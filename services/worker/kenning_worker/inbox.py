@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from kenning.app import App
 from kenning.config import add_settings, positive_float, positive_int, setting, settings_from_args
-from kenning.db import Database
+from kenning.db import Database, Executor, executor_of
 from kenning.dberrors import sqlstate
 from kenning.errors import TerminalError
 from kenning.events import ReceivedEvent, event_from_inbox, event_history_payload
@@ -103,6 +104,10 @@ class _Received:
     instance_id: str
     event_type: str
     data: Any
+
+
+def _takes_session(handler: Callable[..., Any]) -> bool:
+    return "session" in inspect.signature(handler).parameters
 
 
 def _is_conflict(error: BaseException) -> bool:
@@ -211,7 +216,7 @@ class InboxProcessor:
         started: list[tuple[str, str]] = []
         received: list[_Received] = []
         try:
-            async with self.database.engine.begin() as conn:
+            async with self._transaction(with_session=False) as (user, conn):  # no handlers here
                 marked = await inbox_sql.inbox_mark_processed(
                     conn, [(r.event.inbox_id, r.claim_token) for r in together]
                 )
@@ -220,7 +225,7 @@ class InboxProcessor:
                     if row.event.inbox_id not in marked:
                         log.warning("inbox.claim_lost")
                         continue
-                    await self._apply_event(conn, row, log, started, received)
+                    await self._apply_event(user, conn, row, log, started, received)
         except Exception as error:
             self.log.debug("inbox.batch_retried_alone", rows=len(together), error=repr(error))
             return claimed
@@ -228,6 +233,22 @@ class InboxProcessor:
         self._known_definitions.update(started)
         await self._report_received(received)
         return alone
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, with_session: bool) -> AsyncIterator[tuple[AsyncConnection | None, Executor]]:
+        """The transaction of a row (or a batch): on the pool, unless an ``on_event``
+        handler takes a session: then SQLAlchemy's (``db.engine``), the handler's session
+        joining it, and Kenning's statements on the psycopg connection under it, so the
+        handler's writes commit or roll back with the row marked processed."""
+        if not with_session:
+            async with self.database.transaction() as conn:
+                yield None, conn
+            return
+        async with self.database.engine.begin() as user:
+            yield user, await executor_of(user)
+
+    def _handlers_take_session(self, event_type: str) -> bool:
+        return any(_takes_session(handler) for handler in self.app.event_handlers.get(event_type, []))
 
     # ---------------------------------------------------------------- one row
 
@@ -248,14 +269,15 @@ class InboxProcessor:
         started: list[tuple[str, str]] = []
         received: list[_Received] = []
         try:
-            async with self.database.engine.begin() as conn:
+            with_session = row.kind == "event" and self._handlers_take_session(stored.event_type)
+            async with self._transaction(with_session) as (user, conn):
                 if not await inbox_sql.inbox_mark_processed(conn, [(stored.inbox_id, row.claim_token)]):
                     log.warning("inbox.claim_lost")
                     return
                 if row.kind == "cancel":
                     await self._apply_cancel(conn, row, log)
                 else:
-                    await self._apply_event(conn, row, log, started, received)
+                    await self._apply_event(user, conn, row, log, started, received)
         except Exception as error:
             if _is_conflict(error):
                 log.debug("inbox.lock_conflict", error=str(getattr(error, "orig", error)))
@@ -300,7 +322,7 @@ class InboxProcessor:
         else:
             log.warning("inbox.retry", attempts=row.attempts, delay=round(outcome[1], 3), error=message)
 
-    async def _apply_cancel(self, conn: AsyncConnection, row: ClaimedRow, log: Any) -> None:
+    async def _apply_cancel(self, conn: Executor, row: ClaimedRow, log: Any) -> None:
         instance_id = row.event.instance_id or ""
         # A running instance's row stays locked while its step's write is pending: do not
         # stall the loop on it, retry shortly instead (a lock conflict).
@@ -313,7 +335,8 @@ class InboxProcessor:
 
     async def _apply_event(
         self,
-        conn: AsyncConnection,
+        user: AsyncConnection | None,
+        conn: Executor,
         row: ClaimedRow,
         log: Any,
         started: list[tuple[str, str]],
@@ -323,7 +346,7 @@ class InboxProcessor:
         event = event_from_inbox(stored)
         handlers = self.app.event_handlers.get(stored.event_type, [])
         for handler in handlers:
-            await self._call_handler(conn, handler, event)
+            await self._call_handler(user, handler, event)
         for wf in self.starters.get(stored.event_type, []):
             await self._start(conn, wf, event, log, started)
         payload, payload_bytes = event_history_payload(event)
@@ -348,13 +371,17 @@ class InboxProcessor:
         received.extend(_Received(d.instance_id, stored.event_type, event.data) for d in deliveries)
         log.debug("event.processed", handlers=len(handlers), delivered=len(deliveries), attempts=row.attempts)
 
-    async def _call_handler(self, conn: AsyncConnection, handler: Callable[..., Any], event: ReceivedEvent) -> None:
+    async def _call_handler(
+        self, user: AsyncConnection | None, handler: Callable[..., Any], event: ReceivedEvent
+    ) -> None:
         """``handler(event)``; a handler with a ``session`` parameter also gets a session in
-        the row's transaction, so its writes commit with the row marked processed."""
-        if "session" not in inspect.signature(handler).parameters:
+        the row's transaction (``user``: SQLAlchemy's, see ``_transaction``), so its writes
+        commit with the row marked processed."""
+        if not _takes_session(handler):
             await handler(event)
             return
-        session = AsyncSession(bind=conn, join_transaction_mode="create_savepoint", expire_on_commit=False)
+        assert user is not None, "a handler taking a session runs in SQLAlchemy's transaction"
+        session = AsyncSession(bind=user, join_transaction_mode="create_savepoint", expire_on_commit=False)
         try:
             await handler(event, session=session)
             await session.commit()  # releases the savepoint; the row's transaction commits it
@@ -362,7 +389,7 @@ class InboxProcessor:
             await session.close()
 
     async def _start(
-        self, conn: AsyncConnection, wf: Workflow[Any], event: ReceivedEvent, log: Any, started: list[tuple[str, str]]
+        self, conn: Executor, wf: Workflow[Any], event: ReceivedEvent, log: Any, started: list[tuple[str, str]]
     ) -> None:
         """Start ``wf`` with the event's data, in the event row's transaction (kenning.starting);
         definitions it registers are listed in ``started``, known once that commits."""
@@ -377,9 +404,7 @@ class InboxProcessor:
             raise TerminalError(f"event data is not valid input for workflow {wf.name!r}: {error.detail}") from None
         result = await start_on(conn, start, known=self._known_definitions, registered=started)
         assert result is not None  # refused only with not_before (a cron tick)
-        log.debug(
-            "workflow.started_by_event", instance_id=result.instance_id, workflow=wf.name, created=result.created
-        )
+        log.debug("workflow.started_by_event", instance_id=result.instance_id, workflow=wf.name, created=result.created)
 
     # ---------------------------------------------------------------- subscriptions and cleanup
 
