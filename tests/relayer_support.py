@@ -141,7 +141,7 @@ async def insert_events(
 ) -> list[str]:
     """Insert ``count`` pending events in one transaction; returns their ids in order."""
     ids = [str(uuid.uuid4()) for _ in range(count)]
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         for n, event_id in enumerate(ids):
             await outbox_sql.outbox_insert(
                 conn,

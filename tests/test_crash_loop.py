@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 
 from kenning import App, Client, WorkflowContext, activity, workflow
-from kenning.db import Database
+from kenning.db import Database, statement
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
 from kenning.storage import history as history_sql
@@ -117,12 +117,12 @@ async def test_the_claim_counts_expired_leases_without_a_step_and_parks_at_max_r
     """The claim's own accounting, with time moved: an expired lease counts unless its run
     recorded a step, one suspect is handed out per claim, and at ``max_runs`` the
     instance is parked instead of handed out; a clean release resets the count."""
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         for name in ("a", "b"):
             await instances_sql.instance_insert(
                 conn, instance_id=name, workflow_name="wf", source_hash="h", input_json={}, idempotency_key=None
             )
-        now = (await conn.execute(text("SELECT now() AS now"))).scalar_one()
+        now = (await conn.execute(statement("SELECT now() AS now"))).one().now
 
     def claim(seconds: float) -> Awaitable[instances_sql.Claim]:
         return _claim(database, now + timedelta(seconds=seconds), lease_seconds=1)
@@ -133,7 +133,7 @@ async def test_the_claim_counts_expired_leases_without_a_step_and_parks_at_max_r
     second, third = await claim(5), await claim(5)
     assert [(c.id, c.suspect) for c in second.instances + third.instances] == [("a", True), ("b", True)]
     b = third.instances[0]
-    async with database.autocommit.connect() as raw:
+    async with database.connection() as raw:
         recorded = await history_sql.history_record_step(
             raw,
             instance_id="b",
@@ -151,12 +151,12 @@ async def test_the_claim_counts_expired_leases_without_a_step_and_parks_at_max_r
     counts = await _counts(database)
     assert counts == {"a": ("failed", 2, 2), "b": ("running", 0, 3)}
     # a clean end (release) is no run to count
-    async with database.autocommit.connect() as raw:
+    async with database.connection() as raw:
         assert await instances_sql.instance_release(raw, "b", fifth.instances[0].lease_token)
     sixth = await claim(20)
     assert [(c.id, c.suspect) for c in sixth.instances] == [("b", False)]
     # the operator's retry makes a runnable again, its count reset
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         assert (await instances_sql.instance_retry(conn, "a"))["retried"]
     assert (await _counts(database))["a"] == ("pending", 0, 2)
 
@@ -165,18 +165,18 @@ async def test_a_run_that_raised_counts_like_an_expired_lease(database: Database
     """The worker hands back a run that raised as an expired lease: the next claim takes
     it as a suspect (not by a worker that runs one already) and counts it; at max_runs it
     is parked; a cancel then resumes it to be compensated, its count reset."""
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         await instances_sql.instance_insert(
             conn, instance_id="r", workflow_name="wf", source_hash="h", input_json={}, idempotency_key=None
         )
-        now = (await conn.execute(text("SELECT now() AS now"))).scalar_one()
+        now = (await conn.execute(statement("SELECT now() AS now"))).one().now
 
     def claim(seconds: float, *, take_suspect: bool = True) -> Awaitable[instances_sql.Claim]:
         return _claim(database, now + timedelta(seconds=seconds), lease_seconds=30, take_suspect=take_suspect)
 
     async def crashed(claimed: instances_sql.Claim) -> None:
         (instance,) = claimed.instances
-        async with database.autocommit.connect() as conn:
+        async with database.connection() as conn:
             assert await instances_sql.instance_release_crashed(conn, instance.id, instance.lease_token, 0)
             # its old token is no lease any more: a late write or heartbeat of it is fenced off
             assert not await instances_sql.instance_release(conn, instance.id, instance.lease_token)
@@ -191,15 +191,15 @@ async def test_a_run_that_raised_counts_like_an_expired_lease(database: Database
     await crashed(second)
     third = await claim(2)
     assert [(p.id, p.runs_without_progress) for p in third.parked] == [("r", 2)] and third.instances == []
-    async with database.autocommit.connect() as raw:
+    async with database.connection() as raw:
         row = await instances_sql.instance_get(raw, "r")
     assert row is not None and row.error is not None
     assert row.error["message"] == instances_sql.crash_loop_message("r", 2, 2)  # one text, stored and logged
 
     # a parked saga that was compensating: a cancel resumes its compensations
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         await conn.execute(
-            text("UPDATE kenning_instances SET error = jsonb_set(error, '{resume_status}', '\"compensating\"')")
+            statement("UPDATE kenning_instances SET error = jsonb_set(error, '{resume_status}', '\"compensating\"')")
         )
         assert await instances_sql.instance_request_cancel(conn, "r") == ("failed", True)
         row = await instances_sql.instance_get(conn, "r")
@@ -240,7 +240,7 @@ async def test_an_instance_whose_run_raises_every_time_is_parked_and_a_cancel_en
         expect_log("instance.crash_loop", instance_id=iid)
 
         await eventually(lambda: _status(sql, iid) == "failed", timeout=30, message="parked as crash_loop")
-        async with database.autocommit.connect() as conn:
+        async with database.connection() as conn:
             row = await instances_sql.instance_get(conn, iid)
         assert row is not None and row.error is not None
         assert (row.error["reason"], row.runs_without_progress, row.run_count) == ("crash_loop", MAX_RUNS, MAX_RUNS)
@@ -280,7 +280,7 @@ async def test_a_suspect_that_records_a_step_in_its_own_transaction_frees_the_su
     the activity's own transaction (ctx.session) does not pass through the worker's group
     commit: before, it never freed the slot, so no other suspect was taken while it ran."""
     release_held.clear()
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         await instances_sql.instance_insert(
             conn,
             instance_id="suspect",
@@ -289,7 +289,7 @@ async def test_a_suspect_that_records_a_step_in_its_own_transaction_frees_the_su
             input_json={},
             idempotency_key=None,
         )
-    async with database.autocommit.connect() as conn:  # a worker that died: its lease has expired
+    async with database.connection() as conn:  # a worker that died: its lease has expired
         dead = await instances_sql.instance_claim(
             conn, owner="dead", workflow_names=["records_in_its_transaction"], limit=1, lease_seconds=-60
         )
@@ -326,17 +326,17 @@ async def test_the_runs_claimed_beside_a_parked_instance_do_not_wait_for_its_fai
     meanwhile, and a hook slower than the lease let another worker run them too."""
     hook = SlowFailureHook()
     app = App("kenning-crash-loop-hook", hooks=hook)
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         for iid, name in (("doomed", "raises_in_replay"), ("beside", "quick")):
             await instances_sql.instance_insert(
                 conn, instance_id=iid, workflow_name=name, source_hash="h", input_json={}, idempotency_key=None
             )
-    async with database.autocommit.connect() as raw:  # doomed: one more run without progress parks it
+    async with database.connection() as raw:  # doomed: one more run without progress parks it
         claimed = await instances_sql.instance_claim(
             raw, owner="dead", workflow_names=["raises_in_replay"], limit=1, lease_seconds=-60
         )
         assert [c.id for c in claimed.instances] == ["doomed"]
-        await raw.execute(text("UPDATE kenning_instances SET runs_without_progress = :n"), {"n": MAX_RUNS - 1})
+        await raw.execute(statement("UPDATE kenning_instances SET runs_without_progress = :n"), {"n": MAX_RUNS - 1})
     expect_log("instance.crash_loop", instance_id="doomed")
     async with Client(database=database) as client, running_worker(database, app, max_runs=MAX_RUNS):
         await asyncio.wait_for(hook.called.wait(), timeout=15)
@@ -346,9 +346,9 @@ async def test_the_runs_claimed_beside_a_parked_instance_do_not_wait_for_its_fai
 
 
 async def _counts(database: Database) -> dict[str, tuple[str, int, int]]:
-    async with database.autocommit.connect() as conn:
+    async with database.connection() as conn:
         rows = await conn.execute(
-            text("SELECT id, status, runs_without_progress, run_count FROM kenning_instances ORDER BY id")
+            statement("SELECT id, status, runs_without_progress, run_count FROM kenning_instances ORDER BY id")
         )
         return {row.id: (row.status, row.runs_without_progress, row.run_count) for row in rows}
 
@@ -368,7 +368,7 @@ async def _claim(
     database: Database, at: datetime, *, lease_seconds: float, take_suspect: bool = True
 ) -> instances_sql.Claim:
     """One claim of workflow ``wf`` at database time ``at``, parking at two runs."""
-    async with database.autocommit.connect() as conn:
+    async with database.connection() as conn:
         return await instances_sql.instance_claim(
             conn,
             owner="w",

@@ -232,10 +232,10 @@ async def test_a_row_whose_worker_died_every_time_is_parked(database: Database, 
     from kenning.storage import inbox as inbox_sql
     from kenning.storage.inbox import NewEvent
 
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         await inbox_sql.inbox_insert_events(conn, [NewEvent("tests", "doomed", "audit.logged", {"specversion": "1.0"})])
     for _ in range(FAST.max_attempts):  # claimed, then the "worker" dies: the lease runs out
-        async with database.engine.begin() as conn:
+        async with database.transaction() as conn:
             (claim,) = await inbox_sql.inbox_claim_pending(conn, limit=1, lease_seconds=0.0)
     assert claim.attempts == FAST.max_attempts
     async with running_worker(database, apps.app, inbox=FAST):
@@ -391,7 +391,7 @@ async def test_a_batch_that_fails_together_is_redone_one_event_at_a_time(
     attributes = {"specversion": "1.0"}
     rows = [NewEvent("b", f"item-{n}", "bulk.item", attributes, {"n": n}) for n in range(4)]
     rows.insert(2, NewEvent("b", "bad-signup", "signup.created", attributes, {"email": "x"}))
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         await inbox_sql.inbox_insert_events(conn, rows)
     with log_guard.capture() as logs:
         async with running_worker(database, apps.app, inbox=FAST), Client(database=database) as client:

@@ -247,7 +247,7 @@ async def test_crash_after_a_delivery_commit_delivers_the_event_once(
             lambda: sql.execute("SELECT checked_at IS NOT NULL FROM kenning_event_subscriptions").fetchone() == (True,),
             timeout=60,
         )
-        async with database.autocommit.connect() as conn:
+        async with database.connection() as conn:
             await inbox_sql.inbox_insert_events(
                 conn, [NewEvent(source="tests", event_id="e-1", event_type="test.ping", data={"key": "k-1"})]
             )

@@ -28,7 +28,7 @@ def go(key: str, n: int, event_id: str | None = None) -> NewEvent:
 
 
 async def insert(database: Database, *events: NewEvent) -> None:
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         await inbox_sql.inbox_insert_events(conn, list(events))
 
 

@@ -84,7 +84,7 @@ async def test_structured_mode_with_polling_only(
         processes, database_url, receiver.url, "--content-mode", "structured", "--no-listen", "--poll-interval", "0.1"
     )
     ids = [str(uuid.uuid4()) for _ in range(3)]
-    async with database.engine.begin() as conn:
+    async with database.transaction() as conn:
         await outbox_sql.outbox_insert(
             conn,
             event_id=ids[0],

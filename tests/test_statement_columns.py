@@ -174,7 +174,7 @@ def test_problems_name_the_statement_and_the_column(columns: list[str], expected
 async def test_suspend_reads_its_row_on_the_autocommit_pool(database: Database, wait: str) -> None:
     """The defect this guards against: the wait_event suspend selected two unnamed
     columns, and the pool's named-tuple rows refused the row after the commit."""
-    async with database.autocommit.connect() as conn:
+    async with database.connection() as conn:
         await instances_sql.instance_insert(
             conn, instance_id="i-1", workflow_name="wf", source_hash="", input_json={}, idempotency_key=None
         )

@@ -13,8 +13,7 @@ import psycopg
 import pytest
 
 from kenning import Client, TerminalError, UnstorableValueError, WorkflowFailedError, serialization
-from kenning.db import Connection as Executor
-from kenning.db import Database
+from kenning.db import Database, Executor
 from kenning.dberrors import is_data_error, is_unavailable
 from kenning.storage import instances as instances_sql
 from tests.apps import limits, saga_refusals

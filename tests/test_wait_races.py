@@ -17,7 +17,7 @@ from tests.support import ProcessPool, check_invariants, eventually, executions,
 async def test_event_received_before_a_zero_timeout_wait_is_delivered_not_timed_out(
     database: Database, sql: psycopg.Connection[tuple[object, ...]]
 ) -> None:
-    async with database.autocommit.connect() as conn:
+    async with database.connection() as conn:
         await inbox_insert_events(
             conn, [NewEvent(source="tests", event_id="r-1", event_type="reply.sent", data={"order_id": "o-5", "n": 7})]
         )
@@ -33,7 +33,7 @@ async def test_event_received_before_a_zero_timeout_wait_is_delivered_not_timed_
             await eventually(waiting, timeout=10)
         # its timeout is due at once, but the reply is already in the inbox: a scheduler
         # pass now must leave the subscription to the worker's catch-up check
-        async with database.autocommit.connect() as conn:
+        async with database.connection() as conn:
             assert await timers_sql.subscription_timeout_fire_due(conn, limit=10) == []
         async with running_worker(database, core.app):
             assert await client.result(started.instance_id, timeout=15) == 7
