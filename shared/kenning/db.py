@@ -32,7 +32,6 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection as SqlAlchemyConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.sql.elements import TextClause
 
 from kenning.errors import ConfigurationError
 
@@ -101,11 +100,6 @@ def statement(text: str) -> Statement:
     return Statement(_PARAMETER.sub(r"%(\1)s", text.replace("%", "%%")))
 
 
-def _psycopg_sql(query: Statement | TextClause) -> str:
-    """Statements in the old ``sqlalchemy.text()`` form, still written by some tests."""
-    return query.sql if isinstance(query, Statement) else statement(query.text).sql
-
-
 # ------------------------------------------------------------------------ executing
 
 
@@ -144,37 +138,12 @@ class Executor:
     def __init__(self, driver: psycopg.AsyncConnection[Any]) -> None:
         self.driver = driver
 
-    async def execute(self, query: Statement | TextClause, params: Mapping[str, Any] | None = None) -> Rows:
+    async def execute(self, query: Statement, params: Mapping[str, Any] | None = None) -> Rows:
         cursor = self.driver.cursor(row_factory=namedtuple_row)
         # always a mapping, even empty: psycopg reads ``%%`` as ``%`` only when it has one
-        await cursor.execute(_psycopg_sql(query), _NO_PARAMETERS if params is None else params)
+        await cursor.execute(query.sql, _NO_PARAMETERS if params is None else params)
         rows = await cursor.fetchall() if cursor.description is not None else []
         return Rows(rows, cursor.rowcount)
-
-
-class _ThroughSqlAlchemy(Executor):
-    """Transitional: a storage function called with a SQLAlchemy connection (code not yet
-    moved to ``Database.transaction()`` / ``executor_of``) runs its statement through it,
-    so errors stay SQLAlchemy's ``DBAPIError`` for the callers that catch those."""
-
-    __slots__ = ("connection",)
-
-    def __init__(self, connection: SqlAlchemyConnection) -> None:
-        self.connection = connection
-
-    async def execute(self, query: Statement | TextClause, params: Mapping[str, Any] | None = None) -> Rows:
-        result = await self.connection.exec_driver_sql(
-            _psycopg_sql(query), dict(_NO_PARAMETERS if params is None else params)
-        )
-        return Rows(list(result) if result.returns_rows else [], result.rowcount)
-
-
-Connection = Executor | SqlAlchemyConnection
-"""Transitional: what storage functions accept until every caller passes an ``Executor``."""
-
-
-def executor(conn: Connection) -> Executor:
-    return conn if isinstance(conn, Executor) else _ThroughSqlAlchemy(conn)
 
 
 async def executor_of(connection: SqlAlchemyConnection) -> Executor:
@@ -255,11 +224,6 @@ class Database:
             open=False,
         )
 
-    @property
-    def autocommit(self) -> Database:
-        """The former name of the pool executor: ``db.autocommit.connect()`` is ``db.connection()``."""
-        return self
-
     def _connect_failed(self, error: BaseException) -> None:
         for task, failure in list(self._waiting.items()):
             if not failure:
@@ -320,8 +284,6 @@ class Database:
                 # A lost server (a restart, a failover) breaks every connection; idle ones
                 # would each fail one more statement before being noticed.
                 await self.pool.check()
-
-    connect = connection  # ``db.autocommit.connect()``, the former spelling
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Executor]:

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from kenning import serialization
-from kenning.db import Connection, Database
+from kenning.db import Database, Executor
 from kenning.dberrors import may_be_one_callers_fault
 from kenning.errors import KenningError
 from kenning.groupcommit import GroupCommit
@@ -124,7 +124,7 @@ def prepare_start(
 
 
 async def start_on(
-    conn: Connection,
+    conn: Executor,
     start: Start,
     *,
     known: set[DefinitionKey],
@@ -145,7 +145,7 @@ async def start_on(
     return await _started(conn, start, outcome)
 
 
-async def _started(conn: Connection, start: Start, outcome: StartOutcome) -> StartedInstance | None:
+async def _started(conn: Executor, start: Start, outcome: StartOutcome) -> StartedInstance | None:
     if outcome is StartOutcome.BEFORE_SCHEDULE:
         return None
     if outcome is StartOutcome.STARTED:

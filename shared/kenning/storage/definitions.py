@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kenning.db import Connection, executor, statement
+from kenning.db import Executor, statement
 
 _DEFINITIONS_REGISTER = statement(
     """
@@ -31,10 +31,9 @@ class Definition:
     source: str
 
 
-async def definitions_register(conn: Connection, definitions: Sequence[Definition]) -> None:
+async def definitions_register(conn: Executor, definitions: Sequence[Definition]) -> None:
     """Record definitions in one statement: a worker's or a scheduler's workflows at its
     start, the one a client or the inbox starts an instance of."""
-    conn = executor(conn)
     if not definitions:
         return
     payload = [{"name": d.workflow_name, "hash": d.source_hash, "source": d.source} for d in definitions]
@@ -50,9 +49,8 @@ _DEFINITION_NAMES = statement(
 )
 
 
-async def definition_names(conn: Connection) -> list[str]:
+async def definition_names(conn: Executor) -> list[str]:
     """Every workflow name ever registered (the table holds one row per version)."""
-    conn = executor(conn)
     return [str(row.workflow_name) for row in await conn.execute(_DEFINITION_NAMES)]
 
 
@@ -63,8 +61,7 @@ _DEFINITION_KNOWN = statement(
 )
 
 
-async def definition_known(conn: Connection, workflow_name: str) -> bool:
-    conn = executor(conn)
+async def definition_known(conn: Executor, workflow_name: str) -> bool:
     row = (await conn.execute(_DEFINITION_KNOWN, {"name": workflow_name})).one()
     return bool(row.known)
 
@@ -96,10 +93,9 @@ class UnknownWorkflow:
     instances: int  # its pending instances in the sample, which no worker will ever claim
 
 
-async def unknown_workflows_pending(conn: Connection, limit: int = 100, sample: int = 1000) -> list[UnknownWorkflow]:
+async def unknown_workflows_pending(conn: Executor, limit: int = 100, sample: int = 1000) -> list[UnknownWorkflow]:
     """Workflow names that have no definition row at all, among the ``sample`` oldest
     pending instances: a backlog of claimable work queued before them hides them until
     it is claimed."""
-    conn = executor(conn)
     rows = await conn.execute(_UNKNOWN_WORKFLOWS_PENDING, {"limit": limit, "sample": sample})
     return [UnknownWorkflow(str(row.workflow_name), int(row.instances)) for row in rows]

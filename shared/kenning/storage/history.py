@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from kenning.db import Connection, executor, statement
+from kenning.db import Executor, statement
 from kenning.storage.fencing import LEASE_FENCE, SAVE_COMPENSATIONS, insert_steps, step_json
 from kenning.storage.records import CompensationRecord, HistoryRecord
 
@@ -27,9 +27,8 @@ _HISTORY_LOAD = statement(
 )
 
 
-async def history_load(conn: Connection, instance_ids: Sequence[str]) -> dict[str, list[HistoryRecord]]:
+async def history_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str, list[HistoryRecord]]:
     """History of many instances in one round trip, oldest step first."""
-    conn = executor(conn)
     loaded: dict[str, list[HistoryRecord]] = defaultdict(list)
     if not instance_ids:
         return loaded
@@ -62,7 +61,7 @@ _INSTANCE_CLEAR_ATTEMPTS = statement(
 
 
 async def history_record_step(
-    conn: Connection,
+    conn: Executor,
     *,
     instance_id: str,
     token: str,
@@ -76,7 +75,6 @@ async def history_record_step(
 ) -> bool | None:
     """Record a step if the lease is still ours. Returns the instance's cancellation flag,
     or None when the lease was lost (nothing was written)."""
-    conn = executor(conn)
     row = (
         await conn.execute(
             _HISTORY_RECORD_STEP,
@@ -105,8 +103,7 @@ _COMPENSATIONS_LOAD = statement(
 )
 
 
-async def compensations_load(conn: Connection, instance_ids: Sequence[str]) -> dict[str, list[CompensationRecord]]:
-    conn = executor(conn)
+async def compensations_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str, list[CompensationRecord]]:
     loaded: dict[str, list[CompensationRecord]] = defaultdict(list)
     if not instance_ids:
         return loaded

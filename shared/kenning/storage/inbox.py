@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kenning.db import Connection, executor, statement
+from kenning.db import Executor, statement
 from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.names import CHANNEL_INBOX, notify
 
@@ -84,10 +84,9 @@ _INBOX_INSERT_EVENTS = statement(
 )
 
 
-async def inbox_insert_events(conn: Connection, events: Sequence[NewEvent]) -> list[bool]:
+async def inbox_insert_events(conn: Executor, events: Sequence[NewEvent]) -> list[bool]:
     """Store ``events`` in one statement and wake workers. Returns, per event, whether it
     was stored (False: a duplicate by ``(source, id)``, also within the batch)."""
-    conn = executor(conn)
     if not events:
         return []
     params = {
@@ -125,11 +124,10 @@ _INBOX_INSERT_CANCEL = statement(
 )
 
 
-async def inbox_insert_cancel(conn: Connection, instance_id: str) -> bool:
+async def inbox_insert_cancel(conn: Executor, instance_id: str) -> bool:
     """Store a cancellation request for ``instance_id`` and wake workers; False (nothing
     stored) for an unknown instance. Requests are not deduplicated: applying one twice
     is harmless."""
-    conn = executor(conn)
     row = (
         await conn.execute(
             _INBOX_INSERT_CANCEL, {"instance_id": instance_id, "source": CANCEL_SOURCE, "event_type": CANCEL_TYPE}
@@ -141,9 +139,8 @@ async def inbox_insert_cancel(conn: Connection, instance_id: str) -> bool:
 _INBOX_CHECK_READY = statement("SELECT true AS ready FROM kenning_inbox LIMIT 1")
 
 
-async def inbox_check_ready(conn: Connection) -> None:
+async def inbox_check_ready(conn: Executor) -> None:
     """Raises unless the database answers and the inbox table exists."""
-    conn = executor(conn)
     await conn.execute(_INBOX_CHECK_READY)
 
 
@@ -186,7 +183,7 @@ def stored_event(row: Any) -> StoredEvent:
 
 
 async def inbox_claim_pending(
-    conn: Connection, *, limit: int, lease_seconds: float, now: datetime | None = None
+    conn: Executor, *, limit: int, lease_seconds: float, now: datetime | None = None
 ) -> list[ClaimedRow]:
     """Claim up to ``limit`` due rows, oldest first, in one round trip.
 
@@ -194,7 +191,6 @@ async def inbox_claim_pending(
     dies holding it leaves it to the next claim after that, with the attempt counted, so
     an event that kills its worker every time is parked after the maximum attempts.
     """
-    conn = executor(conn)
     result = await conn.execute(_INBOX_CLAIM_PENDING, {"limit": limit, "lease_seconds": lease_seconds, "now": now})
     rows = sorted(result, key=lambda row: int(row.inbox_id))
     return [
@@ -214,11 +210,10 @@ _INBOX_MARK_PROCESSED = statement(
 )
 
 
-async def inbox_mark_processed(conn: Connection, claims: Sequence[tuple[int, str]]) -> set[int]:
+async def inbox_mark_processed(conn: Executor, claims: Sequence[tuple[int, str]]) -> set[int]:
     """First statement of the processing transaction: mark the claimed rows processed,
     locking them until commit. Returns the ids marked; a row missing was reclaimed by
     another worker after its lease ran out and is not ours any more."""
-    conn = executor(conn)
     if not claims:
         return set()
     result = await conn.execute(
@@ -230,10 +225,9 @@ async def inbox_mark_processed(conn: Connection, claims: Sequence[tuple[int, str
 _LIMIT_LOCK_WAIT = statement("SELECT set_config('lock_timeout', :timeout, true) AS lock_timeout")
 
 
-async def inbox_limit_lock_wait(conn: Connection, seconds: float) -> None:
+async def inbox_limit_lock_wait(conn: Executor, seconds: float) -> None:
     """``SET LOCAL lock_timeout`` for the rest of this transaction: a lock held longer
     raises ``LockNotAvailable`` instead of stalling the inbox loop."""
-    conn = executor(conn)
     await conn.execute(_LIMIT_LOCK_WAIT, {"timeout": f"{max(1, round(seconds * 1000))}ms"})
 
 
@@ -253,7 +247,7 @@ _INBOX_RECORD_FAILURE = statement(
 
 
 async def inbox_record_failure(
-    conn: Connection,
+    conn: Executor,
     inbox_id: int,
     token: str,
     *,
@@ -266,7 +260,6 @@ async def inbox_record_failure(
     """After a failed attempt: back off (``retry_seconds`` doubled per attempt, capped),
     or park the row as ``failed`` after ``max_attempts`` (at once with ``park``).
     Returns (new status, seconds until the retry), or None if the claim was lost."""
-    conn = executor(conn)
     row = (
         await conn.execute(
             _INBOX_RECORD_FAILURE,
@@ -299,10 +292,9 @@ _INBOX_RELEASE = statement(
 )
 
 
-async def inbox_release(conn: Connection, claims: Sequence[tuple[int, str]], delay_seconds: float = 0.0) -> int:
+async def inbox_release(conn: Executor, claims: Sequence[tuple[int, str]], delay_seconds: float = 0.0) -> int:
     """Give claimed rows back without counting the attempt (shutdown, or a lock held by a
     concurrent delivery), due again after ``delay_seconds``; wakes workers."""
-    conn = executor(conn)
     if not claims:
         return 0
     result = await conn.execute(
@@ -318,9 +310,8 @@ _INBOX_NEXT_AVAILABLE = statement(
 )
 
 
-async def inbox_seconds_until_next(conn: Connection, now: datetime | None = None) -> float | None:
+async def inbox_seconds_until_next(conn: Executor, now: datetime | None = None) -> float | None:
     """Seconds until the next pending row is due (negative: already due), or None."""
-    conn = executor(conn)
     row = (await conn.execute(_INBOX_NEXT_AVAILABLE, {"now": now})).one()  # an aggregate: always one row
     return seconds_or_none(row.seconds_until_next)
 
@@ -342,11 +333,10 @@ _INBOX_DELETE_PROCESSED = statement(
 
 
 async def inbox_delete_processed(
-    conn: Connection, *, retention_seconds: float, limit: int, now: datetime | None = None
+    conn: Executor, *, retention_seconds: float, limit: int, now: datetime | None = None
 ) -> int:
     """Delete up to ``limit`` rows processed more than ``retention_seconds`` ago; parked
     (``failed``) rows stay for operators. Returns how many were deleted."""
-    conn = executor(conn)
     row = (
         await conn.execute(
             _INBOX_DELETE_PROCESSED, {"retention_seconds": retention_seconds, "limit": limit, "now": now}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kenning.db import Connection, Statement, executor, statement
+from kenning.db import Executor, Statement, statement
 from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
 from kenning.storage.names import (
@@ -78,10 +78,9 @@ class StartOutcome(enum.Enum):
     BEFORE_SCHEDULE = "before_schedule"  # not_before predates the workflow's first sighting
 
 
-async def instances_start(conn: Connection, starts: Sequence[NewInstance]) -> list[StartOutcome]:
+async def instances_start(conn: Executor, starts: Sequence[NewInstance]) -> list[StartOutcome]:
     """Insert runnable instances in one statement and wake workers once; the outcome of
     each start (``instance_find_existing`` names the instance an ``EXISTS`` met)."""
-    conn = executor(conn)
     if not starts:
         return []
     payload = [
@@ -105,7 +104,7 @@ async def instances_start(conn: Connection, starts: Sequence[NewInstance]) -> li
     return outcomes
 
 
-async def instances_insert_many(conn: Connection, starts: Sequence[NewInstance]) -> list[bool]:
+async def instances_insert_many(conn: Executor, starts: Sequence[NewInstance]) -> list[bool]:
     """Per start, whether it was inserted (False: its id or idempotency key exists already)."""
     return [outcome is StartOutcome.STARTED for outcome in await instances_start(conn, starts)]
 
@@ -120,7 +119,7 @@ _INSTANCE_FIND_EXISTING = statement(
 
 
 async def instance_insert(
-    conn: Connection,
+    conn: Executor,
     *,
     instance_id: str,
     workflow_name: str,
@@ -129,7 +128,6 @@ async def instance_insert(
     idempotency_key: str | None,
 ) -> tuple[str, bool]:
     """Insert a runnable instance and wake workers; ``(id, False)`` if it already existed."""
-    conn = executor(conn)
     start = NewInstance(instance_id, workflow_name, source_hash, input_json, idempotency_key)
     (outcome,) = await instances_start(conn, [start])
     if outcome is StartOutcome.STARTED:
@@ -138,10 +136,9 @@ async def instance_insert(
 
 
 async def instance_find_existing(
-    conn: Connection, instance_id: str, workflow_name: str, idempotency_key: str | None
+    conn: Executor, instance_id: str, workflow_name: str, idempotency_key: str | None
 ) -> str:
     """The instance a start conflicted with: same id, or same workflow and idempotency key."""
-    conn = executor(conn)
     params = {"id": instance_id, "name": workflow_name, "key": idempotency_key}
     existing = (await conn.execute(_INSTANCE_FIND_EXISTING, params)).first()
     if existing is None:  # a concurrent insert of the same key has not committed yet
@@ -298,7 +295,7 @@ class Claim:
 
 
 async def instance_claim(
-    conn: Connection,
+    conn: Executor,
     *,
     owner: str,
     workflow_names: Sequence[str],
@@ -316,7 +313,6 @@ async def instance_claim(
     without a step recorded park the instance (``Claim.parked``). ``take_suspect=False``
     leaves expired leases to other workers (this one runs such an instance already).
     """
-    conn = executor(conn)
     if max_runs < 1:
         raise ValueError("max_runs must be at least 1")
     result = await conn.execute(
@@ -372,13 +368,12 @@ _INSTANCE_LEASES_HELD = statement(
 )
 
 
-async def instance_heartbeat(conn: Connection, tokens: Sequence[str], lease_seconds: float) -> set[str]:
+async def instance_heartbeat(conn: Executor, tokens: Sequence[str], lease_seconds: float) -> set[str]:
     """Extend the leases still held; returns the tokens that are no longer held.
 
     Rows locked by an in-flight step write are skipped rather than waited for: that write
     holds the lease already, and the next heartbeat extends it.
     """
-    conn = executor(conn)
     if not tokens:
         return set()
     renewed = {
@@ -407,12 +402,11 @@ _INSTANCE_COMPLETE = statement(
 
 
 async def instance_complete(
-    conn: Connection, instance_id: str, token: str, result: Any, folded: FoldedWrites | None = None
+    conn: Executor, instance_id: str, token: str, result: Any, folded: FoldedWrites | None = None
 ) -> bool:
     """Complete a leased instance, recording its last step in the same statement: the
     single-instance form of ``writes.writes_apply``, which workers use; the benchmark's
     bare engine drives this one."""
-    conn = executor(conn)
     params = {"id": instance_id, "token": token, "result": json.dumps(result), **(folded or FoldedWrites()).params()}
     row = (await conn.execute(_INSTANCE_COMPLETE, params)).first()
     return row is not None
@@ -430,10 +424,9 @@ _INSTANCE_FINISH = statement(
 
 
 async def instance_finish(
-    conn: Connection, instance_id: str, token: str, status: str, error: dict[str, Any] | None
+    conn: Executor, instance_id: str, token: str, status: str, error: dict[str, Any] | None
 ) -> bool:
     """End an instance ``failed`` or ``cancelled``; the error is kept for operators."""
-    conn = executor(conn)
     row = (
         await conn.execute(
             _INSTANCE_FINISH,
@@ -458,13 +451,12 @@ _INSTANCE_BEGIN_COMPENSATING = statement(
 
 
 async def instance_begin_compensating(
-    conn: Connection,
+    conn: Executor,
     instance_id: str,
     token: str,
     error: dict[str, Any] | None,
     compensations_json: list[dict[str, Any]],
 ) -> bool:
-    conn = executor(conn)
     row = (
         await conn.execute(
             _INSTANCE_BEGIN_COMPENSATING,
@@ -496,11 +488,10 @@ _INSTANCE_RECORD_ATTEMPT = statement(
 
 
 async def instance_record_attempt(
-    conn: Connection, instance_id: str, token: str, step_id: str, attempt: int, error: str
+    conn: Executor, instance_id: str, token: str, step_id: str, attempt: int, error: str
 ) -> tuple[float, bool] | None:
     """Count a failed attempt in the database; returns (seconds since the first failure,
     cancel requested), or None if the lease was lost."""
-    conn = executor(conn)
     row = (
         await conn.execute(
             _INSTANCE_RECORD_ATTEMPT,
@@ -527,13 +518,12 @@ _INSTANCE_RESCHEDULE = statement(
 )
 
 
-async def instance_release(conn: Connection, instance_id: str, token: str, delay_seconds: float = 0.0) -> bool:
+async def instance_release(conn: Executor, instance_id: str, token: str, delay_seconds: float = 0.0) -> bool:
     """Give the lease back so any worker may claim the instance after ``delay_seconds``.
 
     Used for durable retry back-offs (the worker is freed while it waits) and for
     instances still in flight when a worker shuts down.
     """
-    conn = executor(conn)
     row = (
         await conn.execute(_INSTANCE_RESCHEDULE, {"id": instance_id, "token": token, "delay": delay_seconds})
     ).first()
@@ -554,10 +544,9 @@ _INSTANCE_RELEASE_CRASHED = statement(
 )
 
 
-async def instance_release_crashed(conn: Connection, instance_id: str, token: str, delay_seconds: float) -> bool:
+async def instance_release_crashed(conn: Executor, instance_id: str, token: str, delay_seconds: float) -> bool:
     """Hand back an instance whose run raised unexpectedly, counted as a run without
     progress (``runs_without_progress``, ``--max-runs``) unless it recorded a step."""
-    conn = executor(conn)
     params = {"id": instance_id, "token": token, "delay": delay_seconds}
     return (await conn.execute(_INSTANCE_RELEASE_CRASHED, params)).first() is not None
 
@@ -572,11 +561,10 @@ _INSTANCE_PROGRESSED = statement(
 )
 
 
-async def instance_progressed(conn: Connection, token: str) -> bool:
+async def instance_progressed(conn: Executor, token: str) -> bool:
     """Whether the run holding this lease recorded a step since its claim: the claim's
     own test of progress, for a worker whose suspect records steps in transactions of
     their own (``history_record_step``) rather than through its group commit."""
-    conn = executor(conn)
     row = (await conn.execute(_INSTANCE_PROGRESSED, {"token": token})).first()
     return row is not None and bool(row.progressed)
 
@@ -617,12 +605,11 @@ _INSTANCE_REQUEST_CANCEL = statement(
 )
 
 
-async def instance_request_cancel(conn: Connection, instance_id: str) -> tuple[str, bool] | None:
+async def instance_request_cancel(conn: Executor, instance_id: str) -> tuple[str, bool] | None:
     """Ask for cancellation. Returns (status before, whether it will be cancelled), or None
     for an unknown instance. Finished instances are left as they are, but for one parked
     as ``crash_loop``: it resumes to be compensated (its body runs only up to its next new
     step), since giving up on it is what an operator may want instead of a retry."""
-    conn = executor(conn)
     row = (await conn.execute(_INSTANCE_REQUEST_CANCEL, {"id": instance_id})).first()
     return None if row is None else (str(row.previous_status), bool(row.flagged))
 
@@ -642,8 +629,7 @@ def _instance_row(row: Any) -> InstanceRow:
     return InstanceRow(**row._asdict())
 
 
-async def instance_get(conn: Connection, instance_id: str) -> InstanceRow | None:
-    conn = executor(conn)
+async def instance_get(conn: Executor, instance_id: str) -> InstanceRow | None:
     row = (await conn.execute(_INSTANCE_GET, {"id": instance_id})).first()
     return None if row is None else _instance_row(row)
 
@@ -663,9 +649,8 @@ _INSTANCE_LIST = statement(
 
 
 async def instance_list(
-    conn: Connection, *, status: str | None = None, workflow_name: str | None = None, limit: int = 50
+    conn: Executor, *, status: str | None = None, workflow_name: str | None = None, limit: int = 50
 ) -> list[InstanceRow]:
-    conn = executor(conn)
     result = await conn.execute(_INSTANCE_LIST, {"status": status, "workflow": workflow_name, "limit": limit})
     return [_instance_row(row) for row in result]
 
@@ -709,7 +694,7 @@ _INSTANCE_RETRY = statement(
 )
 
 
-async def instance_retry(conn: Connection, instance_id: str) -> dict[str, Any]:
+async def instance_retry(conn: Executor, instance_id: str) -> dict[str, Any]:
     """Make a failed instance runnable again: its failed steps are forgotten, so replay
     re-runs them, and every step that succeeded is replayed from history.
 
@@ -717,7 +702,6 @@ async def instance_retry(conn: Connection, instance_id: str) -> dict[str, Any]:
     leave the saga inconsistent; start a new instance instead. A crash-looped instance
     (parked by the claim) resumes as it was parked, its run counter reset.
     """
-    conn = executor(conn)
     row = (await conn.execute(_INSTANCE_RETRY, {"id": instance_id})).first()
     if row is None:
         return {"retried": False, "message": "only a failed instance can be retried"}

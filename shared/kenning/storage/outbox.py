@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from kenning.db import Connection, executor, statement
+from kenning.db import Executor, statement
 from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.names import CHANNEL_OUTBOX, notify
 
@@ -90,7 +90,7 @@ _OUTBOX_INSERT = statement(
 
 
 async def outbox_insert(
-    conn: Connection,
+    conn: Executor,
     *,
     event_id: str,
     instance_id: str | None,
@@ -106,7 +106,6 @@ async def outbox_insert(
 
     ``data_json`` is JSON text (NULL for no data); ``data_bytes`` carries binary data.
     """
-    conn = executor(conn)
     await conn.execute(
         _OUTBOX_INSERT,
         {
@@ -155,7 +154,7 @@ _OUTBOX_CLAIM = statement(
 
 
 async def outbox_claim_pending(
-    conn: Connection,
+    conn: Executor,
     *,
     owner: str,
     token: str,
@@ -170,7 +169,6 @@ async def outbox_claim_pending(
     lease (a relayer that died): expired leases are reclaimed here, not by a sweeper.
     Each claim counts as an attempt.
     """
-    conn = executor(conn)
     result = await conn.execute(
         _OUTBOX_CLAIM,
         {"owner": owner, "token": token, "limit": limit, "lease_seconds": lease_seconds, "now": now},
@@ -188,10 +186,9 @@ _OUTBOX_EXTEND_LEASE = statement(
 
 
 async def outbox_extend_lease(
-    conn: Connection, token: str, ids: Sequence[str], lease_seconds: float, now: datetime | None = None
+    conn: Executor, token: str, ids: Sequence[str], lease_seconds: float, now: datetime | None = None
 ) -> int:
     """Extend the lease on those of ``ids`` still held under ``token``; returns how many."""
-    conn = executor(conn)
     params = {"ids": list(ids), "token": token, "lease_seconds": lease_seconds, "now": now}
     result = await conn.execute(_OUTBOX_EXTEND_LEASE, params)
     return int(result.rowcount)
@@ -218,12 +215,11 @@ _OUTBOX_RECORD_OUTCOMES = statement(
 
 
 async def outbox_record_outcomes(
-    conn: Connection, token: str, outcomes: Sequence[OutboxOutcome], now: datetime | None = None
+    conn: Executor, token: str, outcomes: Sequence[OutboxOutcome], now: datetime | None = None
 ) -> set[str]:
     """Record a batch's outcomes (published, next attempt, dead letter) in one statement,
     fenced by the lease token; returns the ids written. A missing id means the lease was
     lost and another relayer owns the row now."""
-    conn = executor(conn)
     if not outcomes:
         return set()
     payload = json.dumps([o.to_json() for o in outcomes])
@@ -247,9 +243,8 @@ _OUTBOX_RELEASE = statement(
 )
 
 
-async def outbox_release(conn: Connection, token: str, ids: Sequence[str]) -> int:
+async def outbox_release(conn: Executor, token: str, ids: Sequence[str]) -> int:
     """Hand back claimed rows that were not attempted (shutdown), uncounted, due now."""
-    conn = executor(conn)
     if not ids:
         return 0
     row = (await conn.execute(_OUTBOX_RELEASE, {"token": token, "ids": list(ids)})).first()
@@ -264,11 +259,10 @@ _OUTBOX_NEXT_AVAILABLE = statement(
 )
 
 
-async def outbox_seconds_until_next(conn: Connection, now: datetime | None = None) -> float | None:
+async def outbox_seconds_until_next(conn: Executor, now: datetime | None = None) -> float | None:
     """Seconds until the next event that is not yet due becomes due (a retry back-off or a
     lease expiring), or None. Events due already but not claimed are held back by an
     earlier event of their instance, or are being claimed by another relayer."""
-    conn = executor(conn)
     row = (await conn.execute(_OUTBOX_NEXT_AVAILABLE, {"now": now})).one()  # an aggregate: always one row
     return seconds_or_none(row.seconds_until_next)
 
@@ -288,10 +282,9 @@ _OUTBOX_DELETE_PUBLISHED = statement(
 
 
 async def outbox_delete_published(
-    conn: Connection, *, retention_seconds: float, limit: int, now: datetime | None = None
+    conn: Executor, *, retention_seconds: float, limit: int, now: datetime | None = None
 ) -> int:
     """Delete up to ``limit`` events published more than ``retention_seconds`` ago."""
-    conn = executor(conn)
     result = await conn.execute(_OUTBOX_DELETE_PUBLISHED, {"retention": retention_seconds, "limit": limit, "now": now})
     return int(result.rowcount)
 
@@ -309,10 +302,9 @@ _OUTBOX_LIST = statement(
 
 
 async def outbox_list(
-    conn: Connection, *, status: str | None = None, instance_id: str | None = None, limit: int = 50
+    conn: Executor, *, status: str | None = None, instance_id: str | None = None, limit: int = 50
 ) -> list[OutboxRow]:
     """Events newest first, optionally of one status or one instance."""
-    conn = executor(conn)
     result = await conn.execute(_OUTBOX_LIST, {"status": status, "instance_id": instance_id, "limit": limit})
     return [_row(row) for row in result]
 
@@ -322,9 +314,8 @@ _OUTBOX_STATUSES = statement(
 )
 
 
-async def outbox_statuses(conn: Connection, ids: Sequence[str]) -> dict[str, str]:
+async def outbox_statuses(conn: Executor, ids: Sequence[str]) -> dict[str, str]:
     """The status of each of ``ids`` that exists."""
-    conn = executor(conn)
     if not ids:
         return {}
     return {row.id: row.status for row in await conn.execute(_OUTBOX_STATUSES, {"ids": list(ids)})}
@@ -343,9 +334,8 @@ _OUTBOX_RETRY_FAILED = statement(
 )
 
 
-async def outbox_retry_failed(conn: Connection, ids: Sequence[str] | None) -> list[str]:
+async def outbox_retry_failed(conn: Executor, ids: Sequence[str] | None) -> list[str]:
     """Put dead-lettered events back to pending with a fresh attempt count, due now;
     ``ids=None`` means every failed event. Returns the ids retried."""
-    conn = executor(conn)
     params = {"all_failed": ids is None, "ids": list(ids or [])}
     return sorted(row.id for row in await conn.execute(_OUTBOX_RETRY_FAILED, params))

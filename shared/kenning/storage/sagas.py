@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kenning.db import Connection, executor, statement
+from kenning.db import Executor, statement
 from kenning.storage.names import CHANNEL_INSTANCES, COMPENSATION_FAILED, notify
 
 _SAGA_FAIL = statement(
@@ -24,10 +24,9 @@ _SAGA_FAIL = statement(
 )
 
 
-async def saga_fail(conn: Connection, instance_id: str, token: str, error: dict[str, Any]) -> bool:
+async def saga_fail(conn: Executor, instance_id: str, token: str, error: dict[str, Any]) -> bool:
     """End a leased instance ``failed`` because compensations failed; False if the lease
     was lost."""
-    conn = executor(conn)
     row = (await conn.execute(_SAGA_FAIL, {"id": instance_id, "token": token, "error": json.dumps(error)})).first()
     return row is not None
 
@@ -61,9 +60,8 @@ _SAGA_RETRY = statement(
 )
 
 
-async def saga_retry(conn: Connection, instance_id: str) -> int | None:
+async def saga_retry(conn: Executor, instance_id: str) -> int | None:
     """Make a failed instance with failed compensations ``compensating`` again; returns how
     many compensations will run again, or None when it has none (not such an instance)."""
-    conn = executor(conn)
     row = (await conn.execute(_SAGA_RETRY, {"id": instance_id})).first()
     return None if row is None else int(row.cleared_count)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from kenning.db import Connection
+from kenning.db import Executor
 from kenning.storage.instances import NewInstance, StartOutcome, instances_start
 
 # what schedule_start_tick did: STARTED, EXISTS (another scheduler, or an earlier call, had
@@ -19,7 +19,7 @@ TickOutcome = StartOutcome
 
 
 async def schedule_start_tick(
-    conn: Connection,
+    conn: Executor,
     *,
     instance_id: str,
     workflow_name: str,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kenning.db import Connection, executor, statement
+from kenning.db import Executor, statement
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
 from kenning.storage.inbox import StoredEvent, stored_event
 from kenning.storage.names import CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS, CHANNEL_TIMERS, EVENT_RECEIVED, notify
@@ -43,7 +43,7 @@ _SUBSCRIPTION_REGISTER_AND_SUSPEND = statement(
 
 
 async def subscription_register_and_suspend(
-    conn: Connection,
+    conn: Executor,
     *,
     instance_id: str,
     token: str,
@@ -59,7 +59,6 @@ async def subscription_register_and_suspend(
     """Subscribe to ``event_type`` (optionally only events whose data matches ``match``,
     and also those received since ``since_*``), time out after ``timeout_seconds`` on the
     database clock, and release the lease, in one fenced statement."""
-    conn = executor(conn)
     row = (
         await conn.execute(
             _SUBSCRIPTION_REGISTER_AND_SUSPEND,
@@ -154,7 +153,7 @@ def _delivery(row: Any) -> Delivery:
 
 
 async def subscription_deliver_event(
-    conn: Connection,
+    conn: Executor,
     *,
     event_type: str,
     source: str,
@@ -172,7 +171,6 @@ async def subscription_deliver_event(
     ``data`` is the event's JSON data for ``match`` (None for binary data).
     Raises ``LockNotAvailable`` (wrapped by SQLAlchemy) if a subscription or instance it
     needs is locked by another transaction."""
-    conn = executor(conn)
     result = await conn.execute(
         _SUBSCRIPTION_DELIVER_EVENT,
         {
@@ -229,14 +227,13 @@ class UncheckedSubscription:
     event: StoredEvent | None  # the oldest inbox event it takes, if any
 
 
-async def subscription_claim_unchecked(conn: Connection, *, limit: int) -> list[UncheckedSubscription]:
+async def subscription_claim_unchecked(conn: Executor, *, limit: int) -> list[UncheckedSubscription]:
     """Lock up to ``limit`` subscriptions no worker has checked yet (``SKIP LOCKED``),
     each with the oldest event already in the inbox (pending or processed) that it takes.
 
     This covers events received in the ``since`` window before the workflow subscribed,
     and the race where an event was processed while the subscription was not yet
     committed."""
-    conn = executor(conn)
     result = await conn.execute(_SUBSCRIPTION_CLAIM_UNCHECKED, {"limit": limit})
     return [
         UncheckedSubscription(
@@ -260,11 +257,10 @@ _SUBSCRIPTION_DELIVER_TO = statement(
 
 
 async def subscription_deliver_to(
-    conn: Connection, *, instance_id: str, step_id: str, payload: dict[str, Any], payload_bytes: bytes | None
+    conn: Executor, *, instance_id: str, step_id: str, payload: dict[str, Any], payload_bytes: bytes | None
 ) -> Delivery | None:
     """Deliver an event (``payload``) to one subscription, as ``subscription_deliver_event``
     does; None if the subscription or its waiting instance is gone."""
-    conn = executor(conn)
     row = (
         await conn.execute(
             _SUBSCRIPTION_DELIVER_TO,
@@ -288,10 +284,9 @@ _SUBSCRIPTION_MARK_CHECKED = statement(
 )
 
 
-async def subscription_mark_checked(conn: Connection, keys: Sequence[tuple[str, str]]) -> None:
+async def subscription_mark_checked(conn: Executor, keys: Sequence[tuple[str, str]]) -> None:
     """Record that these subscriptions found no earlier event: from now on only events
     processed after them can satisfy them, which the normal delivery does."""
-    conn = executor(conn)
     if keys:
         await conn.execute(
             _SUBSCRIPTION_MARK_CHECKED, {"instance_ids": [k[0] for k in keys], "step_ids": [k[1] for k in keys]}

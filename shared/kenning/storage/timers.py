@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kenning.db import Connection, executor, statement
+from kenning.db import Executor, statement
 from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
 from kenning.storage.names import CHANNEL_INSTANCES, CHANNEL_TIMERS, EVENT_TIMEOUT, TIMER_EXPIRED, notify
@@ -33,7 +33,7 @@ _TIMER_REGISTER_AND_SUSPEND = statement(
 
 
 async def timer_register_and_suspend(
-    conn: Connection,
+    conn: Executor,
     *,
     instance_id: str,
     token: str,
@@ -45,7 +45,6 @@ async def timer_register_and_suspend(
 ) -> SuspendOutcome:
     """Register a timer due at ``due_at``, or ``delay_seconds`` from now on the database
     clock, and release the lease, in one fenced statement; wakes the scheduler."""
-    conn = executor(conn)
     row = (
         await conn.execute(
             _TIMER_REGISTER_AND_SUSPEND,
@@ -131,13 +130,12 @@ _TIMER_FIRE_DUE = statement(
 )
 
 
-async def timer_fire_due(conn: Connection, *, limit: int, now: datetime | None = None) -> list[FiredWait]:
+async def timer_fire_due(conn: Executor, *, limit: int, now: datetime | None = None) -> list[FiredWait]:
     """Fire up to ``limit`` due timers, oldest first, in one statement: append
     ``TimerExpired`` (with ``due_at``, and ``fired_at`` = ``clock_timestamp()``) to
     history, delete the timers, make their instances runnable and wake the workers. Due
     means ``due_at`` at or before the database clock, so a timer never fires early.
     ``now`` replaces the clock (and ``fired_at``) in tests."""
-    conn = executor(conn)
     result = await conn.execute(_TIMER_FIRE_DUE, {"limit": limit, "now": now})
     return [_fired_wait(row) for row in result]
 
@@ -186,13 +184,10 @@ _SUBSCRIPTION_TIMEOUT_FIRE_DUE = statement(
 )
 
 
-async def subscription_timeout_fire_due(
-    conn: Connection, *, limit: int, now: datetime | None = None
-) -> list[FiredWait]:
+async def subscription_timeout_fire_due(conn: Executor, *, limit: int, now: datetime | None = None) -> list[FiredWait]:
     """Time out up to ``limit`` ``wait_event`` subscriptions whose ``timeout_at`` has
     passed, oldest first: append ``EventTimeout``, delete the subscription, make the
     instance runnable and wake the workers, in one statement."""
-    conn = executor(conn)
     result = await conn.execute(_SUBSCRIPTION_TIMEOUT_FIRE_DUE, {"limit": limit, "now": now})
     return [_fired_wait(row) for row in result]
 
@@ -215,8 +210,7 @@ _TIMER_NEXT_DUE = statement(
 )
 
 
-async def timer_next_due(conn: Connection, now: datetime | None = None) -> NextDue:
+async def timer_next_due(conn: Executor, now: datetime | None = None) -> NextDue:
     """The database clock and the seconds until the next timer or event timeout is due."""
-    conn = executor(conn)
     row = (await conn.execute(_TIMER_NEXT_DUE, {"now": now})).one()
     return NextDue(now=row.now, seconds=seconds_or_none(row.seconds_until_next))

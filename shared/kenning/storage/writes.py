@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kenning.db import Connection, executor, statement
+from kenning.db import Executor, statement
 from kenning.storage.fencing import insert_steps
 
 
@@ -82,10 +82,9 @@ _WRITES_APPLY = statement(
 )
 
 
-async def writes_apply(conn: Connection, writes: Sequence[InstanceWrite]) -> list[bool | None]:
+async def writes_apply(conn: Executor, writes: Sequence[InstanceWrite]) -> list[bool | None]:
     """Apply ``writes`` in one statement. Per write: the instance's cancellation flag, or
     None when its lease was lost (nothing of it was written)."""
-    conn = executor(conn)
     if not writes:
         return []
     payload = json.dumps([w.as_json(position) for position, w in enumerate(writes)])
