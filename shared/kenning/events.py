@@ -15,9 +15,9 @@ from typing import Any
 
 from kenning import serialization
 from kenning.context import WorkflowContext
-from kenning.engine.history import EVENT_RECEIVED, EVENT_TIMEOUT
 from kenning.errors import EventTimeoutError
 from kenning.storage.inbox import StoredEvent
+from kenning.storage.names import EVENT_RECEIVED, EVENT_TIMEOUT
 
 INSTANCE_EXTENSION = "kenninginstanceid"
 # CloudEvents 1.0 context attributes; every other attribute is an extension.

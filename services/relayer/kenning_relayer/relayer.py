@@ -25,8 +25,8 @@ from kenning.db import Database
 from kenning.faults import fault_point
 from kenning.passloop import PassLoop, listening
 from kenning.storage import outbox as outbox_sql
+from kenning.storage.names import CHANNEL_OUTBOX
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
-from kenning.storage.tables import CHANNEL_OUTBOX
 from kenning_relayer.publish import RetrySchedule, deliver
 from kenning_relayer.settings import RelayerSettings
 

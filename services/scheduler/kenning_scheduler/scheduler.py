@@ -24,7 +24,7 @@ from kenning.faults import fault_point
 from kenning.passloop import PassLoop, listening
 from kenning.schedules import scheduled_workflows
 from kenning.storage import timers as timers_sql
-from kenning.storage.tables import CHANNEL_TIMERS
+from kenning.storage.names import CHANNEL_TIMERS
 from kenning.storage.timers import FiredWait
 from kenning_scheduler.cron_ticks import CronTicker
 

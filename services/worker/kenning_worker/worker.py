@@ -37,8 +37,8 @@ from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import writes as writes_sql
 from kenning.storage.instances import DEFAULT_MAX_RUNS
+from kenning.storage.names import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS
 from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord
-from kenning.storage.tables import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS
 from kenning.storage.writes import InstanceWrite
 from kenning_worker.crashloop import report_parked
 from kenning_worker.inbox import InboxProcessor, InboxSettings

@@ -13,16 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from kenning.errors import NonDeterminismError
+from kenning.storage.names import (
+    ACTIVITY_COMPLETED,
+    ACTIVITY_FAILED,
+    COMPENSATION_EXECUTED,
+    COMPENSATION_FAILED,
+    EVENT_RECEIVED,
+    EVENT_TIMEOUT,
+    TIMER_EXPIRED,
+)
 from kenning.storage.records import HistoryRecord
 
-# History kinds, as stored in kenning_history.kind.
-ACTIVITY_COMPLETED = "ActivityCompleted"
-ACTIVITY_FAILED = "ActivityFailed"
-EVENT_RECEIVED = "EventReceived"
-EVENT_TIMEOUT = "EventTimeout"
-TIMER_EXPIRED = "TimerExpired"
-COMPENSATION_EXECUTED = "CompensationExecuted"
-COMPENSATION_FAILED = "CompensationFailed"
 # Kinds the workflow body consumes on replay; compensation records are not among them.
 REPLAYED_KINDS = frozenset({ACTIVITY_COMPLETED, ACTIVITY_FAILED, EVENT_RECEIVED, EVENT_TIMEOUT, TIMER_EXPIRED})
 COMPENSATION_KINDS = frozenset({COMPENSATION_EXECUTED, COMPENSATION_FAILED})

@@ -29,10 +29,10 @@ from kenning.engine.commands import (
     SuspendOnEvent,
     SuspendOnTimer,
 )
-from kenning.engine.history import EVENT_RECEIVED, TIMER_EXPIRED
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.port import OutboxEvent, StepScope
 from kenning.errors import LeaseLostError
+from kenning.storage.names import EVENT_RECEIVED, TIMER_EXPIRED
 from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord, SuspendOutcome
 
 if TYPE_CHECKING:

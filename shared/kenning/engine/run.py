@@ -32,7 +32,7 @@ from kenning.engine.commands import (
     SuspendOnEvent,
     SuspendOnTimer,
 )
-from kenning.engine.history import ACTIVITY_COMPLETED, ACTIVITY_FAILED, HistoryCursor, StepRecord
+from kenning.engine.history import HistoryCursor, StepRecord
 from kenning.engine.outcomes import Attempted, GaveUp, RunOutcome
 from kenning.engine.port import InstancePort, OutboxEvent, StepScope
 from kenning.engine.retries import GiveUp, GiveUpReason, RetryAfter, after_counting, before_counting
@@ -51,6 +51,7 @@ from kenning.faults import fault_point
 from kenning.hooks import call_hook
 from kenning.registry import qualified_name
 from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from kenning.storage.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED
 from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord, SuspendOutcome
 
 if TYPE_CHECKING:

@@ -19,13 +19,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
-# re-exported for the listeners that import the channels from here; defined in names
-from kenning.storage.names import CHANNEL_INBOX as CHANNEL_INBOX
-from kenning.storage.names import CHANNEL_INSTANCES as CHANNEL_INSTANCES
-from kenning.storage.names import CHANNEL_OUTBOX as CHANNEL_OUTBOX
-from kenning.storage.names import CHANNEL_SUBSCRIPTIONS as CHANNEL_SUBSCRIPTIONS
-from kenning.storage.names import CHANNEL_TIMERS as CHANNEL_TIMERS
-
 metadata = MetaData()
 
 
