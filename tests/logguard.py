@@ -1,4 +1,4 @@
-"""The log guard: what the logs say is held to be true (design invariant 9).
+"""The log guard: what the logs say is held to be true (docs/architecture.md invariant 9).
 
 Every test runs under a guard (the autouse ``log_guard`` fixture in ``conftest.py``). It
 sees the structlog output of the in-process engine, stdlib log records at error level

@@ -23,13 +23,12 @@ DOC = "docs/architecture.md"
 # Where citations are looked for: the code, the tests, the scripts and the documents.
 CITING_TREES = ("shared", "services", "devtools", "tests", "scripts")
 CITING_DOCUMENTS = ("README.md", "docs")
-# How a citation says where its number is defined. "design" is the old form ("design
-# invariant 3", from the design brief outside the repository), accepted until the comments
-# say "docs/architecture.md invariant 3".
-CITATION_SOURCES = ("docs/architecture.md", "architecture.md", "design")
+# How a citation says where its number is defined: the invariants live in the repository,
+# so "design invariant 3" (the brief outside it) no longer counts as saying where.
+CITATION_SOURCES = ("docs/architecture.md", "architecture.md")
 
 _CITATION = re.compile(
-    r"(?:(?P<source>docs/architecture\.md|architecture\.md|design)\s+)?"
+    r"(?:(?P<source>docs/architecture\.md|architecture\.md)\s+)?"
     r"\binvariants?\s+(?P<numbers>\d+(?:\s*(?:,|and|or|&)\s*\d+)*)",
     re.IGNORECASE,
 )
@@ -61,7 +60,7 @@ def defined_invariants() -> dict[int, str]:
 
 
 def _flattened(text: str) -> str:
-    """The text with comment continuations joined: ``# (design\\n# invariant 3)`` reads
+    """The text with comment continuations joined: ``# (docs/architecture.md\\n# invariant 3)`` reads
     as one phrase, as does a docstring broken over lines."""
     return re.sub(r"\s*\n\s*(?:#\s*)?", " ", text)
 
@@ -103,10 +102,10 @@ def test_every_cited_invariant_is_defined_and_the_citation_says_where() -> None:
 
 
 def test_the_citation_pattern_reads_the_forms_in_use() -> None:
-    text = """x  # a fenced write (design
+    text = """x  # a fenced write (docs/architecture.md
         # invariant 3), and docs/architecture.md invariants 1 and 4; invariant 12; every invariant"""
     assert citations(text) == [
-        ("design", [3], "design invariant 3"),
+        ("docs/architecture.md", [3], "docs/architecture.md invariant 3"),
         ("docs/architecture.md", [1, 4], "docs/architecture.md invariants 1 and 4"),
         (None, [12], "invariant 12"),
     ]

@@ -8,13 +8,11 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from sqlalchemy import inspect as sa_inspect
 
 from kenning.db import Database, statement
 from kenning.migrate import current_revision, head_revision, migrate
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
-from kenning.storage.tables import metadata
 
 
 @pytest.mark.smoke
@@ -26,19 +24,6 @@ def test_migrations_are_idempotent_and_safe_to_run_concurrently(empty_database_u
     assert current_revision(empty_database_url) == head_revision()
     with psycopg.connect(empty_database_url) as conn:
         assert conn.execute("SELECT count(*) FROM kenning_alembic_version").fetchone() == (1,)
-
-
-async def test_tables_module_matches_the_migrated_schema(database: Database) -> None:
-    async with database.engine.connect() as conn:  # SQLAlchemy's reflection, to compare with its tables
-        reflected = await conn.run_sync(
-            lambda sync: {
-                name: {c["name"] for c in sa_inspect(sync).get_columns(name)}
-                for name in sa_inspect(sync).get_table_names()
-                if name.startswith("kenning_") and name != "kenning_alembic_version"
-            }
-        )
-    declared = {table.name: {c.name for c in table.columns} for table in metadata.sorted_tables}
-    assert reflected == declared
 
 
 async def _insert(database: Database, n: int, prefix: str = "i") -> None:

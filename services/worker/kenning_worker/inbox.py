@@ -4,7 +4,7 @@ Rows are claimed in batches (``FOR UPDATE SKIP LOCKED``, a fencing claim token) 
 is processed in one transaction that first marks it processed, then runs the app's
 ``on_event`` handlers, starts the ``event_handler`` workflows named like the event type
 (idempotently: the instance's key is derived from the event's ``(source, id)``), and
-delivers the event to the subscriptions that take it (design invariant 3). A row whose
+delivers the event to the subscriptions that take it (docs/architecture.md invariant 3). A row whose
 processing raises is retried with back-off and parked as ``failed`` after the maximum
 attempts; it never blocks the rows behind it. The loop also gives each new subscription
 the chance to take an event already in the inbox (``wait_event(since=...)``), and deletes

@@ -1,7 +1,7 @@
 """SQL for workflow definitions and instances: start, claim, lease, finish, cancel.
 
 Every write by a worker is fenced: it names the lease token it was given at claim time,
-and a statement that matches zero rows means the lease was lost (design invariant 1).
+and a statement that matches zero rows means the lease was lost (docs/architecture.md invariant 1).
 The database clock is the only clock; ``now`` parameters exist so tests can move time.
 """
 
@@ -308,7 +308,7 @@ async def instance_claim(
     """Claim up to ``limit`` runnable instances in one round trip.
 
     Runnable means pending and due, or leased with an expired lease: expired leases are
-    reclaimed here, by the normal claim, not by a sweeper (design invariant 4). An
+    reclaimed here, by the normal claim, not by a sweeper (docs/architecture.md invariant 4). An
     expired lease is a run that did not end cleanly; ``max_runs`` of them in a row
     without a step recorded park the instance (``Claim.parked``). ``take_suspect=False``
     leaves expired leases to other workers (this one runs such an instance already).

@@ -1,7 +1,7 @@
 """SQL for event subscriptions: an instance waiting in ``wait_event``.
 
-Registering a subscription and releasing the lease are one fenced statement (design
-invariant 3). Delivery and timeouts both lock the subscription row and delete it in the
+Registering a subscription and releasing the lease are one fenced statement
+(docs/architecture.md invariant 3). Delivery and timeouts both lock the subscription row and delete it in the
 transaction that records the outcome, so exactly one of them wins. Delivery matches
 subscriptions to an event (type, ``match`` containment, addressed instance, the ``since``
 window) and, once per new subscription, looks for an event already in the inbox.
@@ -166,7 +166,7 @@ async def subscription_deliver_event(
 ) -> list[Delivery]:
     """Deliver one event to every subscription that takes it, in the caller's transaction:
     record ``EventReceived`` (``payload``) at the subscription's step, delete the
-    instance's subscriptions and make it runnable, waking workers (design invariant 3).
+    instance's subscriptions and make it runnable, waking workers (docs/architecture.md invariant 3).
 
     ``data`` is the event's JSON data for ``match`` (None for binary data).
     Raises ``LockNotAvailable`` (wrapped by SQLAlchemy) if a subscription or instance it

@@ -1,7 +1,7 @@
-"""The schema as SQLAlchemy Core tables: the one description code reads columns from.
-
-The DDL itself lives in the Alembic migrations; ``tests/test_schema.py`` checks that
-these tables and the migrated database agree.
+"""The schema as SQLAlchemy Core tables, restating what the Alembic migrations create (the
+DDL is in ``kenning/migrations/versions/``): a reader's map of the tables, and what
+``tests/test_schema.py`` checks the migrated database against. Statements are written in
+SQL in the storage modules, not built from these tables.
 """
 
 from __future__ import annotations
