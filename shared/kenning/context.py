@@ -41,6 +41,22 @@ class WorkflowContext:
         """True while the workflow is still catching up with recorded history."""
         return self._runtime.is_replaying
 
+    async def patched(self, patch_id: str) -> bool:
+        """Change a workflow while old instances finish on the old path (Temporal's
+        ``workflow.patched``)::
+
+            if await ctx.patched("reserve-v2"):
+                await reserve_v2(ctx, order_id)  # new instances, and those not yet here
+            else:
+                await reserve(ctx, order_id)  # instances that went past here on the old code
+
+        True on new runs and for instances whose history has the patch's marker (recorded
+        the first time it answers True, so replays agree); False for an instance that went
+        past this point before the change. Once no instance without the marker is in flight
+        (``kenning replay-check`` tells), remove the call and the old path.
+        """
+        return await self._runtime.patched(patch_id)
+
     @property
     def session(self) -> AsyncSession:
         """The SQLAlchemy session of the running activity: the same transaction that

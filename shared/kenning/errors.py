@@ -54,7 +54,16 @@ class NonDeterminismError(ControlSignal):
 
     The instance ends ``failed`` without compensation (the code diverged from its
     history: nothing on the new path may run); a code fix and a new instance are needed.
+    ``step_id`` is the first recorded step the code no longer reaches as recorded,
+    ``recorded_name`` its recorded name and ``new_name`` what the code runs instead ("" when
+    it returned): ``kenning replay-check`` reports them.
     """
+
+    def __init__(self, message: str, *, step_id: str = "", recorded_name: str = "", new_name: str = "") -> None:
+        super().__init__(message)
+        self.step_id = step_id
+        self.recorded_name = recorded_name
+        self.new_name = new_name
 
 
 class LeaseLostError(ControlSignal):

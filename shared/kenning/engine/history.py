@@ -20,6 +20,7 @@ from kenning.storage.names import (
     COMPENSATION_FAILED,
     EVENT_RECEIVED,
     EVENT_TIMEOUT,
+    PATCH_MARKER,
     TIMER_EXPIRED,
 )
 from kenning.storage.records import HistoryRecord
@@ -28,6 +29,7 @@ from kenning.storage.records import HistoryRecord
 REPLAYED_KINDS = frozenset({ACTIVITY_COMPLETED, ACTIVITY_FAILED, EVENT_RECEIVED, EVENT_TIMEOUT, TIMER_EXPIRED})
 COMPENSATION_KINDS = frozenset({COMPENSATION_EXECUTED, COMPENSATION_FAILED})
 COMPENSATION_STEP_PREFIX = "compensation:"
+PATCH_STEP_PREFIX = "patch:"
 
 
 def compensation_step_id(comp_id: str) -> str:
@@ -58,6 +60,10 @@ class StepRecord:
 
 class HistoryCursor:
     """Hands out step ids and the recorded step for each; knows what is still unreplayed."""
+
+    # ctx.patched's decisions in this run, by patch id; made on first use, so a run that
+    # never calls it pays nothing
+    _patches: dict[str, bool] | None = None
 
     def __init__(self, *, instance_id: str, workflow_name: str, history: Iterable[HistoryRecord]) -> None:
         self.instance_id = instance_id
@@ -90,7 +96,10 @@ class HistoryCursor:
             raise NonDeterminismError(
                 f"non-deterministic workflow {self.workflow_name!r} (instance {self.instance_id}): "
                 f"step {step_id!r} was recorded as {record.step_name!r} but the code now runs "
-                f"{step_name!r}; restore the old code path or start a new instance"
+                f"{step_name!r}; restore the old code path or start a new instance",
+                step_id=step_id,
+                recorded_name=record.step_name,
+                new_name=step_name,
             )
         if step_id in self.unconsumed:
             self.unconsumed.discard(step_id)
@@ -108,12 +117,39 @@ class HistoryCursor:
         return NonDeterminismError(
             f"non-deterministic workflow {self.workflow_name!r} (instance {self.instance_id}): "
             f"the code now runs new step {step_id!r} ({step_name}) while recorded step(s) "
-            f"{', '.join(repr(s) for s in waiting[:5])} were never reached"
+            f"{', '.join(repr(s) for s in waiting[:5])} were never reached",
+            **self._first_unreached(waiting),
+            new_name=step_name,
         )
 
     def returned_error(self) -> NonDeterminismError:
         """The error for a workflow that returned with recorded steps never reached."""
         return NonDeterminismError(
             f"non-deterministic workflow {self.workflow_name!r} (instance {self.instance_id}): "
-            f"it returned while recorded step(s) {', '.join(sorted(self.unconsumed)[:5])} were never reached"
+            f"it returned while recorded step(s) {', '.join(sorted(self.unconsumed)[:5])} were never reached",
+            **self._first_unreached([s for s in self.records if s in self.unconsumed]),
         )
+
+    def _first_unreached(self, waiting: list[str]) -> dict[str, str]:
+        """The oldest recorded step the code never reached, for ``NonDeterminismError``."""
+        if not waiting:
+            return {}
+        return {"step_id": waiting[0], "recorded_name": self.records[waiting[0]].step_name}
+
+    def patch_taken(self, patch_id: str) -> tuple[bool, str | None]:
+        """``ctx.patched``'s decision, made once per run: (new path taken, the step id of a
+        marker to record or None). History with the patch's marker took the new path; recorded
+        steps still to replay without it mean the instance went past this point on the old
+        code; with nothing recorded beyond this point the instance takes the new path, and
+        the marker is recorded so that its replays agree."""
+        if self._patches is None:
+            self._patches = {}
+        taken = self._patches.get(patch_id)
+        if taken is not None:
+            return taken, None
+        step_id = f"{PATCH_STEP_PREFIX}{patch_id}"
+        record = self.records.get(step_id)
+        marked = record is not None and record.kind == PATCH_MARKER
+        taken = marked or not self.unconsumed
+        self._patches[patch_id] = taken
+        return taken, step_id if taken and not marked else None

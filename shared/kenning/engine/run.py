@@ -51,7 +51,7 @@ from kenning.faults import fault_point
 from kenning.hooks import call_hook
 from kenning.registry import qualified_name
 from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from kenning.storage.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED
+from kenning.storage.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED, PATCH_MARKER
 from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord, SuspendOutcome
 
 if TYPE_CHECKING:
@@ -218,6 +218,18 @@ class WorkflowRun:
         await step.add_outbox_event(event)
         self.log.debug("outbox.event_recorded", event_id=event.event_id, event_type=event.event_type)
         step.after_commit(lambda: self.hook("on_event_sent", event.event_type, event.source, data, with_id=False))
+
+    async def patched(self, patch_id: str) -> bool:
+        """``ctx.patched``: whether this instance takes the new code path (``HistoryCursor.
+        patch_taken`` decides); the first new-path decision records the patch's marker,
+        held back like a step record and folded into the next write."""
+        if current_step.get() is not None:
+            raise RuntimeError("ctx.patched belongs in workflow code, not in an activity or compensation")
+        taken, marker = self.cursor.patch_taken(patch_id)
+        if marker is not None:
+            record = StepRecord(marker, PATCH_MARKER, patch_id, {})
+            await self.port.record_step(RecordStep(record, what=f"patch {patch_id!r} marker"))
+        return taken
 
     # ---------------------------------------------------------------- step boundaries
 

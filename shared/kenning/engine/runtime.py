@@ -1,7 +1,7 @@
 """``Runtime``: the engine as SDK functions see it (``ctx.runtime``).
 
 ``activity``, ``register_compensation``, ``wait_event``, ``wait_timer``/``wait_until``,
-``send_event_transactional`` and the context's properties go through these members and
+``send_event_transactional``, ``ctx.patched`` and the context's properties go through these members and
 nothing else: never the engine's internals, never storage. ``WorkflowRun`` implements it.
 """
 
@@ -59,4 +59,8 @@ class Runtime(Protocol):
 
     async def send_event(self, step: StepScope, event: OutboxEvent, data: Any) -> None:
         """Write ``event`` in the running attempt's transaction."""
+        ...
+
+    async def patched(self, patch_id: str) -> bool:
+        """Whether this instance takes the new path of a changed workflow (``ctx.patched``)."""
         ...

@@ -28,6 +28,7 @@ EVENT_TIMEOUT = "EventTimeout"
 TIMER_EXPIRED = "TimerExpired"
 COMPENSATION_EXECUTED = "CompensationExecuted"
 COMPENSATION_FAILED = "CompensationFailed"
+PATCH_MARKER = "PatchMarker"  # ctx.patched took the new path here (never replayed as a step)
 HISTORY_KINDS = frozenset(
     {
         ACTIVITY_COMPLETED,
@@ -37,5 +38,6 @@ HISTORY_KINDS = frozenset(
         TIMER_EXPIRED,
         COMPENSATION_EXECUTED,
         COMPENSATION_FAILED,
+        PATCH_MARKER,
     }
 )
