@@ -507,7 +507,9 @@ _INSTANCE_RESCHEDULE = statement(
         UPDATE kenning_instances
         SET status = CASE WHEN status = 'running' THEN 'pending' ELSE status END,
             lease_token = NULL, lease_owner = NULL,
-            available_at = CASE WHEN cancel_requested THEN now()
+            -- a cancel makes a running instance's back-off due now (it compensates at
+            -- once); a compensating one's back-off is its failing compensation's, kept
+            available_at = CASE WHEN cancel_requested AND status <> 'compensating' THEN now()
                                 ELSE now() + make_interval(secs => :delay) END,
             updated_at = now()
         WHERE id = :id AND lease_token = CAST(:token AS uuid)
