@@ -244,7 +244,7 @@ async def test_a_new_schedule_does_not_start_ticks_from_before_it_was_seen(datab
 async def test_schedule_in_a_time_zone_and_run_once_drives_ticks(database: Database, sql: Sql) -> None:
     app = registry_of(apps.nightly)  # 02:30 in Europe/Paris
     await first_seen_at(database, sql, app, datetime(2026, 6, 1, tzinfo=UTC))
-    scheduler = Scheduler(database, app, SchedulerSettings(poll_interval=30))
+    scheduler = Scheduler(database, app, SchedulerSettings(poll_interval=30, stuck_check_interval=60))
     summer = datetime(2026, 7, 1, 1, 0, tzinfo=UTC)  # 03:00 CEST
     await scheduler.run_once(now=summer)
     winter = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)  # 03:00 CET

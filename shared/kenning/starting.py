@@ -120,7 +120,7 @@ def prepare_start(
         idempotency_key=idempotency_key,
         not_before=not_before,
     )
-    return Start(instance, None if wf is None else Definition(name, wf.source_hash, wf.source))
+    return Start(instance, None if wf is None else Definition(name, wf.source_hash, wf.source, wf.retention_seconds))
 
 
 async def start_on(

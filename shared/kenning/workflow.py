@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
@@ -29,6 +30,7 @@ class Workflow(Generic[R]):
         lock_timeout_seconds: float | None = None,
         schedule: str | None = None,
         timezone: str | None = None,
+        retention: timedelta | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(func):
             raise TypeError(f"workflow {func.__qualname__} must be an async function")
@@ -42,6 +44,11 @@ class Workflow(Generic[R]):
             raise ConfigurationError(f"workflow {self.name!r}: timezone= needs schedule=")
         # The cron schedule the scheduler process starts it on (checked here, at import).
         self.cron: CronSchedule | None = parse_schedule(self.name, schedule, timezone) if schedule is not None else None
+        if retention is not None and (not isinstance(retention, timedelta) or retention <= timedelta(0)):
+            raise ConfigurationError(f"workflow {self.name!r}: retention= must be a positive timedelta")
+        # How long the scheduler keeps a finished instance and its history (its definition
+        # row carries it to the scheduler); None: the scheduler's --instance-retention-days.
+        self.retention = retention
         self.__name__ = func.__name__
         self.__qualname__ = func.__qualname__
         self.__module__ = func.__module__
@@ -58,6 +65,10 @@ class Workflow(Generic[R]):
     @cached_property
     def source_hash(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()
+
+    @property
+    def retention_seconds(self) -> float | None:
+        return None if self.retention is None else self.retention.total_seconds()
 
     async def start(
         self,
@@ -98,6 +109,7 @@ def workflow(
     name: str | None = None,
     schedule: str | None = None,
     timezone: str | None = None,
+    retention: timedelta | None = None,
 ) -> WorkflowDecorator: ...
 
 
@@ -110,12 +122,15 @@ def workflow(
     name: str | None = None,
     schedule: str | None = None,
     timezone: str | None = None,
+    retention: timedelta | None = None,
 ) -> Workflow[Any] | WorkflowDecorator:
     """``@workflow`` or ``@workflow(event_handler=True)``: register a durable workflow.
 
     With ``event_handler=True`` a CloudEvent whose type equals the workflow's name starts it.
     With ``schedule="*/5 * * * *"`` the scheduler process starts it on every cron tick, in
     UTC or in ``timezone`` (an IANA name such as ``"Europe/Paris"``).
+    With ``retention=timedelta(days=7)`` the scheduler deletes a finished instance and its
+    history a week after it ended (default: the scheduler's ``--instance-retention-days``).
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> Workflow[Any]:
@@ -126,6 +141,7 @@ def workflow(
             lock_timeout_seconds=lock_timeout_seconds,
             schedule=schedule,
             timezone=timezone,
+            retention=retention,
         )
         REGISTRY.add_workflow(wf)
         return wf

@@ -51,7 +51,7 @@ class CronTicker:
         its ticks begin to count."""
         if self._registered or not self.workflows:
             return
-        definitions = [Definition(wf.name, wf.source_hash, wf.source) for wf in self.workflows]
+        definitions = [Definition(wf.name, wf.source_hash, wf.source, wf.retention_seconds) for wf in self.workflows]
         async with self.database.connection() as conn:
             await definitions_sql.definitions_register(conn, definitions)
         self._known.update((d.workflow_name, d.source_hash) for d in definitions)

@@ -18,15 +18,17 @@ from typing import ClassVar
 import structlog
 
 from kenning.app import App
-from kenning.config import ServiceSettings, positive_int, process_id, setting
+from kenning.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
 from kenning.db import Database
 from kenning.faults import fault_point
 from kenning.passloop import PassLoop, listening
+from kenning.retention import RetentionSettings
 from kenning.schedules import scheduled_workflows
 from kenning.storage import timers as timers_sql
 from kenning.storage.names import CHANNEL_TIMERS
 from kenning.storage.timers import FiredWait
 from kenning_scheduler.cron_ticks import CronTicker
+from kenning_scheduler.upkeep import Upkeep
 
 _log = structlog.get_logger("kenning.scheduler")
 
@@ -49,6 +51,14 @@ class SchedulerSettings(ServiceSettings):
     )
     batch_size: int = setting(100, type=positive_int, per_process=True, help="timers fired per transaction")
     scheduler_id: str = setting("", help="name in logs (default host-pid-random)")
+    # nothing stuck silently (kenning_scheduler/upkeep.py)
+    stuck_check_interval: float = setting(
+        5.0, type=positive_float, help="seconds between checks that every unfinished instance has a way forward"
+    )
+    max_repairs: int = setting(
+        3, type=positive_int, help="repairs of one instance with no way forward before it is marked instead"
+    )
+    retention: RetentionSettings = settings_group(RetentionSettings)  # noqa: RUF009
 
 
 class Scheduler:
@@ -60,6 +70,14 @@ class Scheduler:
         workflows = scheduled_workflows(app.registry) if app is not None else []
         self.cron = CronTicker(database, workflows, self.log)
         self._busy_backoff = 0.0
+        self.upkeep = Upkeep(
+            database,
+            stuck_check_interval=self.settings.stuck_check_interval,
+            max_repairs=self.settings.max_repairs,
+            retention=self.settings.retention.policy(),
+            retention_interval=self.settings.retention.retention_interval,
+            log=self.log,
+        )
         self.loop = PassLoop(
             self.run_once,
             log=self.log,
@@ -103,7 +121,7 @@ class Scheduler:
             next_due = await timers_sql.timer_next_due(conn, now)
         if self.cron.workflows:
             await self.cron.start_due(next_due.now)
-        waits = [self.settings.poll_interval]
+        waits = [self.settings.poll_interval, await self.upkeep.run_due()]
         if next_due.seconds is not None:
             waits.append(self._after_due(next_due.seconds, fired=timers + timeouts > 0))
         cron_wait = self.cron.seconds_until_next(next_due.now)

@@ -23,7 +23,9 @@ class UnknownWorkflows:
         self.database = database
         self.interval = interval
         self.log = log
-        self.definitions = [Definition(w.name, w.source_hash, w.source) for w in app.registry.workflows.values()]
+        self.definitions = [
+            Definition(w.name, w.source_hash, w.source, w.retention_seconds) for w in app.registry.workflows.values()
+        ]
         self.registered = not self.definitions
         self.reported: set[str] = set()
         self._idle = asyncio.Event()

@@ -14,6 +14,7 @@ from kenning.errors import WorkflowNotFoundError
 from kenning.storage import definitions as definitions_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage import progress as progress_sql
 from kenning.storage import sagas as sagas_sql
 from kenning.storage.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED
 
@@ -76,10 +77,14 @@ async def _run(args: argparse.Namespace) -> int:
             if args.action == "show":
                 history = (await history_sql.history_load(conn, [row.id])).get(row.id, [])
                 compensations = (await history_sql.compensations_load(conn, [row.id])).get(row.id, [])
-                _show(args, asdict(row), [asdict(h) for h in history], [asdict(c) for c in compensations])
+                stuck_mark = await progress_sql.instance_stuck(conn, row.id)
+                shown = {**asdict(row), "stuck_reason": stuck_mark.reason if stuck_mark else None}
+                _show(args, shown, [asdict(h) for h in history], [asdict(c) for c in compensations])
                 known = row.status != "pending" or await definitions_sql.definition_known(conn, row.workflow_name)
                 if not known and not args.json:
                     emit(f"\nno worker has this workflow: no process ever registered {row.workflow_name!r}")
+                if stuck_mark is not None and stuck_mark.reason and not args.json:  # the stuck check's verdict
+                    emit(f"\nno way forward: {stuck_mark.reason} (see kenning why {row.id})")
                 return 0
             if args.action == "cancel":
                 outcome = await instances_sql.instance_request_cancel(conn, row.id)

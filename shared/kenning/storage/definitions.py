@@ -16,10 +16,16 @@ from kenning.db import Executor, statement
 
 _DEFINITIONS_REGISTER = statement(
     """
-    INSERT INTO kenning_workflow_definitions (workflow_name, source_hash, source)
-    SELECT d.name, d.hash, d.source
-    FROM jsonb_to_recordset(CAST(:definitions AS jsonb)) AS d(name text, hash text, source text)
-    ON CONFLICT DO NOTHING
+    INSERT INTO kenning_workflow_definitions AS w (workflow_name, source_hash, source, retention_seconds)
+    SELECT d.name, d.hash, d.source, d.retention_seconds
+    FROM jsonb_to_recordset(CAST(:definitions AS jsonb))
+        AS d(name text, hash text, source text, retention_seconds double precision)
+    -- the same source may name its retention apart from it (a module constant): the last
+    -- process to register one says which applies; an unchanged row is not written, and a
+    -- process that names none (an older client) leaves the row's as it is
+    ON CONFLICT (workflow_name, source_hash) DO UPDATE SET retention_seconds = EXCLUDED.retention_seconds
+        WHERE EXCLUDED.retention_seconds IS NOT NULL
+          AND w.retention_seconds IS DISTINCT FROM EXCLUDED.retention_seconds
     """
 )
 
@@ -29,6 +35,9 @@ class Definition:
     workflow_name: str
     source_hash: str
     source: str
+    # @workflow(retention=...): finished instances are deleted this long after they end
+    # (kenning/storage/retention.py); None: the scheduler's default
+    retention_seconds: float | None = None
 
 
 async def definitions_register(conn: Executor, definitions: Sequence[Definition]) -> None:
@@ -36,7 +45,10 @@ async def definitions_register(conn: Executor, definitions: Sequence[Definition]
     start, the one a client or the inbox starts an instance of."""
     if not definitions:
         return
-    payload = [{"name": d.workflow_name, "hash": d.source_hash, "source": d.source} for d in definitions]
+    payload = [
+        {"name": d.workflow_name, "hash": d.source_hash, "source": d.source, "retention_seconds": d.retention_seconds}
+        for d in definitions
+    ]
     await conn.execute(_DEFINITIONS_REGISTER, {"definitions": json.dumps(payload)})
 
 

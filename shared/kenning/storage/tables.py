@@ -17,7 +17,7 @@ from sqlalchemy import (
     Table,
     Text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB, UUID
 
 metadata = MetaData()
 
@@ -33,6 +33,7 @@ workflow_definitions = Table(
     Column("source_hash", Text, primary_key=True),
     Column("source", Text, nullable=False),
     _ts("created_at", False),
+    Column("retention_seconds", DOUBLE_PRECISION),  # migration 0004: @workflow(retention=...), NULL: the default
 )
 
 instances = Table(
@@ -58,6 +59,10 @@ instances = Table(
     _ts("updated_at", False),
     _ts("started_at"),
     _ts("finished_at"),
+    # migration 0004: the scheduler's stuck check (kenning/storage/progress.py)
+    Column("stuck_reason", Text),
+    _ts("stuck_at"),
+    Column("stuck_repairs", Integer, nullable=False),
 )
 
 history = Table(

@@ -1,0 +1,76 @@
+"""The scheduler's upkeep between its timer passes: the stuck check and retention.
+
+Both run on the scheduler's pass loop at their own interval, each a bounded amount of
+work per pass (one statement for the stuck check, one batch of each kind for retention)
+so that timers keep firing on time while a large backlog of expired rows drains: a full
+batch asks for the next pass at once.
+
+The stuck check (``kenning.storage.progress.stuck_repair``) logs one warning per instance
+it repairs or marks, with ``instance_id`` and ``workflow`` bound; the reason of a marked
+one is shown by ``kenning instances show`` and ``kenning why``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kenning.db import Database
+from kenning.retention import RetentionPolicy, SweepResult, sweep_batch
+from kenning.storage import progress as progress_sql
+
+# Statement bound of the stuck check: instances repaired or marked per pass.
+_STUCK_BATCH = 100
+
+
+class Upkeep:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        stuck_check_interval: float,
+        max_repairs: int,
+        retention: RetentionPolicy,
+        retention_interval: float,
+        log: Any,
+    ) -> None:
+        self.database = database
+        self.stuck_check_interval = stuck_check_interval
+        self.max_repairs = max_repairs
+        self.retention = retention
+        self.retention_interval = retention_interval
+        self.log = log
+        self._next_check = 0.0  # monotonic: at the first pass
+        self._next_sweep = 0.0
+        self._swept = SweepResult()  # deleted since the sweep began (logged once it ends)
+
+    async def run_due(self) -> float:
+        """Run what is due; returns the seconds until something is due again (0: more
+        was found than one batch holds)."""
+        now = time.monotonic()
+        if now >= self._next_check:
+            full = await self.check_progress()
+            self._next_check = now if full else now + self.stuck_check_interval
+        if now >= self._next_sweep:
+            batch = await sweep_batch(self.database, self.retention)
+            self._swept = self._swept + batch
+            if batch.more:
+                self._next_sweep = now
+            else:
+                self._next_sweep = now + self.retention_interval
+                if self._swept.total:
+                    self.log.info("retention.swept", **self._swept.as_dict())
+                self._swept = SweepResult()
+        return max(min(self._next_check, self._next_sweep) - time.monotonic(), 0.0)
+
+    async def check_progress(self) -> bool:
+        """One stuck check; True if its batch was full."""
+        async with self.database.connection() as conn:
+            found = await progress_sql.stuck_repair(conn, limit=_STUCK_BATCH, max_repairs=self.max_repairs)
+        for stuck in found:
+            log = self.log.bind(instance_id=stuck.instance_id, workflow=stuck.workflow_name)
+            if stuck.cause is None:
+                log.warning("instance.repaired", found=stuck.missing, repairs=stuck.repairs)
+            else:
+                log.warning("instance.stuck", cause=stuck.cause, reason=stuck.reason)
+        return len(found) == _STUCK_BATCH

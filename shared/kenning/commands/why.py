@@ -1,0 +1,188 @@
+"""``kenning why ID``: why an instance is where it is, and what will move it on, in one screen.
+
+Status and since when; the lease (holder, expiry) or the due time; what it waits for (a
+timer's due time, an event's type, match and time-out) and since when; runs and attempts
+with the last error; its history's length and last step; whether any process registered
+its workflow (and this instance's version of it); what the stuck check recorded; when
+retention will delete it. All of it read in one statement
+(``kenning.storage.progress.instance_explain``), judged on the database's clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+from kenning.commands.output import emit, emit_json
+from kenning.config import add_database_options, add_logging_options
+from kenning.db import connect
+from kenning.errors import WorkflowNotFoundError
+from kenning.storage import progress as progress_sql
+
+HELP = "explain why an instance is where it is and what will move it on"
+
+_TERMINAL = ("completed", "failed", "cancelled")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("instance_id")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_database_options(parser)
+    add_logging_options(parser)
+
+
+async def _explain(args: argparse.Namespace) -> dict[str, Any]:
+    database = connect(args.database_url, pool_size=1, max_overflow=0)
+    try:
+        async with database.connection() as conn:
+            info = await progress_sql.instance_explain(conn, args.instance_id)
+    finally:
+        await database.dispose()
+    if info is None:
+        raise WorkflowNotFoundError(f"no workflow instance {args.instance_id!r}")
+    return info
+
+
+def run(args: argparse.Namespace) -> int:
+    info = asyncio.run(_explain(args))
+    info["way_forward"] = way_forward(info)
+    if args.json:
+        emit_json(info)
+    else:
+        emit("\n".join(f"{label:<11}{text}" for label, text in lines(info)))
+    return 0
+
+
+# ------------------------------------------------------------------ judging
+
+
+def _ago(now: datetime, then: datetime | str | None) -> str:
+    """``2026-...Z (3m ago)`` or ``(in 3m)``, on the database's clock."""
+    if then is None:
+        return "-"
+    moment = datetime.fromisoformat(then) if isinstance(then, str) else then
+    delta = (moment - now).total_seconds()
+    span = _span(abs(delta))
+    return f"{moment.isoformat(timespec='seconds')} ({'in ' + span if delta > 0 else span + ' ago'})"
+
+
+def _span(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
+
+
+def way_forward(info: dict[str, Any]) -> str:
+    """What will move the instance on (docs/architecture.md invariant 7), or that nothing will."""
+    now = info["db_now"]
+    status = info["status"]
+    known = bool(info["definitions"])
+    if status in _TERMINAL:
+        return f"none needed: {status}"
+    if not known:
+        return f"none: no process ever registered workflow {info['workflow_name']!r}; start a worker with its code"
+    available = info["available_at"]
+    if status in ("pending", "running", "compensating"):
+        if available is None:
+            return "NONE: no due time and no lease (the scheduler's stuck check repairs it)"
+        due = "due now" if available <= now else f"due {_ago(now, available)}"
+        if info["leased"]:
+            if available <= now:
+                return f"lease expired {_ago(now, available)}: the next claim takes it over"
+            return f"leased by {info['lease_owner'] or '?'} until {_ago(now, available)}"
+        what = "compensations run" if status == "compensating" else "a worker claims it"
+        return f"{what}: {due}"
+    if status == "waiting_for_timer":
+        if not info["timers"]:
+            return "NONE: waiting for a timer that does not exist (the stuck check repairs it)"
+        timer = info["timers"][0]
+        return f"timer {timer['step_id']} fires {_ago(now, timer['due_at'])}"
+    if not info["subscriptions"]:
+        return "NONE: waiting for an event with no subscription (the stuck check repairs it)"
+    sub = info["subscriptions"][0]
+    match = f" matching {sub['match']}" if sub["match"] else ""
+    timeout = f"; times out {_ago(now, sub['timeout_at'])}" if sub["timeout_at"] else "; no time-out"
+    return f"an event of type {sub['event_type']!r}{match}{timeout}"
+
+
+def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
+    now = info["db_now"]
+    out = [
+        ("instance", f"{info['id']}  (workflow {info['workflow_name']})"),
+        ("status", f"{info['status']}, last changed {_ago(now, info['updated_at'])}"),
+        ("moves on", info["way_forward"]),
+    ]
+    if info["cancel_requested"]:
+        out.append(("cancel", "requested: it will be compensated and end cancelled"))
+    if info["lease_owner"] or info["leased"]:
+        out.append(("lease", f"{info['lease_owner'] or '?'}, expires {_ago(now, info['available_at'])}"))
+    for timer in info["timers"]:
+        out.append(("timer", f"{timer['step_id']} due {_ago(now, timer['due_at'])}, set {_ago(now, timer['since'])}"))
+    for sub in info["subscriptions"]:
+        match = f" matching {sub['match']}" if sub["match"] else ""
+        timeout = f", times out {_ago(now, sub['timeout_at'])}" if sub["timeout_at"] else ""
+        out.append(("waits for", f"{sub['event_type']!r}{match} since {_ago(now, sub['since'])}{timeout}"))
+    runs = f"{info['run_count']} claimed"
+    if info["runs_without_progress"]:
+        runs += f", {info['runs_without_progress']} in a row ended without a step (crash loop count)"
+    if info["claimed_at"]:
+        runs += f", last {_ago(now, info['claimed_at'])}"
+    out.append(("runs", runs))
+    for step, attempt in sorted((info["attempts"] or {}).items()):
+        out.append(
+            (
+                "retrying",
+                f"{step}: {attempt.get('attempts')} attempts since {_ago(now, attempt.get('first_failed_at'))}; "
+                f"last error: {attempt.get('last_error')}",
+            )
+        )
+    error = info["error"] or {}
+    if error:
+        reason = f" [{error['reason']}]" if error.get("reason") else ""
+        out.append(("error", f"{error.get('type')}{reason}: {error.get('message')}"))
+    last = info["last_step"]
+    history = f"{info['steps']} steps"
+    if last:
+        history += f", last {last['kind']} {last['step_id']} {_ago(now, last['at'])}"
+    if info["compensations"]:
+        history += f"; {info['compensations']} compensations registered"
+    out.append(("history", history))
+    out.append(("workflow", _workflow(info)))
+    stuck = info["stuck_reason"]
+    if stuck:
+        out.append(("stuck", f"{stuck} (found {_ago(now, info['stuck_at'])})"))
+    elif info["stuck_repairs"]:
+        out.append(("stuck", f"repaired {info['stuck_repairs']} times, last {_ago(now, info['stuck_at'])}"))
+    retention = _retention(info)
+    if retention:
+        out.append(("retention", retention))
+    return out
+
+
+def _workflow(info: dict[str, Any]) -> str:
+    definitions = info["definitions"]
+    if not definitions:
+        return "no process ever registered it: no worker has its code"
+    own = [d for d in definitions if d["source_hash"] == info["source_hash"]]
+    versions = f"registered, {len(definitions)} version(s), first {_ago(info['db_now'], definitions[0]['first_seen'])}"
+    if own:
+        return f"{versions}; this instance's version since {_ago(info['db_now'], own[0]['first_seen'])}"
+    return f"{versions}; this instance's version ({info['source_hash'][:12] or 'none'}) was never registered"
+
+
+def _retention(info: dict[str, Any]) -> str:
+    """When retention deletes a finished instance (its workflow's newest definition row's)."""
+    if info["status"] not in _TERMINAL or info["finished_at"] is None or not info["definitions"]:
+        return ""
+    seconds = info["definitions"][-1]["retention_seconds"]
+    if seconds is None:
+        return "the scheduler's --instance-retention-days applies (0: kept)"
+    return f"deleted {_ago(info['db_now'], info['finished_at'] + timedelta(seconds=seconds))}"
