@@ -70,6 +70,9 @@ class StepTransaction:
         self._engine = engine
         self._session: AsyncSession | None = None
         self._connection: AsyncConnection | None = None
+        # Where Kenning's own statements ran: the psycopg connection under SQLAlchemy's.
+        # SQLAlchemy never sees a disconnect there; ``_forget_dead_connection`` tells it.
+        self._kenning: tuple[AsyncConnection, Executor] | None = None
         self._after_commit: list[Callable[[], Awaitable[None]]] = []
 
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
@@ -98,9 +101,22 @@ class StepTransaction:
 
     async def executor(self) -> Executor:
         """Kenning's statements in this transaction (on the psycopg connection under it)."""
-        return await executor_of(await self.connection())
+        connection = await self.connection()
+        executor = await executor_of(connection)
+        self._kenning = (connection, executor)
+        return executor
 
     async def add_outbox_event(self, event: OutboxEvent) -> None:
+        try:
+            await self._outbox_insert(event)
+        except Exception as error:
+            # the database being away is not the attempt's failure: the run ends, the
+            # instance is handed back and the attempt runs again (no attempt counted)
+            if is_unavailable(error):
+                raise StorageUnavailable(f"database unavailable while writing event {event.event_id}") from error
+            raise
+
+    async def _outbox_insert(self, event: OutboxEvent) -> None:
         await outbox_sql.outbox_insert(
             await self.executor(),
             event_id=event.event_id,
@@ -127,22 +143,41 @@ class StepTransaction:
             await callback()
 
     async def rollback(self) -> None:
+        """Roll back; a connection that died (the server rolled it back) is no error, so
+        the error that ended the attempt is the one that counts."""
         self._after_commit = []  # rolled back: nothing happened to report
         try:
+            await self._forget_dead_connection()
             if self._session is not None:
                 await self._session.rollback()
             elif self._connection is not None:
                 await self._connection.rollback()
+        except Exception as error:
+            if not is_unavailable(error):
+                raise
         finally:
             await self.close()
 
     async def close(self) -> None:
-        session, connection = self._session, self._connection
-        self._session = self._connection = None
-        if session is not None:
-            await session.close()
-        if connection is not None:
-            await connection.close()
+        try:
+            await self._forget_dead_connection()
+        finally:
+            session, connection = self._session, self._connection
+            self._session = self._connection = None
+            if session is not None:
+                await session.close()
+            if connection is not None:
+                await connection.close()
+
+    async def _forget_dead_connection(self) -> None:
+        """A disconnect seen by Kenning's statements (the psycopg connection is broken)
+        invalidates SQLAlchemy's connection over it: rolled back or closed, it is then
+        dropped from the pool instead of being talked to."""
+        kenning, self._kenning = self._kenning, None
+        if kenning is not None:
+            connection, executor = kenning
+            if executor.driver.broken and not connection.invalidated:
+                await connection.invalidate()
 
 
 class PgInstancePort:
