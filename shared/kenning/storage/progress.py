@@ -49,7 +49,9 @@ _STUCK_REPAIR = statement(
                EXISTS (SELECT FROM kenning_workflow_definitions AS d WHERE d.workflow_name = i.workflow_name)
                    AS known
         FROM kenning_instances AS i
-        WHERE i.id IN (SELECT id FROM candidates)
+        -- = ANY(ARRAY(...)): one primary-key probe per candidate (they are few), never a
+        -- join the planner might run along the whole primary key
+        WHERE i.id = ANY(ARRAY(SELECT id FROM candidates))
           AND ((i.status IN {_RUNNABLE} AND i.available_at IS NULL) OR i.status IN {_WAITING})
           AND (i.stuck_reason IS NULL
                OR (i.stuck_repairs < :max_repairs
