@@ -40,6 +40,7 @@ _DECLARED: weakref.WeakKeyDictionary[argparse.ArgumentParser, dict[str, str]] = 
 _SETTING = "kenning.setting"  # the metadata key of a field that is an option
 _GROUP = "kenning.settings_group"  # ... of a field holding a settings class of its own
 LOG_FORMATS = ("auto", "json", "console")
+PGBOUNCER_MODES = ("auto", "on", "off")  # kenning.db.Database.pgbouncer
 
 S = TypeVar("S")
 
@@ -301,6 +302,12 @@ class ProcessSettings:
     migrate: bool = setting(True, help="bring the schema up to date at start")
     log_level: str = setting("info", choices=LEVELS, help="log level")
     log_format: str = setting("auto", choices=LOG_FORMATS, help="log format")
+    pgbouncer: str = setting(
+        "auto",
+        choices=PGBOUNCER_MODES,
+        help="the database URL leads to pgbouncer (or another pooler) in transaction mode, so no server-side "
+        "prepared statements; auto: find out on the first connection",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,6 +316,9 @@ class ServiceSettings(ProcessSettings):
 
     poll_interval: float = setting(1.0, type=positive_float, help="fallback poll when a NOTIFY is missed (s)")
     listen: bool = setting(True, help="wake on LISTEN/NOTIFY (else poll only)")
+    direct_database_url: str = setting(
+        "", help="PostgreSQL itself, not a transaction-mode pooler, for LISTEN (default: --database-url)"
+    )
     health_file: str = setting("", help="touched every 5 s while alive (for healthchecks)")
 
 

@@ -14,6 +14,13 @@ SQLAlchemy stays for what users see of it: ``db.engine`` serves ``ctx.session`` 
 handlers' sessions, and ``executor_of`` runs Kenning's statements inside such a
 transaction (on the psycopg connection under it). Alembic and the table definitions use
 it too.
+
+Behind pgbouncer in transaction mode (``Database.pgbouncer``) each transaction may run on
+a different server connection, so a statement prepared on one is unknown on the next
+("prepared statement "_pg3_0" does not exist"): no statement is prepared then, on the pool
+or under ``engine``. ``auto`` finds out on the first connection. LISTEN needs a session of
+its own on the server, which a transaction pooler never gives: listeners connect to
+``listen_url`` (``direct_url``, else ``url``).
 """
 
 from __future__ import annotations
@@ -21,18 +28,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import psycopg
+import structlog
+from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
-from sqlalchemy.engine import make_url
+from sqlalchemy import event
+from sqlalchemy.engine import AdaptedConnection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection as SqlAlchemyConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from kenning.config import PGBOUNCER_MODES, env_name
 from kenning.errors import ConfigurationError
 
 _POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg_async")
@@ -44,6 +56,8 @@ PREPARE_THRESHOLD = 5
 # application's logging if it configures any, but never stderr as bare text lines among
 # Kenning's JSON: Kenning reports an unreachable database itself.
 logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
+
+_log = structlog.get_logger("kenning.db")
 
 
 def _check(url: str) -> str:
@@ -172,6 +186,11 @@ class Database:
     direct connect would) instead of waiting ``pool_timeout`` seconds for a pool that
     keeps retrying: the ingress answers 503 at once, loops back off; every new request
     tries to connect again, so service resumes as soon as the server is back.
+
+    ``pgbouncer``: ``on`` when ``url`` leads to a transaction-mode pooler, ``off`` when
+    straight to PostgreSQL, ``auto`` to compare, on the first connection, the backend
+    process ID the server reports with the one given at connect time (a pooler hands out
+    a key of its own); the first connection logs what was decided (``database.mode``).
     """
 
     url: str
@@ -179,6 +198,9 @@ class Database:
     autocommit_pool_size: int = 10
     connect_timeout: int | None = None
     pool_timeout: float = 30.0
+    pgbouncer: str = "auto"
+    # a session on the server itself, for LISTEN; "" means ``url``
+    direct_url: str = ""
     pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = field(init=False)
     # acquisitions waiting for the pool, each with the slot a failed connect fills
     _waiting: dict[asyncio.Task[Any], list[BaseException]] = field(init=False, default_factory=dict)
@@ -189,8 +211,18 @@ class Database:
     # waiter on Python 3.11 (asyncio.wait_for): 14 µs of CPU per contended acquisition, a
     # tenth of a statement. Past the gate the pool hands out an idle connection or opens one.
     _slots: asyncio.Semaphore = field(init=False)
+    # behind a transaction pooler? None until the first connection tells (pgbouncer=auto)
+    _pooled: bool | None = field(init=False, default=None)
+    _announced: bool = field(init=False, default=False)
+    _listens: bool = field(init=False, default=False)
+    _warned: bool = field(init=False, default=False)
+    _deciding: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
+        if self.pgbouncer not in PGBOUNCER_MODES:
+            raise ConfigurationError(f"pgbouncer must be one of {', '.join(PGBOUNCER_MODES)} (got {self.pgbouncer!r})")
+        if self.pgbouncer != "auto":
+            self._pooled = self.pgbouncer == "on"
         watch = self._connect_failed
 
         class _Connection(psycopg.AsyncConnection[Any]):
@@ -205,7 +237,7 @@ class Database:
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "row_factory": namedtuple_row,
-            "prepare_threshold": PREPARE_THRESHOLD,
+            "prepare_threshold": None if self._pooled else PREPARE_THRESHOLD,
         }
         if self.connect_timeout is not None:
             kwargs["connect_timeout"] = self.connect_timeout
@@ -222,7 +254,71 @@ class Database:
             reconnect_timeout=0,
             name="kenning",
             open=False,
+            configure=self._configure,
         )
+        # ctx.session's connections: the same decision, on the psycopg connection under each
+        event.listen(self.engine.sync_engine, "connect", self._configure_engine_connection)
+
+    @property
+    def listen_url(self) -> str:
+        """Where listeners connect: a session of their own on the server. (Asking is
+        listening: one warning if that goes through a pooler.)"""
+        self._listens = True
+        self._warn_if_listening_through_pooler()
+        return self.direct_url or self.url
+
+    @property
+    def behind_pooler(self) -> bool | None:
+        """Whether ``url`` leads to a pooler (nothing is prepared then); None while
+        ``auto`` has not connected yet."""
+        return self._pooled
+
+    def _warn_if_listening_through_pooler(self) -> None:
+        if self._listens and self._pooled and not self.direct_url and not self._warned:
+            self._warned = True
+            _log.warning(
+                "database.listen_through_pooler",
+                hint="LISTEN through a pooler in transaction mode never hears a NOTIFY (only the fallback poll "
+                "wakes this process): set KENNING_DIRECT_DATABASE_URL to PostgreSQL itself",
+            )
+
+    async def _configure(self, driver: psycopg.AsyncConnection[Any]) -> None:
+        """Every new connection, the pool's and the engine's: no prepared statements
+        behind a pooler. Under ``auto`` the first one finds out (one round trip)."""
+        if self._pooled is None or not self._announced:
+            await self._decide(driver)
+        if self._pooled:
+            driver.prepare_threshold = None
+
+    def _configure_engine_connection(self, dbapi_connection: Any, _record: Any) -> None:
+        # SQLAlchemy's connect event is synchronous; run_async awaits in its greenlet
+        cast(AdaptedConnection, dbapi_connection).run_async(self._configure)
+
+    async def _decide(self, driver: psycopg.AsyncConnection[Any]) -> None:
+        from kenning.storage.server import server_backend_pid  # storage modules import this one
+
+        async with self._deciding:
+            if self._announced:
+                return
+            how = "configured"
+            if self._pooled is None:
+                pid = await server_backend_pid(Executor(driver))
+                if driver.info.transaction_status != TransactionStatus.IDLE:
+                    await driver.rollback()  # the engine's connections are not autocommit
+                self._pooled = pid != driver.info.backend_pid
+                how = "detected"
+            self._announced = True
+            # at info only behind a pooler: straight to PostgreSQL nothing differs from before
+            report = _log.info if self._pooled else _log.debug
+            report(
+                "database.mode",
+                pgbouncer=self.pgbouncer,
+                pooler=self._pooled,
+                decided=how,
+                prepared_statements=not self._pooled,
+                direct_url=redacted(self.direct_url) if self.direct_url else None,
+            )
+            self._warn_if_listening_through_pooler()
 
     def _connect_failed(self, error: BaseException) -> None:
         for task, failure in list(self._waiting.items()):
@@ -303,7 +399,17 @@ class Database:
         await self.engine.dispose()
 
 
-def connect(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> Database:
+def connect(
+    url: str,
+    *,
+    pool_size: int = 10,
+    max_overflow: int = 10,
+    pgbouncer: str | None = None,
+    direct_url: str | None = None,
+) -> Database:
+    """The connections of a process. ``pgbouncer`` and ``direct_url`` not given (a
+    ``Client`` in an application) come from ``KENNING_PGBOUNCER`` and
+    ``KENNING_DIRECT_DATABASE_URL`` (``kenning.config.ProcessSettings``)."""
     engine = create_async_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
@@ -311,4 +417,10 @@ def connect(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> Databas
         pool_pre_ping=False,
         pool_recycle=1800,
     )
-    return Database(url=url, engine=engine, autocommit_pool_size=pool_size + max_overflow)
+    return Database(
+        url=url,
+        engine=engine,
+        autocommit_pool_size=pool_size + max_overflow,
+        pgbouncer=os.environ.get(env_name("--pgbouncer"), "auto") if pgbouncer is None else pgbouncer,
+        direct_url=os.environ.get(env_name("--direct-database-url"), "") if direct_url is None else direct_url,
+    )

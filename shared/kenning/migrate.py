@@ -1,15 +1,26 @@
-"""Schema migrations, safe to run from any number of processes at once."""
+"""Schema migrations, safe to run from any number of processes at once, straight to
+PostgreSQL or through pgbouncer in transaction mode.
+
+The whole upgrade is one transaction (Alembic's ``transactional_ddl``), and the lock that
+lets one process migrate at a time is a transaction-level advisory lock taken first in
+it: a pooler in transaction mode keeps that transaction on one server connection, where
+a session-level lock taken in one transaction and released in another would be taken
+and released on different server connections (and stay held). A migration that needs
+``autocommit_block()`` (``CREATE INDEX CONCURRENTLY``) would end that transaction, and
+the lock with it: write it as a separate step.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import structlog
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 
 from kenning.db import sync_url
 
@@ -18,11 +29,19 @@ _log = structlog.get_logger("kenning.migrate")
 # Any constant works; every Kenning process agrees on it so only one migrates at a time.
 MIGRATION_LOCK_KEY = 0x6B656E6E696E67  # "kenning"
 
+# Statements prepared on a server connection are unknown on the next one a transaction
+# pooler hands out; a migration runs each statement about once, so preparing gains nothing.
+_NEVER_PREPARE: dict[str, Any] = {"prepare_threshold": None}
+
 
 def _config() -> Config:
     config = Config()
     config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     return config
+
+
+def _engine(database_url: str) -> Engine:
+    return create_engine(sync_url(database_url), connect_args=_NEVER_PREPARE)
 
 
 def head_revision() -> str:
@@ -33,32 +52,28 @@ def head_revision() -> str:
 
 def migrate(database_url: str) -> str:
     """Bring the schema to the newest revision; returns it. Idempotent and concurrency-safe."""
-    engine = create_engine(sync_url(database_url))
+    engine = _engine(database_url)
     try:
         with engine.connect() as connection:
-            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
-            connection.commit()
-            try:
-                before = MigrationContext.configure(
-                    connection, opts={"version_table": "kenning_alembic_version"}
-                ).get_current_revision()
-                config = _config()
-                config.attributes["connection"] = connection
-                command.upgrade(config, "head")
-                connection.commit()
-                after = head_revision()
-                if before != after:
-                    _log.info("schema.migrated", from_revision=before, to_revision=after)
-                return after
-            finally:
-                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK_KEY})
-                connection.commit()
+            # begins the upgrade's transaction; Alembic runs in it (an external transaction)
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            before = MigrationContext.configure(
+                connection, opts={"version_table": "kenning_alembic_version"}
+            ).get_current_revision()
+            config = _config()
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+            connection.commit()  # releases the lock
+            after = head_revision()
+            if before != after:
+                _log.info("schema.migrated", from_revision=before, to_revision=after)
+            return after
     finally:
         engine.dispose()
 
 
 def current_revision(database_url: str) -> str | None:
-    engine = create_engine(sync_url(database_url))
+    engine = _engine(database_url)
     try:
         with engine.connect() as connection:
             return MigrationContext.configure(

@@ -93,6 +93,7 @@ class Ingress:
             autocommit_pool_size=AUTOCOMMIT_CONNECTIONS,
             connect_timeout=max(2, round(timeout)),
             pool_timeout=timeout,
+            pgbouncer=self.settings.pgbouncer,
         )
         _log.info(
             "ingress.started",

@@ -59,7 +59,13 @@ def settings_from(args: argparse.Namespace) -> RelayerSettings:
 async def _serve(settings: RelayerSettings) -> None:
     from kenning_relayer.relayer import Relayer
 
-    database = connect(settings.database_url, pool_size=4, max_overflow=4)
+    database = connect(
+        settings.database_url,
+        pool_size=4,
+        max_overflow=4,
+        pgbouncer=settings.pgbouncer,
+        direct_url=settings.direct_database_url,
+    )
     await serve(Relayer(database, settings), close=database.dispose, health_file=settings.health_file)
 
 

@@ -59,7 +59,11 @@ class Relayer:
         try:
             # unreachable database: no error, the loop's polls retry it
             async with listening(
-                self.database.url, [CHANNEL_OUTBOX], self._notify, enabled=self.settings.listen, connected_within=5
+                self.database.listen_url,
+                [CHANNEL_OUTBOX],
+                self._notify,
+                enabled=self.settings.listen,
+                connected_within=5,
             ):
                 await self._publishing()
         finally:

@@ -25,7 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _serve(settings: SchedulerSettings, app: App | None) -> None:
-    database = connect(settings.database_url, pool_size=2, max_overflow=2)
+    database = connect(
+        settings.database_url,
+        pool_size=2,
+        max_overflow=2,
+        pgbouncer=settings.pgbouncer,
+        direct_url=settings.direct_database_url,
+    )
     await serve(Scheduler(database, app, settings), close=database.dispose, health_file=settings.health_file)
 
 

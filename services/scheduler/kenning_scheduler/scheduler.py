@@ -94,7 +94,9 @@ class Scheduler:
 
     async def run(self) -> None:
         try:
-            async with listening(self.database.url, [CHANNEL_TIMERS], self._notify, enabled=self.settings.listen):
+            async with listening(
+                self.database.listen_url, [CHANNEL_TIMERS], self._notify, enabled=self.settings.listen
+            ):
                 self.log.info(
                     "scheduler.started",
                     schedules={wf.name: wf.schedule for wf in self.cron.workflows},

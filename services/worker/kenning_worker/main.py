@@ -26,7 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _serve(settings: WorkerSettings, app: App) -> None:
-    database = connect(settings.database_url, pool_size=settings.pool_size, max_overflow=2)
+    database = connect(
+        settings.database_url,
+        pool_size=settings.pool_size,
+        max_overflow=2,
+        pgbouncer=settings.pgbouncer,
+        direct_url=settings.direct_database_url,
+    )
     worker = Worker(database, app, settings)
     bound = ExitBound(settings.shutdown_grace_seconds)  # SIGTERM: exit within grace + a margin
     bound.install(asyncio.get_running_loop())

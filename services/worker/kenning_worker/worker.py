@@ -194,7 +194,7 @@ class Worker:
         if self.settings.inbox.enabled:
             channels += [CHANNEL_INBOX, CHANNEL_SUBSCRIPTIONS]
         try:
-            async with listening(self.database.url, channels, self._notify, enabled=self.settings.listen):
+            async with listening(self.database.listen_url, channels, self._notify, enabled=self.settings.listen):
                 await self._claiming()
         finally:
             self.log.info("worker.stopped")
