@@ -129,6 +129,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def port_number(text: str) -> int:
+    """A TCP port, or 0 for "off" (the metrics endpoint's default)."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a port number from 1 to 65535, or 0 for off")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     value = float(text)
     if value < 0:
@@ -320,6 +328,11 @@ class ServiceSettings(ProcessSettings):
         "", help="PostgreSQL itself, not a transaction-mode pooler, for LISTEN (default: --database-url)"
     )
     health_file: str = setting("", help="touched every 5 s while alive (for healthchecks)")
+    # per process: several processes on one host cannot share a port (kenning.scrape)
+    metrics_port: int = setting(
+        0, type=port_number, per_process=True, help="serve Prometheus metrics on GET /metrics at this port; 0: off"
+    )
+    metrics_host: str = setting("127.0.0.1", help="address of the metrics endpoint (0.0.0.0 for every interface)")
 
 
 def _add_shared(parser: argparse.ArgumentParser, *names: str) -> None:

@@ -19,6 +19,8 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
+from kenning import metrics
+
 _log = structlog.get_logger("kenning.groupcommit")
 
 Item = TypeVar("Item")
@@ -47,6 +49,7 @@ class GroupCommit(Generic[Item, Outcome]):
     retry_alone: IsolatesFailure
     max_items: int = 500
     max_in_flight: int = 1
+    name: str = "other"  # the writer label of kenning_group_commit_batch_size
     # what it has done, for logs and tests: statements run and items they carried
     statements: int = 0
     items: int = 0
@@ -92,6 +95,7 @@ class GroupCommit(Generic[Item, Outcome]):
         items = [item for request in batch for item in request.items]
         self.statements += 1
         self.items += len(items)
+        metrics.GROUP_COMMIT_BATCH_SIZE.labels(self.name).observe(len(items))
         try:
             outcomes = await self.write(items)
         except BaseException as error:

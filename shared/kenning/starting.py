@@ -163,7 +163,7 @@ class Starter:
         self.database = database
         self.known: set[DefinitionKey] = set()
         self.inserts: GroupCommit[NewInstance, StartOutcome] = GroupCommit(
-            write=self._insert, retry_alone=may_be_one_callers_fault
+            write=self._insert, retry_alone=may_be_one_callers_fault, name="starts"
         )
 
     async def _insert(self, starts: Sequence[NewInstance]) -> list[StartOutcome]:

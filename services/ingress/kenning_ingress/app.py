@@ -3,8 +3,9 @@
 It never runs user code and never touches workflow state: an event is answered 202 once
 its inbox row is committed (a request's events all or nothing; concurrent requests share
 one insert and commit, ``groupcommit``), and workers do the rest. Routes:
-``POST /cancel/{id}``, ``GET /instances/{id}``, ``GET /healthz``, ``GET /readyz``;
-``POST`` to any other path is a CloudEvent.
+``POST /cancel/{id}``, ``GET /instances/{id}``, ``GET /healthz``, ``GET /readyz``,
+``GET /metrics`` (Prometheus, ``kenning_ingress.metrics``); ``POST`` to any other path is
+a CloudEvent.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import structlog
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -34,12 +36,13 @@ from kenning.storage import instances as instances_sql
 from kenning.storage.inbox import NewEvent
 from kenning_ingress import responses
 from kenning_ingress.auth import authorized, required_token
+from kenning_ingress.metrics import RequestMetrics, metrics_response
 from kenning_ingress.parsing import InvalidEventError, parse_request
 from kenning_ingress.settings import IngressSettings, settings_from_environment
 
 T = TypeVar("T")
 _log = structlog.get_logger("kenning.ingress")
-_RESERVED = ("healthz", "readyz", "cancel", "instances")
+_RESERVED = ("healthz", "readyz", "cancel", "instances", "metrics")
 AUTOCOMMIT_CONNECTIONS = 10
 
 
@@ -75,6 +78,7 @@ class Ingress:
             # a batch that failed on a request's own data is retried request by request;
             # one that failed because the database is away is not
             retry_alone=may_be_one_callers_fault,
+            name="ingress_inbox",
         )
 
     @contextlib.asynccontextmanager
@@ -261,6 +265,9 @@ class Ingress:
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    async def metrics(self, request: Request) -> Response:
+        return await metrics_response(self.database)
+
     async def readyz(self, request: Request) -> Response:
         try:
             await self._run(inbox_sql.inbox_check_ready)
@@ -286,11 +293,13 @@ def create_app(settings: IngressSettings) -> Starlette:
         routes=[
             Route("/healthz", ingress.healthz, methods=["GET"]),
             Route("/readyz", ingress.readyz, methods=["GET"]),
+            Route("/metrics", ingress.metrics, methods=["GET"]),
             Route("/cancel/{instance_id:path}", ingress.cancel, methods=["POST"]),
             Route("/instances/{instance_id:path}", ingress.instance, methods=["GET"]),
             Route("/{path:path}", ingress.receive, methods=["POST"]),
         ],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+        middleware=[Middleware(RequestMetrics)],
         lifespan=ingress.lifespan,
     )
 

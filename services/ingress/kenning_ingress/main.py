@@ -13,6 +13,7 @@ from kenning.commands.errors import UsageError
 from kenning.config import add_settings, settings_from_args
 from kenning.db import redacted, sqlalchemy_url
 from kenning.migrate import migrate
+from kenning_ingress.metrics import shared_metrics_directory
 from kenning_ingress.protocol import IngressProtocol
 from kenning_ingress.settings import IngressSettings, settings_to_environment
 
@@ -73,6 +74,12 @@ def run(args: argparse.Namespace) -> int:
         auth="token" if settings.ingress_token else "open",
         admin_auth="admin token" if settings.admin_token else ("token" if settings.ingress_token else "open"),
     )
+    with shared_metrics_directory(settings.workers):  # /metrics sums every worker's figures
+        _run_uvicorn(settings)
+    return 0
+
+
+def _run_uvicorn(settings: IngressSettings) -> None:
     uvicorn.run(
         # the app, in worker processes (--workers N) that die with this one (lifeline.py)
         "kenning_ingress.lifeline:worker_app",
@@ -90,4 +97,3 @@ def run(args: argparse.Namespace) -> int:
         # client closes an idle connection first and never posts on one being closed.
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
-    return 0

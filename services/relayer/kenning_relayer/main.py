@@ -14,6 +14,7 @@ from kenning.db import connect
 from kenning.errors import ConfigurationError
 from kenning.loop import run as run_loop
 from kenning.migrate import migrate
+from kenning.scrape import serving_metrics
 from kenning.service import serve
 from kenning_relayer.settings import RelayerSettings
 
@@ -66,7 +67,8 @@ async def _serve(settings: RelayerSettings) -> None:
         pgbouncer=settings.pgbouncer,
         direct_url=settings.direct_database_url,
     )
-    await serve(Relayer(database, settings), close=database.dispose, health_file=settings.health_file)
+    async with serving_metrics(database, settings.metrics_host, settings.metrics_port):
+        await serve(Relayer(database, settings), close=database.dispose, health_file=settings.health_file)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import structlog
 
+from kenning import metrics
 from kenning.config import process_id
 from kenning.db import Database
 from kenning.faults import fault_point
@@ -193,12 +194,15 @@ class Relayer:
             if outcome.id not in written:
                 self.log.warning("outbox.lease_lost", **fields)
             elif outcome.status == "published":
+                metrics.OUTBOX_DELIVERIES.labels("published").inc()
                 self.log.debug("outbox.published", **fields)
             elif outcome.status == "pending":
+                metrics.OUTBOX_DELIVERIES.labels("retry").inc()
                 self.log.info(
                     "outbox.retry_scheduled", retry_in=round(outcome.retry_in, 3), error=outcome.error, **fields
                 )
             else:
+                metrics.OUTBOX_DELIVERIES.labels("dead_letter").inc()
                 self.log.warning("outbox.dead_lettered", error=outcome.error, **fields)
         if released:
             self.log.info("outbox.released", count=released)

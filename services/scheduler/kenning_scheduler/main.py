@@ -14,6 +14,7 @@ from kenning.db import connect
 from kenning.loop import run as run_loop
 from kenning.migrate import migrate
 from kenning.schedules import scheduled_workflows
+from kenning.scrape import serving_metrics
 from kenning.service import serve
 from kenning_scheduler.scheduler import Scheduler, SchedulerSettings
 
@@ -32,7 +33,8 @@ async def _serve(settings: SchedulerSettings, app: App | None) -> None:
         pgbouncer=settings.pgbouncer,
         direct_url=settings.direct_database_url,
     )
-    await serve(Scheduler(database, app, settings), close=database.dispose, health_file=settings.health_file)
+    async with serving_metrics(database, settings.metrics_host, settings.metrics_port):
+        await serve(Scheduler(database, app, settings), close=database.dispose, health_file=settings.health_file)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import structlog
 
+from kenning import metrics
 from kenning.app import App
 from kenning.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
 from kenning.db import Database
@@ -31,6 +32,8 @@ from kenning_scheduler.cron_ticks import CronTicker
 from kenning_scheduler.upkeep import Upkeep
 
 _log = structlog.get_logger("kenning.scheduler")
+# kenning_timer_lateness_seconds's kind, by what _fire logs for a fired row
+_LATENESS_KIND = {"timer.fired": "timer", "event.timed_out": "event_timeout"}
 
 FireStatement = Callable[..., Awaitable[list[FiredWait]]]  # timer_fire_due and the like
 # Something is due but every due row was locked by another transaction (another
@@ -145,12 +148,15 @@ class Scheduler:
         async with self.database.connection() as conn:
             fired = await statement(conn, limit=self.settings.batch_size, now=now)
         fired_event, discarded_event = events
+        lateness = metrics.TIMER_LATENESS.labels(_LATENESS_KIND[fired_event])
         for item in fired:
             log = self.log.bind(instance_id=item.instance_id, workflow=item.workflow_name)
             if item.fired_at is None:
                 # The instance no longer waited for it (an orphan row): deleted, no history.
                 log.info(discarded_event, step=item.step_id)
                 continue
-            late_ms = round((item.fired_at - item.due_at).total_seconds() * 1000, 1)
+            late = (item.fired_at - item.due_at).total_seconds()
+            lateness.observe(max(late, 0.0))
+            late_ms = round(late * 1000, 1)
             log.debug(fired_event, step=item.step_id, due_at=item.due_at.isoformat(), late_ms=late_ms)
         return len(fired)

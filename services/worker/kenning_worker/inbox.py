@@ -31,6 +31,7 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from kenning import metrics
 from kenning.app import App
 from kenning.config import add_settings, positive_float, positive_int, setting, settings_from_args
 from kenning.db import Database, Executor, executor_of
@@ -318,6 +319,7 @@ class InboxProcessor:
         if outcome is None:
             log.warning("inbox.claim_lost", failure=message)
         elif outcome[0] == "failed":
+            metrics.INBOX_PARKED.inc()
             log.error("inbox.failed", attempts=row.attempts, error=message)
         else:
             log.warning("inbox.retry", attempts=row.attempts, delay=round(outcome[1], 3), error=message)

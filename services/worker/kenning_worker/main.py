@@ -14,6 +14,7 @@ from kenning.config import add_settings, settings_from_args
 from kenning.db import connect
 from kenning.loop import run as run_loop
 from kenning.migrate import migrate
+from kenning.scrape import serving_metrics
 from kenning.service import serve
 from kenning_worker.shutdown import ExitBound
 from kenning_worker.worker import Worker, WorkerSettings
@@ -36,7 +37,8 @@ async def _serve(settings: WorkerSettings, app: App) -> None:
     worker = Worker(database, app, settings)
     bound = ExitBound(settings.shutdown_grace_seconds)  # SIGTERM: exit within grace + a margin
     bound.install(asyncio.get_running_loop())
-    await serve(worker, close=database.dispose, health_file=settings.health_file, on_signal=bound.arm)
+    async with serving_metrics(database, settings.metrics_host, settings.metrics_port):
+        await serve(worker, close=database.dispose, health_file=settings.health_file, on_signal=bound.arm)
     await bound.finish(abandoned_runs=worker.abandoned)
 
 

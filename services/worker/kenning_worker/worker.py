@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import structlog
 
+from kenning import metrics
 from kenning.app import App
 from kenning.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
 from kenning.db import Database
@@ -159,7 +161,10 @@ class Worker:
         # Group commit of the instances' step records and completions: the writes of
         # instances running side by side share one statement and one commit.
         self.writes: GroupCommit[InstanceWrite, bool | None] = GroupCommit(
-            write=self._apply_writes, retry_alone=may_be_one_callers_fault, max_items=self.settings.concurrency
+            write=self._apply_writes,
+            retry_alone=may_be_one_callers_fault,
+            max_items=self.settings.concurrency,
+            name="worker_steps",
         )
         self.inbox = InboxProcessor(
             database,
@@ -263,6 +268,7 @@ class Worker:
         was claimable, the seconds until something will be (None: nothing is queued)."""
         # Autocommit: the claim is one statement (its own transaction), the loads are reads.
         async with self.database.connection() as conn:
+            started = time.perf_counter()
             claim = await instances_sql.instance_claim(
                 conn,
                 owner=self.worker_id,
@@ -272,6 +278,7 @@ class Worker:
                 max_runs=self.settings.max_runs,
                 take_suspect=self._suspect is None,
             )
+            metrics.CLAIM_DURATION.observe(time.perf_counter() - started)
             claimed = claim.instances
             # Fresh instances have no history: skip the load for them.
             resumed = [c.id for c in claimed if c.run_count > 1 or c.status == "compensating"]
@@ -282,8 +289,10 @@ class Worker:
             self.log.debug(
                 "instance.claimed", instance_id=instance.id, workflow=instance.workflow_name, suspect=instance.suspect
             )
+            metrics.CLAIMED.labels(instance.workflow_name).inc()
             if instance.suspect:
                 self._suspect = instance.lease_token
+                metrics.LEASE_TAKEOVERS.labels(instance.workflow_name).inc()
             self._claimed[instance.lease_token] = instance
             task = asyncio.create_task(
                 self._execute(instance, histories.get(instance.id, []), compensations.get(instance.id, [])),
@@ -317,20 +326,25 @@ class Worker:
             inline_retry_seconds=self.settings.inline_retry_seconds,
             activity_timeout=self.settings.activity_timeout,
         )
+        started, ended = time.perf_counter(), "released"
         try:
             outcome = await run.run()
+            ended = outcome.value
             log.debug("instance.run_ended", outcome=outcome.value)
         except asyncio.CancelledError:
             await self._release(claimed, log)
         except StorageUnavailable as error:
+            ended = "storage_unavailable"
             log.warning("instance.storage_unavailable", error=repr(error.__cause__))
             await self._release(claimed, log, delay=1.0)  # may fail too: then the lease expires
         except Exception as error:
+            ended = "crashed"
             log.exception("instance.run_crashed", error=repr(error))
             # counted as a run without progress, as if its lease had expired: one that
             # raises the same way every time is parked after --max-runs runs
             await self._release(claimed, log, delay=1.0, crashed=True)
         finally:
+            metrics.WORKFLOW_RUN_DURATION.labels(claimed.workflow_name, ended).observe(time.perf_counter() - started)
             self._running.pop(claimed.lease_token, None)
             self._claimed.pop(claimed.lease_token, None)
             if self._suspect == claimed.lease_token:
@@ -388,6 +402,7 @@ class Worker:
                 task = self._running.get(token)
                 if task is not None:
                     self.log.warning("instance.lease_lost", lease_token=token)
+                    metrics.LEASES_LOST.inc()
                     task.cancel()
             await self._check_suspect()
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import structlog
 
-from kenning import serialization
+from kenning import metrics, serialization
 from kenning.activity import call_attempt
 from kenning.compensation import ON_FAILURE_PREFIX, on_failure_arguments
 from kenning.context import WorkflowContext, current_step
@@ -282,9 +283,11 @@ class WorkflowRun:
                 await self.hook("on_activity_start", step_id, name, False)
             step = self.port.open_step()
             token = current_step.set(step)
+            started = time.perf_counter()
             try:
                 result = await attempt_once(step)
             except Exception as error:
+                metrics.STEP_DURATION.labels(name, "failed").observe(time.perf_counter() - started)
                 await step.rollback()
                 if isinstance(error, ActivityTimeoutError):
                     self.log.warning("activity.timed_out", step=step_id, attempt=attempt, timeout=timeout)
@@ -300,6 +303,7 @@ class WorkflowRun:
                     )
                 if isinstance(verdict, GiveUp):
                     return GaveUp(error, attempt, verdict.reason, counted)
+                metrics.STEP_RETRIES.labels(name).inc()
                 if activity:
                     self.raise_if_cancelled()
                 if verdict.release:
@@ -316,6 +320,7 @@ class WorkflowRun:
                 raise
             finally:
                 current_step.reset(token)
+            metrics.STEP_DURATION.labels(name, "completed").observe(time.perf_counter() - started)
             return Attempted(result, step, counted)
 
     async def _record_failure(self, name: str, step_id: str, error: BaseException) -> None:
@@ -368,6 +373,7 @@ class WorkflowRun:
         except NonDeterminismError as error:
             self.port.discard()
             self.log.error("instance.non_deterministic", error=str(error))
+            metrics.NON_DETERMINISM_ERRORS.labels(self.workflow_name).inc()
             return await self._finish_without_compensation(error)
         except Exception as error:
             if self.cancelled:

@@ -1,0 +1,210 @@
+"""Kenning's Prometheus metrics, every one defined here (docs/operations.md lists them).
+
+Two kinds, by what they cost:
+
+- events, counted in the process where they happen (a claim, a step's attempt, a run's
+  end, a fired timer, a delivery, a request): a counter or histogram of
+  ``prometheus_client``, an increment in memory on the hot path, nothing more;
+- the state of the database (backlogs, the age of the oldest waiting row, instances by
+  status): ``DatabaseGauges``, made at scrape time from the one statement of
+  ``kenning.storage.metrics``, never per event.
+
+``kenning.scrape`` serves both at ``/metrics``. Label values are bounded by the code
+(workflow, activity and route names, outcomes), never by data (no instance ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+from prometheus_client import Counter, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:  # the storage layer is no import of the hot paths that count events
+    from kenning.storage.metrics import MetricsRow
+
+
+# No ``*_created`` series beside each counter and histogram: the text format's scrapers
+# do not use them, and they would double what a scrape carries.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+# Seconds: a claim or a request is milliseconds; a step or a run may take minutes.
+FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+SLOW_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+# ---------------------------------------------------------------- worker
+
+CLAIM_DURATION = Histogram(
+    "kenning_claim_duration_seconds",
+    "Time of one claim statement (it takes up to every free slot's instance at once)",
+    buckets=FAST_BUCKETS,
+)
+CLAIMED = Counter("kenning_claimed_instances_total", "Instances claimed by this worker", ["workflow"])
+LEASE_TAKEOVERS = Counter(
+    "kenning_lease_takeovers_total",
+    "Instances claimed whose previous run did not end cleanly (its lease expired, or it crashed)",
+    ["workflow"],
+)
+LEASES_LOST = Counter(
+    "kenning_leases_lost_total", "Runs cancelled by this worker because another took their lease over"
+)
+WORKFLOW_RUN_DURATION = Histogram(
+    "kenning_workflow_run_duration_seconds",
+    "Time of one run of a workflow instance, from its claim to where it came to rest, by outcome "
+    "(completed, failed, cancelled, suspended, lease_lost; released: cancelled at shutdown; "
+    "storage_unavailable; crashed)",
+    ["workflow", "outcome"],
+    buckets=SLOW_BUCKETS,
+)
+STEP_DURATION = Histogram(
+    "kenning_step_duration_seconds",
+    "Time of one attempt of an activity or compensation, by outcome (completed, failed)",
+    ["step", "outcome"],
+    buckets=SLOW_BUCKETS,
+)
+STEP_RETRIES = Counter(
+    "kenning_step_retries_total", "Retries scheduled after a failed attempt of an activity or compensation", ["step"]
+)
+NON_DETERMINISM_ERRORS = Counter(
+    "kenning_nondeterminism_errors_total",
+    "Runs failed because the code no longer replays the recorded history",
+    ["workflow"],
+)
+INBOX_PARKED = Counter("kenning_inbox_parked_total", "Inbox rows parked as failed after their last delivery attempt")
+
+# ---------------------------------------------------------------- scheduler, relayer
+
+TIMER_LATENESS = Histogram(
+    "kenning_timer_lateness_seconds",
+    "How long after its due time a timer or event timeout fired (kind: timer, event_timeout)",
+    ["kind"],
+    buckets=LATENESS_BUCKETS,
+)
+OUTBOX_DELIVERIES = Counter(
+    "kenning_outbox_deliveries_total",
+    "Outbox delivery attempts by outcome (published, retry, dead_letter)",
+    ["outcome"],
+)
+
+# ---------------------------------------------------------------- ingress, shared
+
+INGRESS_REQUESTS = Counter(
+    "kenning_ingress_requests_total", "Ingress HTTP requests by route and status code", ["route", "status"]
+)
+INGRESS_REQUEST_DURATION = Histogram(
+    "kenning_ingress_request_duration_seconds",
+    "Ingress HTTP request latency by route",
+    ["route"],
+    buckets=FAST_BUCKETS,
+)
+GROUP_COMMIT_BATCH_SIZE = Histogram(
+    "kenning_group_commit_batch_size",
+    "Items written by one group-commit statement (writer: ingress inbox, worker steps, starts)",
+    ["writer"],
+    buckets=BATCH_BUCKETS,
+)
+
+# ---------------------------------------------------------------- database gauges
+
+
+class DatabaseGauges(Collector):
+    """The gauges of one snapshot of the database (``storage.metrics.metrics_snapshot``),
+    or, when the statement failed (``rows`` None), only ``kenning_database_metrics_up 0``.
+
+    A workflow seen in an earlier scrape of this process keeps its series at 0 once it
+    has nothing claimable: a backlog that drains reads 0, not "no data"."""
+
+    _seen_workflows: ClassVar[set[str]] = set()  # per process, across scrapes
+
+    def __init__(self, rows: Sequence[MetricsRow] | None) -> None:
+        self.rows = rows
+
+    def collect(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily("kenning_database_metrics_up", "1 if this scrape's database gauges were read, else 0")
+        up.add_metric([], 0 if self.rows is None else 1)
+        yield up
+        if self.rows is None:
+            return
+        yield from self._instances([r for r in self.rows if r.area == "instances"])
+        for row in self.rows:
+            if row.area == "timers":
+                yield from self._timers(row)
+            elif row.area == "inbox":
+                yield from self._inbox(row)
+        yield from self._outbox([r for r in self.rows if r.area == "outbox"])
+
+    def _instances(self, rows: Sequence[MetricsRow]) -> Iterable[Metric]:
+        by_status = GaugeMetricFamily(
+            "kenning_instances",
+            "Unfinished workflow instances by status (waiting ones as found through their timer or subscription)",
+            labels=["workflow", "status"],
+        )
+        runnable = GaugeMetricFamily(
+            "kenning_runnable_instances",
+            "Instances a worker could claim now (new, woken, backed off, or whose lease expired)",
+            labels=["workflow"],
+        )
+        oldest = GaugeMetricFamily(
+            "kenning_oldest_runnable_age_seconds",
+            "How long the oldest runnable instance has been claimable",
+            labels=["workflow"],
+        )
+        due: dict[str, int] = {}
+        age: dict[str, float] = {}
+        for row in rows:
+            by_status.add_metric([row.workflow, row.status], row.total)
+            due[row.workflow] = due.get(row.workflow, 0) + row.due
+            if row.oldest_seconds is not None:
+                age[row.workflow] = max(age.get(row.workflow, 0.0), row.oldest_seconds)
+        self._seen_workflows.update(due)
+        for workflow in sorted(self._seen_workflows):
+            runnable.add_metric([workflow], due.get(workflow, 0))
+            oldest.add_metric([workflow], age.get(workflow, 0.0))
+        yield from (by_status, runnable, oldest)
+
+    @staticmethod
+    def _timers(row: MetricsRow) -> Iterable[Metric]:
+        yield GaugeMetricFamily("kenning_timers", "Timers waiting to fire", value=row.total)
+        yield GaugeMetricFamily("kenning_timers_due", "Timers due but not fired yet", value=row.due)
+
+    @staticmethod
+    def _inbox(row: MetricsRow) -> Iterable[Metric]:
+        yield GaugeMetricFamily(
+            "kenning_inbox_backlog", "Inbox rows (events, cancels) not processed yet", value=row.total
+        )
+        yield GaugeMetricFamily(
+            "kenning_inbox_oldest_age_seconds",
+            "Age of the oldest unprocessed inbox row, since it was received (0: none)",
+            value=row.oldest_seconds or 0.0,
+        )
+        yield GaugeMetricFamily(
+            "kenning_inbox_retrying", "Unprocessed inbox rows with a failed attempt behind them", value=row.retrying
+        )
+
+    @staticmethod
+    def _outbox(rows: Sequence[MetricsRow]) -> Iterable[Metric]:
+        pending = next((r for r in rows if r.status == "pending"), None)
+        failed = next((r for r in rows if r.status == "failed"), None)
+        if pending is not None:
+            yield GaugeMetricFamily(
+                "kenning_outbox_backlog", "Outbox events not published yet (pending or publishing)", value=pending.total
+            )
+            yield GaugeMetricFamily(
+                "kenning_outbox_oldest_age_seconds",
+                "Age of the oldest unpublished outbox event, since it was written (0: none)",
+                value=pending.oldest_seconds or 0.0,
+            )
+            yield GaugeMetricFamily(
+                "kenning_outbox_retrying",
+                "Unpublished outbox events with a failed attempt behind them",
+                value=pending.retrying,
+            )
+        if failed is not None:
+            yield GaugeMetricFamily(
+                "kenning_outbox_dead_letters", "Outbox events that failed for good (status failed)", value=failed.total
+            )

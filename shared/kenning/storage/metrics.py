@@ -1,0 +1,97 @@
+"""The one statement behind the database gauges of ``/metrics`` (``kenning.metrics``).
+
+Run once per scrape, never per event. Each part reads only rows an existing index already
+singles out, so its cost follows the work in flight, not the tables' history:
+
+- claimable instances (pending, running, compensating): the claim's partial index
+  ``kenning_instances_claimable``; "runnable" is what the claim would take now
+  (``available_at`` due: new, woken, backed off, or a lease that expired);
+- waiting instances: found through their timers and subscriptions (small tables of
+  live waits), then by primary key;
+- timers due: ``kenning_timers_due``; the inbox backlog: ``kenning_inbox_pending``;
+  the outbox backlog: ``kenning_outbox_due``, its dead letters ``kenning_outbox_failed``.
+
+Parked inbox rows (``failed``) have no index of their own, so they are counted as they
+are parked (``kenning_inbox_parked_total``), not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kenning.db import Executor, statement
+
+# One row per figure group: ``area`` says which (instances, timers, inbox, outbox),
+# ``workflow`` and ``status`` label it; the timers, inbox and outbox rows are always there
+# (aggregates without GROUP BY), instances only for the groups that have some.
+# ``total``: rows; ``due``: rows whose time has come (runnable, due, claimable);
+# ``oldest_seconds``: age of the oldest of those (instances: since it became runnable;
+# inbox: since received; outbox: since created); ``retrying``: rows with a failed
+# attempt behind them.
+_METRICS_SNAPSHOT = statement(
+    """
+    SELECT 'instances' AS area, workflow_name AS workflow, status,
+           count(*) AS total,
+           count(*) FILTER (WHERE available_at <= now()) AS due,
+           CAST(extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())) AS float8)
+               AS oldest_seconds,
+           0 AS retrying
+    FROM kenning_instances
+    WHERE status IN ('pending', 'running', 'compensating')
+    GROUP BY workflow_name, status
+    UNION ALL
+    SELECT 'instances', workflow_name, status, count(*), 0, NULL, 0
+    FROM kenning_instances
+    WHERE id IN (SELECT instance_id FROM kenning_timers UNION SELECT instance_id FROM kenning_event_subscriptions)
+      AND status IN ('waiting_for_event', 'waiting_for_timer')
+    GROUP BY workflow_name, status
+    UNION ALL
+    SELECT 'timers', '', 'waiting', count(*), count(*) FILTER (WHERE due_at <= now()),
+           CAST(extract(epoch FROM now() - min(due_at) FILTER (WHERE due_at <= now())) AS float8), 0
+    FROM kenning_timers
+    UNION ALL
+    SELECT 'inbox', '', 'pending', count(*), count(*) FILTER (WHERE available_at <= now()),
+           CAST(extract(epoch FROM now() - min(received_at)) AS float8), count(*) FILTER (WHERE attempts > 0)
+    FROM kenning_inbox
+    WHERE status = 'pending'
+    UNION ALL
+    SELECT 'outbox', '', 'pending', count(*), count(*) FILTER (WHERE available_at <= now()),
+           CAST(extract(epoch FROM now() - min(created_at)) AS float8), count(*) FILTER (WHERE attempts > 0)
+    FROM kenning_outbox
+    WHERE status IN ('pending', 'publishing')
+    UNION ALL
+    SELECT 'outbox', '', 'failed', count(*), 0, NULL, 0
+    FROM kenning_outbox
+    WHERE status = 'failed'
+    """
+)
+
+
+@dataclass(frozen=True)
+class MetricsRow:
+    """One group of the snapshot (see ``_METRICS_SNAPSHOT``)."""
+
+    area: str
+    workflow: str
+    status: str
+    total: int
+    due: int
+    oldest_seconds: float | None
+    retrying: int
+
+
+async def metrics_snapshot(conn: Executor) -> list[MetricsRow]:
+    """Every database gauge, in one statement (one round trip, one snapshot)."""
+    rows = (await conn.execute(_METRICS_SNAPSHOT)).all()
+    return [
+        MetricsRow(
+            area=row.area,
+            workflow=row.workflow,
+            status=row.status,
+            total=int(row.total),
+            due=int(row.due),
+            oldest_seconds=None if row.oldest_seconds is None else float(row.oldest_seconds),
+            retrying=int(row.retrying),
+        )
+        for row in rows
+    ]
