@@ -66,6 +66,7 @@ DOCS = (
     "docs/scheduler.md",
     "docs/relayer.md",
     "docs/architecture.md",
+    "docs/scaling.md",
 )
 COMMAND_LANGUAGES = ("bash", "sh", "shell", "console")
 DOC_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"  # docs/ingress.md's
@@ -320,6 +321,7 @@ STEPS: dict[str, list[Step]] = {
         Step("kenning outbox retry --all-failed", shows(r"^retried 0 event\(s\)$")),
     ],
     "docs/architecture.md": [],  # no commands: the design, read not run
+    "docs/scaling.md": [],  # no commands: settings and figures
 }
 
 # Placeholders and where their values come from; `<event id>`s are the seeded dead letters, in order.
