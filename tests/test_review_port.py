@@ -7,14 +7,26 @@ the workflow's failure."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 import psycopg
+import pytest
+from sqlalchemy import text
 
 from kenning import App, Client, RetryPolicy, WorkflowContext, activity, workflow
 from kenning.context import current_step
 from kenning.db import Database
+from kenning.dberrors import may_be_one_callers_fault
+from kenning.engine.commands import RecordStep
+from kenning.engine.history import StepRecord
+from kenning.errors import LeaseLostError
+from kenning.groupcommit import GroupCommit
 from kenning.outbox import send_event_transactional
-from kenning_worker.port import StepTransaction
+from kenning.storage import instances as instances_sql
+from kenning.storage import writes as writes_sql
+from kenning.storage.names import ACTIVITY_COMPLETED
+from kenning.storage.writes import InstanceWrite
+from kenning_worker.port import PgInstancePort, StepTransaction
 from tests.support import running_worker
 
 app = App("kenning-review-port-tests")
@@ -75,3 +87,35 @@ async def test_a_step_transaction_whose_connection_died_is_resumed_not_failed(
     # the attempts whose transaction died left nothing behind
     assert [t for _, t in rows] == ["review.sent", "review.first", "review.second"]
     assert [rows[0][0], rows[2][0]] == ids
+
+
+async def test_a_step_transaction_is_rolled_back_when_the_write_before_its_record_fails(
+    database: Database, sql: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    """The deferred record written before the step's own fails (here: the lease was
+    lost): the step's transaction, with its ctx.session writes and row locks, ends too."""
+
+    async def apply(writes: Sequence[InstanceWrite]) -> list[bool | None]:
+        async with database.connection() as conn:
+            return await writes_sql.writes_apply(conn, writes)
+
+    async with database.transaction() as conn:
+        await instances_sql.instance_insert(
+            conn, instance_id="i", workflow_name="wf", source_hash="h", input_json={}, idempotency_key=None
+        )
+        (claimed,) = (
+            await instances_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=1, lease_seconds=30)
+        ).instances
+    port = PgInstancePort(
+        database=database, claimed=claimed, writes=GroupCommit(write=apply, retry_alone=may_be_one_callers_fault)
+    )
+    # a record held back, of a shape written on its own (it clears attempts)
+    await port.record_step(RecordStep(StepRecord("a:1", ACTIVITY_COMPLETED, "a", {}, clear_attempts=True), defer=True))
+    sql.execute("UPDATE kenning_instances SET lease_token = gen_random_uuid() WHERE id = 'i'")
+    step = port.open_step()
+    await step.session.execute(text("SELECT 1 FROM kenning_instances WHERE id = 'i' FOR UPDATE"))
+    with pytest.raises(LeaseLostError):
+        await port.record_step(RecordStep(StepRecord("b:1", ACTIVITY_COMPLETED, "b", {})), step)
+    assert not step.in_transaction
+    # the row lock went with it
+    sql.execute("SELECT 1 FROM kenning_instances WHERE id = 'i' FOR UPDATE NOWAIT")

@@ -286,30 +286,34 @@ class PgInstancePort:
 
     async def record_step(self, command: RecordStep, step: StepScope | None = None) -> None:
         record, what = command.record, command.what or f"step {command.record.step_id}"
-        async with self._lock:
-            await self._flush_locked()
-            if isinstance(step, StepTransaction) and step.in_transaction:
-                transaction = step
+        try:
+            async with self._lock:
+                await self._flush_locked()
+                if isinstance(step, StepTransaction) and step.in_transaction:
+                    transaction = step
 
-                async def write_in_step() -> None:
-                    await self._write_record(await transaction.executor(), record)
-                    await transaction.commit()
-                    fault_point("step.after_commit")
+                    async def write_in_step() -> None:
+                        await self._write_record(await transaction.executor(), record)
+                        await transaction.commit()
+                        fault_point("step.after_commit")
 
-                try:
                     # the attempt's own ctx.session writes go in this statement's commit
                     await self._storage(write_in_step(), f"{what} (with its ctx.session writes)")
-                except BaseException:
-                    await transaction.rollback()
-                    raise
-                return
+                    return
+                if step is not None:
+                    await step.close()
+                if command.defer:
+                    self._pending = record
+                else:
+                    await self._autocommit(lambda conn: self._write_record(conn, record), what)
+                    fault_point("step.after_commit")
+        except BaseException:
+            # whatever failed (the deferred record's write, this one, a cancel while
+            # waiting for the lock), the step's transaction ends with it: its ctx.session
+            # writes and row locks must not outlive the step (a no-op once committed)
             if step is not None:
-                await step.close()
-            if command.defer:
-                self._pending = record
-            else:
-                await self._autocommit(lambda conn: self._write_record(conn, record), what)
-                fault_point("step.after_commit")
+                await step.rollback()
+            raise
 
     async def _take_folded(self) -> FoldedWrites:
         """The deferred record and unsaved compensations, for a statement that folds them
