@@ -8,19 +8,22 @@ requests, the outbox's backlog, retries and dead letters.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kenning import Client
+from kenning import App, Client
 from kenning.db import Database
+from kenning_devtools.up import main as up
 from tests.ingress_support import batch, binary, cloud_event, start_ingress
 from tests.logguard import expect_log
 from tests.relayer_support import insert_events, relayer_process
@@ -247,3 +250,18 @@ def test_a_metrics_port_in_use_is_one_line(database_url: str) -> None:
         code, lines = _refused(["scheduler", "--no-migrate", "--metrics-port", str(port)], {}, database_url)
     # logs come first on stderr: the last line is the command's error, and no traceback
     assert code == 1 and lines[-1].startswith("kenning scheduler: ") and "already in use" in lines[-1], lines
+
+
+def test_up_gives_every_process_a_metrics_port_and_prints_where(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    up.add_arguments(parser)
+    args = parser.parse_args(["--workers", "2", "--metrics-port", "9400"])
+    ports = up._metrics_ports(args)
+    assert ports == {"scheduler": 9400, "relayer": 9401, "worker-1": 9402, "worker-2": 9403}
+    for spec in up._children(args, App(), tmp_path, ports):
+        if spec.name in ports:
+            assert spec.args[spec.args.index("--metrics-port") + 1] == str(ports[spec.name]), spec
+    urls = up._metrics_urls("http://127.0.0.1:8000", ports)
+    assert urls[0] == "ingress http://127.0.0.1:8000/metrics" and "worker-2 http://127.0.0.1:9403/metrics" in urls
+    free = up._metrics_ports(parser.parse_args(["--workers", "1"]))  # 0: ports the system has free
+    assert len(set(free.values())) == 3 and all(free.values())

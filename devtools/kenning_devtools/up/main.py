@@ -9,6 +9,7 @@ import contextlib
 import os
 import shlex
 import signal
+import socket
 import sys
 import warnings
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ import psycopg
 
 from kenning.app import App
 from kenning.appload import broker_url, database_url, load_app
-from kenning.config import add_logging_options, add_option, env_name, positive_int
+from kenning.config import add_logging_options, add_option, env_name, port_number, positive_int
 from kenning.embedded import embedded_postgres, with_database
 from kenning.migrate import migrate
 from kenning_devtools.up.hints import hints
@@ -51,6 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_option(parser, "--broker-url", default="", help="where the relayer publishes (default: a local sink)")
     add_option(parser, "--sink-port", default=9000, type=positive_int, help="port of the local sink")
+    add_option(
+        parser,
+        "--metrics-port",
+        default=0,
+        type=port_number,
+        help="first of consecutive ports for the scheduler's, relayer's and workers' GET /metrics; 0: free ports",
+        process="up",
+    )
     add_option(parser, "--data-dir", default=".kenning", help="embedded database, logs and health files live here")
     add_logging_options(parser)
 
@@ -114,7 +123,29 @@ def _public(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
-def _children(args: argparse.Namespace, app: App, data_dir: Path) -> list[ChildSpec]:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _metrics_ports(args: argparse.Namespace) -> dict[str, int]:
+    """The metrics port of each child but the ingress (which serves ``/metrics`` itself):
+    from ``--metrics-port`` on, or free ports."""
+    names = ["scheduler", "relayer", *(f"worker-{n}" for n in range(1, args.workers + 1))]
+    if args.metrics_port:
+        return {name: args.metrics_port + i for i, name in enumerate(names)}
+    return {name: _free_port() for name in names}
+
+
+def _metrics_urls(ingress_url: str, ports: dict[str, int]) -> list[str]:
+    return [
+        f"ingress {ingress_url}/metrics",
+        *(f"{name} http://127.0.0.1:{port}/metrics" for name, port in ports.items()),
+    ]
+
+
+def _children(args: argparse.Namespace, app: App, data_dir: Path, metrics: dict[str, int]) -> list[ChildSpec]:
     ingress_url = f"http://{_public(args.host)}:{args.port}"
     configured_broker = broker_url(args.broker_url, app)
     broker = configured_broker or f"http://127.0.0.1:{args.sink_port}/"
@@ -128,19 +159,43 @@ def _children(args: argparse.Namespace, app: App, data_dir: Path) -> list[ChildS
         *(
             ChildSpec(
                 f"worker-{n}",
-                ["worker", "--app", args.app, "--health-file", str(data_dir / f"worker-{n}.ok")],
+                [
+                    "worker",
+                    "--app",
+                    args.app,
+                    "--health-file",
+                    str(data_dir / f"worker-{n}.ok"),
+                    "--metrics-port",
+                    str(metrics[f"worker-{n}"]),
+                ],
                 health_file=str(data_dir / f"worker-{n}.ok"),
             )
             for n in range(1, args.workers + 1)
         ),
         ChildSpec(
             "scheduler",
-            ["scheduler", "--app", args.app, "--health-file", str(data_dir / "scheduler.ok")],
+            [
+                "scheduler",
+                "--app",
+                args.app,
+                "--health-file",
+                str(data_dir / "scheduler.ok"),
+                "--metrics-port",
+                str(metrics["scheduler"]),
+            ],
             health_file=str(data_dir / "scheduler.ok"),
         ),
         ChildSpec(
             "relayer",
-            ["relayer", "--broker-url", broker, "--health-file", str(data_dir / "relayer.ok")],
+            [
+                "relayer",
+                "--broker-url",
+                broker,
+                "--health-file",
+                str(data_dir / "relayer.ok"),
+                "--metrics-port",
+                str(metrics["relayer"]),
+            ],
             health_file=str(data_dir / "relayer.ok"),
             describe=f"publishing to {broker}",
         ),
@@ -180,7 +235,8 @@ async def _serve(args: argparse.Namespace, app: App, database_url: str, data_dir
     ingress = f"http://{_public(args.host)}:{args.port}"
     env_file = _write_env_file(data_dir, database_url, ingress)
     supervisor = Supervisor(env, logs, say)
-    for spec in _children(args, app, data_dir):
+    metrics = _metrics_ports(args)
+    for spec in _children(args, app, data_dir, metrics):
         supervisor.start(spec)
     watcher = asyncio.create_task(supervisor.watch(stop))
     watcher.add_done_callback(lambda _: stop.set())  # a supervisor that broke stops everything
@@ -188,6 +244,7 @@ async def _serve(args: argparse.Namespace, app: App, database_url: str, data_dir
         if await wait_all_ready(supervisor, timeout=120, stop=stop):
             say(f"all {len(supervisor.children)} processes ready; Ctrl-C stops everything")
             say(f"ingress    {ingress}/   GET /instances/<id>, POST /cancel/<id>")
+            say(f"metrics    {', '.join(_metrics_urls(ingress, metrics))}")
             say(f"operator   source {env_file}   then: kenning instances list   (docs/quickstart.md)")
             for n, command in enumerate(hints(app) or [f"(--app {args.app} defines no workflows)"]):
                 say(f"{'try' if n == 0 else '':<10} {command}")
