@@ -16,6 +16,7 @@ from kenning.db import Database, connect
 from kenning.errors import ConfigurationError, KenningError, WorkflowFailedError, WorkflowNotFoundError
 from kenning.groupcommit import GroupCommit
 from kenning.registry import REGISTRY
+from kenning.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.starting import InvalidInputError as InvalidInputError  # re-exported: kenning.client's API
 from kenning.starting import StartedInstance as StartedInstance  # re-exported
 from kenning.starting import Starter, prepare_start
@@ -30,7 +31,13 @@ class ResultTimeoutError(KenningError, TimeoutError):
 
 
 class Client:
-    def __init__(self, database_url: str | None = None, *, database: Database | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        database: Database | None = None,
+        result_poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> None:
         if database is None:
             url = database_url or os.environ.get("KENNING_DATABASE_URL", "")
             database = connect(url, pool_size=2, max_overflow=8)
@@ -41,6 +48,8 @@ class Client:
         # concurrent start() calls (a web app's requests) share one insert, one commit and
         # one NOTIFY (kenning.starting)
         self.starter = Starter(database)
+        # result() waits on one LISTEN connection of this client, opened by the first wait
+        self.results = ResultWaits(database.listen_url, poll_interval=result_poll_interval)
 
     @property
     def starts(self) -> GroupCommit[NewInstance, StartOutcome]:
@@ -54,6 +63,7 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
+        await self.results.close()
         if self._owns_database:
             await self.database.dispose()
 
@@ -69,8 +79,15 @@ class Client:
         """Start an instance; starting again with the same ``instance_id`` or
         ``idempotency_key`` returns the existing instance (``created=False``)."""
         start = prepare_start(workflow, kwargs, instance_id=instance_id, idempotency_key=idempotency_key)
-        started = await self.starter.start(start)
+        self.results.expect(start.instance.instance_id)  # result() may then wait without reading first
+        try:
+            started = await self.starter.start(start)
+        except BaseException:
+            self.results.forget(start.instance.instance_id)
+            raise
         assert started is not None  # only a start with not_before (a cron tick) can be refused
+        if not started.created:
+            self.results.forget(start.instance.instance_id)
         return started
 
     async def status(self, instance_id: str) -> InstanceRow:
@@ -81,22 +98,18 @@ class Client:
         return row
 
     async def result(self, instance_id: str, timeout: float | None = None) -> Any:
-        """Wait for the instance to finish and return its result.
+        """Wait for the instance to finish and return its result: woken by the NOTIFY of
+        the statement that finished it (``kenning.results``), read again every
+        ``result_poll_interval`` seconds in case a notification was missed.
 
         Raises ``WorkflowFailedError`` if it failed or was cancelled, ``TimeoutError``
         after ``timeout`` seconds.
         """
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        delay = 0.02
-        while True:
+        row = await self.results.until_finished(instance_id, lambda: self.status(instance_id), timeout)
+        if row is None:  # the time ran out before a read: the caller hears how it stands
             row = await self.status(instance_id)
-            if row.status in TERMINAL_STATUSES:
-                break
-            if deadline is not None and loop.time() >= deadline:
-                raise ResultTimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
-            await asyncio.sleep(delay if deadline is None else max(0.0, min(delay, deadline - loop.time())))
-            delay = min(delay * 1.5, 0.5)
+        if row.status not in TERMINAL_STATUSES:
+            raise ResultTimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
         if row.status != "completed":
             raise WorkflowFailedError(instance_id, row.status, row.error)
         value = (row.result or {}).get("result")

@@ -25,6 +25,8 @@ from kenning.storage.names import (
     COMPENSATION_FAILED,
     EVENT_TIMEOUT,
     notify,
+    notify_result,
+    notify_results,
 )
 from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow, ParkedInstance
 
@@ -33,16 +35,18 @@ _INSTANCES_INSERT = statement(
     f"""
     WITH incoming AS (
         SELECT * FROM jsonb_to_recordset(CAST(:starts AS jsonb)) AS s(
-            position integer, id text, name text, hash text, input jsonb, key text, not_before timestamptz)
+            position integer, id text, name text, hash text, input jsonb, key text, not_before timestamptz,
+            trace jsonb)
     ), admitted AS (
         -- a start with not_before (a cron tick) only if its workflow was first seen by then
-        SELECT s.position, s.id, s.name, s.hash, s.input, s.key FROM incoming AS s
+        SELECT s.position, s.id, s.name, s.hash, s.input, s.key, s.trace FROM incoming AS s
         WHERE s.not_before IS NULL
            OR (SELECT min(d.created_at) FROM kenning_workflow_definitions AS d WHERE d.workflow_name = s.name)
               <= s.not_before
     ), inserted AS (
-        INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at)
-        SELECT id, name, hash, input, key, now() FROM admitted ORDER BY position
+        INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at,
+                                       trace_context)
+        SELECT id, name, hash, input, key, now(), trace FROM admitted ORDER BY position
         ON CONFLICT DO NOTHING
         RETURNING id
     ), first_inserted AS (
@@ -70,6 +74,7 @@ class NewInstance:
     idempotency_key: str | None = None
     # only if the workflow's first definition row is not younger (a cron tick: schedules.py)
     not_before: datetime | None = None
+    trace_context: dict[str, str] | None = None  # the starter's (kenning.tracing)
 
 
 class StartOutcome(enum.Enum):
@@ -92,6 +97,7 @@ async def instances_start(conn: Executor, starts: Sequence[NewInstance]) -> list
             "input": start.input_json,
             "key": start.idempotency_key,
             "not_before": None if start.not_before is None else start.not_before.isoformat(),
+            "trace": start.trace_context,
         }
         for position, start in enumerate(starts)
     ]
@@ -257,11 +263,13 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
         FROM chosen AS c
         WHERE i.id = c.id
         RETURNING i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
-                  CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts,
-                  c.suspect, {park} AS park, i.runs_without_progress
+                  CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts, i.trace_context,
+                  c.suspect, i.runs_without_progress,
+                  -- a parked instance has finished: its awaiting clients are told
+                  CASE WHEN {park} THEN {notify_result("i.id")} ELSE false END AS park
     )
     SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
-           suspect, park, runs_without_progress, CAST(NULL AS float8) AS seconds_until_next
+           suspect, park, runs_without_progress, trace_context, CAST(NULL AS float8) AS seconds_until_next
     FROM claimed
     UNION ALL
     -- nothing claimed: one row saying when the next instance becomes claimable, so an
@@ -270,7 +278,7 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
     -- leaves to others counts too (the worker does not spin on it, see Worker._claim_loop).
     SELECT NULL AS id, NULL AS workflow_name, NULL AS status, NULL AS input, NULL AS cancel_requested,
            NULL AS lease_token, NULL AS run_count, NULL AS attempts, NULL AS suspect, NULL AS park,
-           NULL AS runs_without_progress,
+           NULL AS runs_without_progress, NULL AS trace_context,
            (SELECT CAST(extract(epoch FROM min(available_at) - {NOW}) AS float8)
             FROM kenning_instances
             WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names))
@@ -339,6 +347,7 @@ async def instance_claim(
                 workflow_name=row.workflow_name,
                 status=row.status,
                 input=row.input,
+                trace_context=row.trace_context,
                 cancel_requested=row.cancel_requested,
                 lease_token=row.lease_token,
                 run_count=row.run_count,
@@ -390,13 +399,15 @@ async def instance_heartbeat(conn: Executor, tokens: Sequence[str], lease_second
 _INSTANCE_COMPLETE = statement(
     f"""
     -- the workflow's last step is folded into its completion: one statement, one commit
-    WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}
-    UPDATE kenning_instances AS i
-    SET status = 'completed', result = CAST(:result AS jsonb), lease_token = NULL, lease_owner = NULL,
-        available_at = NULL, attempts = '{{}}', finished_at = now(), updated_at = now()
-    FROM fence
-    WHERE i.id = fence.id
-    RETURNING i.id
+    WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}, completed AS (
+        UPDATE kenning_instances AS i
+        SET status = 'completed', result = CAST(:result AS jsonb), lease_token = NULL, lease_owner = NULL,
+            available_at = NULL, attempts = '{{}}', finished_at = now(), updated_at = now()
+        FROM fence
+        WHERE i.id = fence.id
+        RETURNING i.id
+    )
+    SELECT id, {notify_results("completed")} AS results_notified FROM completed
     """
 )
 
@@ -413,12 +424,15 @@ async def instance_complete(
 
 
 _INSTANCE_FINISH = statement(
-    """
-    UPDATE kenning_instances
-    SET status = :status, error = coalesce(CAST(:error AS jsonb), error), lease_token = NULL, lease_owner = NULL,
-        available_at = NULL, finished_at = now(), updated_at = now()
-    WHERE id = :id AND lease_token = CAST(:token AS uuid)
-    RETURNING id
+    f"""
+    WITH finished AS (
+        UPDATE kenning_instances
+        SET status = :status, error = coalesce(CAST(:error AS jsonb), error), lease_token = NULL, lease_owner = NULL,
+            available_at = NULL, finished_at = now(), updated_at = now()
+        WHERE id = :id AND lease_token = CAST(:token AS uuid)
+        RETURNING id
+    )
+    SELECT id, {notify_results("finished")} AS results_notified FROM finished
     """
 )
 

@@ -1,5 +1,5 @@
 """Group-committed worker writes: the fenced step records and completions of many
-instances in one statement, one commit.
+instances in one statement, one commit, and one NOTIFY of the completed ones' ids.
 
 Each item is what one instance would otherwise write alone (``history_record_step`` or
 ``instance_complete``): its lease is checked by token and its row locked (locks taken in
@@ -17,6 +17,7 @@ from typing import Any
 
 from kenning.db import Executor, statement
 from kenning.storage.fencing import insert_steps
+from kenning.storage.names import notify_results
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,10 @@ _WRITES_APPLY = statement(
             available_at = NULL, attempts = '{{}}', finished_at = now(), updated_at = now()
         FROM incoming AS w JOIN fence ON fence.position = w.position
         WHERE i.id = w.instance_id AND w.complete
-        RETURNING 1
+        RETURNING i.id
     )
-    SELECT w.position, fence.cancel_requested
+    -- the batch's completions wake the clients awaiting them: one NOTIFY per batch
+    SELECT w.position, fence.cancel_requested, {notify_results("completed")} AS results_notified
     FROM incoming AS w JOIN fence ON fence.position = w.position
     """
 )
