@@ -9,10 +9,14 @@ from typing import Any
 
 import pytest
 
-from kenning import App, WorkflowContext, activity, workflow
-from kenning.engine.memory import MemoryInstance, run_once
+from kenning import App, WorkflowContext, activity, wait_timer, workflow
+from kenning.engine.commands import Suspend
+from kenning.engine.memory import MemoryInstance, MemoryPort, run_once
 from kenning.engine.outcomes import RunOutcome
+from kenning.engine.run import WorkflowRun
+from kenning.errors import LeaseLostError
 from kenning.storage.names import ACTIVITY_COMPLETED
+from kenning.storage.records import SuspendOutcome
 from tests.logguard import expect_log
 
 CALLS: Counter[str] = Counter()
@@ -94,3 +98,40 @@ async def test_a_divergence_is_still_decided_when_the_outside_wait_ends() -> Non
     assert instance.error is not None and instance.error["type"] == "kenning.errors.NonDeterminismError"
     assert "c1" in instance.error["message"]
     assert CALLS == {}
+
+
+class LeaseLostOnFlush(MemoryPort):
+    """A port whose lease is found lost by the write after a suspend."""
+
+    suspended = False
+
+    async def suspend(self, command: Suspend) -> SuspendOutcome:
+        self.suspended = True
+        return await super().suspend(command)
+
+    async def flush(self) -> None:
+        if self.suspended:
+            raise LeaseLostError("lease lost before the deferred record")
+        await super().flush()
+
+
+@workflow(name="review_suspends")
+async def suspends(ctx: WorkflowContext) -> None:
+    await review_step(ctx, "s1")
+    await wait_timer(ctx, 60.0)
+
+
+async def test_a_lease_lost_on_the_flush_after_a_suspend_ends_the_run_as_lease_lost() -> None:
+    """No control signal escapes ``run()`` (the worker's task would die with it)."""
+    instance = MemoryInstance(id="review-2", workflow_name="review_suspends", input={})
+    claimed = instance.claim()
+    run = WorkflowRun(
+        app=app,
+        workflow=app.registry.workflow("review_suspends"),
+        claimed=claimed,
+        history=[],
+        compensations=[],
+        port=LeaseLostOnFlush(instance, claimed.lease_token),
+        inline_retry_seconds=5.0,
+    )
+    assert await run.run() is RunOutcome.LEASE_LOST

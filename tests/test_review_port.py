@@ -19,7 +19,9 @@ from kenning.db import Database
 from kenning.dberrors import may_be_one_callers_fault
 from kenning.engine.commands import RecordStep
 from kenning.engine.history import StepRecord
-from kenning.errors import LeaseLostError
+from kenning.engine.outcomes import RunOutcome
+from kenning.engine.run import WorkflowRun
+from kenning.errors import LeaseLostError, NonDeterminismError
 from kenning.groupcommit import GroupCommit
 from kenning.outbox import send_event_transactional
 from kenning.storage import instances as instances_sql
@@ -27,6 +29,7 @@ from kenning.storage import writes as writes_sql
 from kenning.storage.names import ACTIVITY_COMPLETED
 from kenning.storage.writes import InstanceWrite
 from kenning_worker.port import PgInstancePort, StepTransaction
+from tests.logguard import expect_log
 from tests.support import running_worker
 
 app = App("kenning-review-port-tests")
@@ -119,3 +122,32 @@ async def test_a_step_transaction_is_rolled_back_when_the_write_before_its_recor
     assert not step.in_transaction
     # the row lock went with it
     sql.execute("SELECT 1 FROM kenning_instances WHERE id = 'i' FOR UPDATE NOWAIT")
+
+
+@workflow
+async def review_plain(ctx: WorkflowContext) -> str:
+    return "done"
+
+
+async def test_a_control_signal_escaping_a_run_is_logged_and_the_instance_handed_back(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine bug that lets a control signal out of ``WorkflowRun.run`` must not end the
+    run's task unseen (asyncio's 'exception was never retrieved'): it is a crashed run,
+    logged, and the instance is handed back at once (with a 60 s lease, only that release
+    lets the instance complete within the test)."""
+    expect_log("instance.run_crashed")
+    original = WorkflowRun.run
+    escaped: list[str] = []
+
+    async def escapes_once(self: WorkflowRun) -> RunOutcome:
+        if not escaped:
+            escaped.append(self.instance_id)
+            raise NonDeterminismError("escaped run()")
+        return await original(self)
+
+    monkeypatch.setattr(WorkflowRun, "run", escapes_once)
+    async with Client(database=database) as client, running_worker(database, app, lease_seconds=60.0):
+        started = await client.start(review_plain)
+        assert await client.result(started.instance_id, timeout=15) == "done"
+    assert escaped == [started.instance_id]

@@ -31,7 +31,7 @@ from kenning.config import ServiceSettings, positive_float, positive_int, proces
 from kenning.db import Database
 from kenning.dberrors import may_be_one_callers_fault
 from kenning.engine.run import WorkflowRun
-from kenning.errors import StorageUnavailable
+from kenning.errors import ControlSignal, LeaseLostError, StorageUnavailable
 from kenning.faults import fault_point
 from kenning.groupcommit import GroupCommit
 from kenning.passloop import PassLoop, listening
@@ -337,7 +337,10 @@ class Worker:
             ended = "storage_unavailable"
             log.warning("instance.storage_unavailable", error=repr(error.__cause__))
             await self._release(claimed, log, delay=1.0)  # may fail too: then the lease expires
-        except Exception as error:
+        except LeaseLostError:  # run() answers LEASE_LOST itself; never let one end the task unseen
+            ended = "lease_lost"
+            log.warning("instance.lease_lost")
+        except (Exception, ControlSignal) as error:  # a signal no handler took is an engine bug
             ended = "crashed"
             log.exception("instance.run_crashed", error=repr(error))
             # counted as a run without progress, as if its lease had expired: one that

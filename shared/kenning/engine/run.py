@@ -361,7 +361,11 @@ class WorkflowRun:
             if self.cursor.unconsumed:
                 raise self.cursor.returned_error()
         except Suspended:
-            await self.port.flush()
+            try:
+                await self.port.flush()
+            except LeaseLostError:  # a control signal escaping run() would end its task unseen
+                self.log.warning("instance.lease_lost")
+                return RunOutcome.LEASE_LOST
             return RunOutcome.SUSPENDED
         except LeaseLostError:
             self.port.discard()
