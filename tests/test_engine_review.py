@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kenning import App, WorkflowContext, activity, wait_timer, workflow
+from kenning import App, WorkflowContext, activity, wait_event, wait_timer, workflow
 from kenning.engine.commands import Suspend
 from kenning.engine.memory import MemoryInstance, MemoryPort, run_once
 from kenning.engine.outcomes import RunOutcome
@@ -20,7 +20,7 @@ from kenning.storage.records import SuspendOutcome
 from tests.logguard import expect_log
 
 CALLS: Counter[str] = Counter()
-OPTIONS: dict[str, Any] = {"sleep_on": None, "wrap": False}
+OPTIONS: dict[str, Any] = {"sleep_on": None, "wrap": False, "match": None}
 
 
 class SleepyHooks:
@@ -63,9 +63,9 @@ async def two_branches(ctx: WorkflowContext, right: str) -> list[str]:
 @pytest.fixture(autouse=True)
 def fresh() -> Iterator[None]:
     CALLS.clear()
-    OPTIONS.update(sleep_on=None, wrap=False)
+    OPTIONS.update(sleep_on=None, wrap=False, match=None)
     yield
-    OPTIONS.update(sleep_on=None, wrap=False)
+    OPTIONS.update(sleep_on=None, wrap=False, match=None)
 
 
 def _replaying(*recorded: str) -> MemoryInstance:
@@ -135,3 +135,21 @@ async def test_a_lease_lost_on_the_flush_after_a_suspend_ends_the_run_as_lease_l
         inline_retry_seconds=5.0,
     )
     assert await run.run() is RunOutcome.LEASE_LOST
+
+
+@workflow(name="review_waits_with_match")
+async def waits_with_match(ctx: WorkflowContext) -> Any:
+    event = await wait_event(ctx, "paid", match=OPTIONS["match"])
+    return event.data
+
+
+async def test_a_recorded_event_replays_whatever_the_match_holds_now() -> None:
+    """``match`` is read only when the wait is new: on replay the recorded event is
+    returned even if the match could not be turned into JSON any more."""
+    instance = MemoryInstance(id="review-3", workflow_name="review_waits_with_match", input={})
+    OPTIONS["match"] = {"order": "o-1"}
+    assert await run_once(app, instance) is RunOutcome.SUSPENDED
+    instance.deliver_event({"type": "paid", "source": "t", "id": "e1", "data": {"order": "o-1"}})
+    OPTIONS["match"] = {"order": object()}  # not JSON
+    assert await run_once(app, instance) is RunOutcome.COMPLETED
+    assert instance.result == {"result": {"order": "o-1"}}

@@ -139,7 +139,7 @@ async def wait_event(
     record = await ctx.runtime.wait_event(
         event_type,
         event_id=event_id,
-        match=serialization.to_json(match) if match is not None else None,
+        match=match,  # turned into JSON once the step is known to be new (replay never does)
         since_at=since_at,
         since_seconds=since_seconds,
         timeout_seconds=timeout_seconds,

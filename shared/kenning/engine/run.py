@@ -203,15 +203,17 @@ class WorkflowRun:
         since_seconds: float | None,
         timeout_seconds: float | None,
     ) -> HistoryRecord:
-        """The recorded ``EventReceived`` or ``EventTimeout``; suspends until there is one."""
+        """The recorded ``EventReceived`` or ``EventTimeout``; suspends until there is one.
+        ``match`` is turned into JSON only for a new wait: a replay never reads it."""
         step_name = f"wait_event:{event_type}"
         step_id = event_id or self.cursor.next_step_id(f"wait_event_{event_type}")
         record = self.cursor.take(step_id, step_name)
         if record is not None:
             return record
         await self.before_new_step(step_id, step_name, flush=False)
+        stored = serialization.to_json(match) if match is not None else None
         await self._suspend(
-            SuspendOnEvent(step_id, step_name, event_type, match, since_at, since_seconds, timeout_seconds)
+            SuspendOnEvent(step_id, step_name, event_type, stored, since_at, since_seconds, timeout_seconds)
         )
 
     async def send_event(self, step: StepScope, event: OutboxEvent, data: Any) -> None:
