@@ -18,11 +18,13 @@ from pathlib import Path
 
 import httpx
 import psutil
+import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kenning import App, Client
 from kenning.db import Database
+from kenning.scrape import scrape as scrape_text
 from kenning_devtools.up import main as up
 from tests.ingress_support import batch, binary, cloud_event, start_ingress
 from tests.logguard import expect_log
@@ -265,3 +267,34 @@ def test_up_gives_every_process_a_metrics_port_and_prints_where(tmp_path: Path) 
     assert urls[0] == "ingress http://127.0.0.1:8000/metrics" and "worker-2 http://127.0.0.1:9403/metrics" in urls
     free = up._metrics_ports(parser.parse_args(["--workers", "1"]))  # 0: ports the system has free
     assert len(set(free.values())) == 3 and all(free.values())
+
+
+async def test_the_database_gauges_count_every_unfinished_status_and_the_stuck(
+    database: Database, sql: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    rows = [
+        ("p-1", "pending", "now() - interval '2 seconds'", None),
+        ("p-2", "pending", "now() + interval '1 hour'", None),  # backing off: not runnable yet
+        ("w-1", "waiting_for_timer", "NULL", None),  # no timer row: the stuck check's business
+        ("w-2", "waiting_for_event", "NULL", "unknown_workflow"),
+        ("c-1", "completed", "NULL", None),
+    ]
+    for instance_id, status, available_at, reason in rows:
+        sql.execute(
+            "INSERT INTO kenning_instances (id, workflow_name, status, available_at, stuck_reason) "
+            f"VALUES (%s, 'gauged', %s, {available_at}, %s)",
+            (instance_id, status, reason),
+        )
+    found = figures((await scrape_text(database)).decode())
+    assert value(found, "kenning_database_metrics_up") == 1
+    assert value(found, "kenning_instances", workflow="gauged", status="pending") == 2
+    assert value(found, "kenning_instances", workflow="gauged", status="waiting_for_timer") == 1
+    assert value(found, "kenning_instances", workflow="gauged", status="waiting_for_event") == 1
+    assert value(found, "kenning_instances", workflow="gauged") == 4  # finished ones are not
+    assert value(found, "kenning_runnable_instances", workflow="gauged") == 1
+    assert 2 <= value(found, "kenning_oldest_runnable_age_seconds", workflow="gauged") < 60
+    assert value(found, "kenning_stuck_instances", workflow="gauged", reason="unknown_workflow") == 1
+    await database.dispose()
+    gone = figures((await scrape_text(database)).decode())  # no database: said, not raised
+    assert value(gone, "kenning_database_metrics_up") == 0
+    assert value(gone, "kenning_instances") == 0

@@ -131,6 +131,15 @@ class DatabaseGauges(Collector):
         if self.rows is None:
             return
         yield from self._instances([r for r in self.rows if r.area == "instances"])
+        stuck = GaugeMetricFamily(
+            "kenning_stuck_instances",
+            "Instances the scheduler's stuck check marked because a repair cannot help, by reason",
+            labels=["workflow", "reason"],
+        )
+        for row in self.rows:
+            if row.area == "stuck":
+                stuck.add_metric([row.workflow, row.status], row.total)
+        yield stuck
         for row in self.rows:
             if row.area == "timers":
                 yield from self._timers(row)
@@ -141,7 +150,7 @@ class DatabaseGauges(Collector):
     def _instances(self, rows: Sequence[MetricsRow]) -> Iterable[Metric]:
         by_status = GaugeMetricFamily(
             "kenning_instances",
-            "Unfinished workflow instances by status (waiting ones as found through their timer or subscription)",
+            "Unfinished workflow instances by status",
             labels=["workflow", "status"],
         )
         runnable = GaugeMetricFamily(

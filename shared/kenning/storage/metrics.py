@@ -6,8 +6,8 @@ singles out, so its cost follows the work in flight, not the tables' history:
 - claimable instances (pending, running, compensating): the claim's partial index
   ``kenning_instances_claimable``; "runnable" is what the claim would take now
   (``available_at`` due: new, woken, backed off, or a lease that expired);
-- waiting instances: found through their timers and subscriptions (small tables of
-  live waits), then by primary key;
+- waiting instances: ``kenning_instances_waiting``; instances the scheduler's stuck
+  check marked (``stuck_reason``): ``kenning_instances_stuck``;
 - timers due: ``kenning_timers_due``; the inbox backlog: ``kenning_inbox_pending``;
   the outbox backlog: ``kenning_outbox_due``, its dead letters ``kenning_outbox_failed``.
 
@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 from kenning.db import Executor, statement
 
-# One row per figure group: ``area`` says which (instances, timers, inbox, outbox),
+# One row per figure group: ``area`` says which (instances, stuck, timers, inbox, outbox),
 # ``workflow`` and ``status`` label it; the timers, inbox and outbox rows are always there
-# (aggregates without GROUP BY), instances only for the groups that have some.
+# (aggregates without GROUP BY), instances and stuck ones only for the groups that have
+# some (a stuck row's ``status`` is its reason).
 # ``total``: rows; ``due``: rows whose time has come (runnable, due, claimable);
 # ``oldest_seconds``: age of the oldest of those (instances: since it became runnable;
 # inbox: since received; outbox: since created); ``retrying``: rows with a failed
@@ -42,9 +43,13 @@ _METRICS_SNAPSHOT = statement(
     UNION ALL
     SELECT 'instances', workflow_name, status, count(*), 0, NULL, 0
     FROM kenning_instances
-    WHERE id IN (SELECT instance_id FROM kenning_timers UNION SELECT instance_id FROM kenning_event_subscriptions)
-      AND status IN ('waiting_for_event', 'waiting_for_timer')
+    WHERE status IN ('waiting_for_timer', 'waiting_for_event')
     GROUP BY workflow_name, status
+    UNION ALL
+    SELECT 'stuck', workflow_name, stuck_reason, count(*), 0, NULL, 0
+    FROM kenning_instances
+    WHERE stuck_reason IS NOT NULL
+    GROUP BY workflow_name, stuck_reason
     UNION ALL
     SELECT 'timers', '', 'waiting', count(*), count(*) FILTER (WHERE due_at <= now()),
            CAST(extract(epoch FROM now() - min(due_at) FILTER (WHERE due_at <= now())) AS float8), 0
