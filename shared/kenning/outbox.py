@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from kenning import serialization
+from kenning import serialization, tracing
 from kenning.context import WorkflowContext, current_step
 from kenning.engine.port import OutboxEvent
 
@@ -148,7 +148,7 @@ async def send_event_transactional(
         content_type=resolved_content_type,
         data_json=data_json,
         data_bytes=data_bytes,
-        extensions=dict(checked_extensions),
+        extensions=tracing.with_trace(dict(checked_extensions)),
     )
     # on_event_sent is reported once the activity's transaction has committed, never for
     # a rolled-back one

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kenning import serialization
+from kenning import serialization, tracing
 from kenning.db import Database, Executor
 from kenning.dberrors import may_be_one_callers_fault
 from kenning.errors import KenningError
@@ -119,6 +119,7 @@ def prepare_start(
         input_json=input_json,
         idempotency_key=idempotency_key,
         not_before=not_before,
+        trace_context=tracing.current_carrier(),
     )
     return Start(instance, None if wf is None else Definition(name, wf.source_hash, wf.source, wf.retention_seconds))
 

@@ -22,6 +22,8 @@ class ClaimedInstance:
     # its previous run did not end cleanly (the lease expired): the worker runs it apart
     # from other such instances, so one that kills its process takes no other down with it
     suspect: bool = False
+    # the trace it continues (kenning.tracing): its start's, or the delivery's that woke it
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,11 @@ _DELIVER_TAIL = f"""
         FOR UPDATE OF i NOWAIT
     ), woken AS (
         UPDATE kenning_instances AS i
-        SET status = 'pending', available_at = now(), updated_at = now()
+        SET status = 'pending', available_at = now(), updated_at = now(),
+            -- the event's trace goes on from here; origin: the trace the instance started in
+            trace_context = CASE WHEN CAST(:trace AS jsonb) IS NULL THEN i.trace_context
+                                 ELSE CAST(:trace AS jsonb) || jsonb_strip_nulls(jsonb_build_object('origin',
+                                      coalesce(i.trace_context -> 'origin', i.trace_context -> 'traceparent'))) END
         FROM locked
         WHERE i.id = locked.id
         RETURNING i.id, i.workflow_name
@@ -163,12 +167,14 @@ async def subscription_deliver_event(
     target_instance_id: str | None,
     payload: dict[str, Any],
     payload_bytes: bytes | None,
+    trace: dict[str, str] | None = None,
 ) -> list[Delivery]:
     """Deliver one event to every subscription that takes it, in the caller's transaction:
     record ``EventReceived`` (``payload``) at the subscription's step, delete the
     instance's subscriptions and make it runnable, waking workers (docs/architecture.md invariant 3).
 
-    ``data`` is the event's JSON data for ``match`` (None for binary data).
+    ``data`` is the event's JSON data for ``match`` (None for binary data); ``trace``: the
+    delivery's trace context (kenning.tracing), which the woken instance continues.
     Raises ``LockNotAvailable`` (wrapped by SQLAlchemy) if a subscription or instance it
     needs is locked by another transaction."""
     result = await conn.execute(
@@ -182,6 +188,7 @@ async def subscription_deliver_event(
             "event_id": event_id,
             "payload": json.dumps(payload),
             "payload_bytes": payload_bytes,
+            "trace": None if trace is None else json.dumps(trace),
         },
     )
     return [_delivery(row) for row in result]
@@ -257,7 +264,13 @@ _SUBSCRIPTION_DELIVER_TO = statement(
 
 
 async def subscription_deliver_to(
-    conn: Executor, *, instance_id: str, step_id: str, payload: dict[str, Any], payload_bytes: bytes | None
+    conn: Executor,
+    *,
+    instance_id: str,
+    step_id: str,
+    payload: dict[str, Any],
+    payload_bytes: bytes | None,
+    trace: dict[str, str] | None = None,
 ) -> Delivery | None:
     """Deliver an event (``payload``) to one subscription, as ``subscription_deliver_event``
     does; None if the subscription or its waiting instance is gone."""
@@ -269,6 +282,7 @@ async def subscription_deliver_to(
                 "step_id": step_id,
                 "payload": json.dumps(payload),
                 "payload_bytes": payload_bytes,
+                "trace": None if trace is None else json.dumps(trace),
             },
         )
     ).first()

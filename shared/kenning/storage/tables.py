@@ -63,6 +63,7 @@ instances = Table(
     Column("stuck_reason", Text),
     _ts("stuck_at"),
     Column("stuck_repairs", Integer, nullable=False),
+    Column("trace_context", JSONB),  # migration 0004: kenning/tracing.py's carrier
 )
 
 history = Table(

@@ -54,12 +54,26 @@ DROP INDEX IF EXISTS kenning_instances_finished;
 ALTER TABLE kenning_workflow_definitions DROP COLUMN IF EXISTS retention_seconds;
 """
 
+# ------------------------------------------------------------------ trace context
+# The W3C trace context (kenning/tracing.py's carrier: traceparent, tracestate, and origin,
+# the trace the instance started in) of the start or of the delivery that last woke the
+# instance: each claim reads it back, so a run after a worker crash continues the trace.
+TRACE_UPGRADE = """
+ALTER TABLE kenning_instances ADD COLUMN IF NOT EXISTS trace_context jsonb;
+"""
+
+TRACE_DOWNGRADE = """
+ALTER TABLE kenning_instances DROP COLUMN IF EXISTS trace_context;
+"""
+
 
 def upgrade() -> None:
     op.execute(STUCK_UPGRADE)
     op.execute(RETENTION_UPGRADE)
+    op.execute(TRACE_UPGRADE)
 
 
 def downgrade() -> None:
+    op.execute(TRACE_DOWNGRADE)
     op.execute(RETENTION_DOWNGRADE)
     op.execute(STUCK_DOWNGRADE)
