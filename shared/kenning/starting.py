@@ -19,7 +19,8 @@ returns the existing instance (``created=False``).
 
 from __future__ import annotations
 
-import uuid
+import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -68,6 +69,19 @@ class Start:
         return None if self.definition is None else (self.definition.workflow_name, self.definition.source_hash)
 
 
+def time_ordered_hex() -> str:
+    """A new instance id's 32 hex digits, laid out as a UUIDv7 (RFC 9562): 48 bits of Unix
+    milliseconds first, then version, variant and 74 random bits. Ids that sort by creation
+    time put new rows at the right edge of every index led by the instance id (instances,
+    history, timers, subscriptions), so a worker's writes touch the same few recent index
+    pages however many finished instances the tables hold; random ids spread them over the
+    whole index: with 1M finished instances, up to two page reads and two full-page WAL
+    images per workflow after each checkpoint (docs/performance.md, "Scale")."""
+    value = (time.time_ns() // 1_000_000) << 80 | 0x7 << 76 | secrets.randbits(12) << 64
+    value |= 0b10 << 62 | secrets.randbits(62)
+    return f"{value:032x}"
+
+
 def _invalid(workflow_name: str, detail: str) -> InvalidInputError:
     return InvalidInputError(f"invalid input for workflow {workflow_name!r}: {detail}", detail)
 
@@ -113,7 +127,7 @@ def prepare_start(
         except (TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
             raise _invalid(name, str(error)) from None
     instance = NewInstance(
-        instance_id=instance_id or f"{name}-{uuid.uuid4().hex}",
+        instance_id=instance_id or f"{name}-{time_ordered_hex()}",
         workflow_name=name,
         source_hash=wf.source_hash if wf is not None else "",
         input_json=input_json,
