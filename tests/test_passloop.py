@@ -16,6 +16,9 @@ class Log:
     def warning(self, event: str, **fields: Any) -> None:
         self.lines.append((event, fields))
 
+    def error(self, event: str, **fields: Any) -> None:
+        self.lines.append((event, {"level": "error", **fields}))
+
 
 async def test_a_pass_runs_again_at_once_after_its_delay_or_on_a_wake_up() -> None:
     delays = [0.0, 0.0, 30.0, 0.02]  # twice at once, then a long sleep a wake-up cuts short, then a poll
@@ -58,6 +61,30 @@ async def test_a_failing_pass_is_logged_and_retried_after_the_retry_delay() -> N
     await asyncio.wait_for(loop.run(), timeout=5)
     assert calls == 2
     assert log.lines == [("x.pass_failed", {"error": "OSError('connection refused')", "unavailable": True})]
+
+
+async def test_a_pass_failing_for_another_reason_than_the_database_is_an_error() -> None:
+    """A bug fails every pass the same way: the service is stopped until a person fixes it
+    (invariant 9: an error line), with the traceback once per streak, not per pass."""
+    log = Log()
+    calls = 0
+
+    async def one_pass() -> float:
+        nonlocal calls
+        calls += 1
+        if calls < 4:
+            raise KeyError("missing" if calls < 3 else "other")
+        loop.stop()
+        return 1.0
+
+    loop = PassLoop(one_pass, log=log, failed_event="x.pass_failed", retry_seconds=0.01)
+    await asyncio.wait_for(loop.run(), timeout=5)
+    failed = {"level": "error", "unavailable": False}
+    assert log.lines == [
+        ("x.pass_failed", {**failed, "error": "KeyError('missing')", "exc_info": True}),
+        ("x.pass_failed", {**failed, "error": "KeyError('missing')", "exc_info": False}),
+        ("x.pass_failed", {**failed, "error": "KeyError('other')", "exc_info": True}),
+    ]
 
 
 async def test_a_settle_delay_follows_a_wake_up_and_stop_skips_it() -> None:

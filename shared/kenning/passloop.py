@@ -9,7 +9,10 @@ for, see :func:`listening`, or the service's own ``wake()``), until ``stop()``.
 
 A pass that raises (the database is away, mostly) never ends the loop: it logs the
 service's event (``scheduler.pass_failed``...) and the pass is retried after
-``retry_seconds``, earlier on a wake-up, until the database answers again.
+``retry_seconds``, earlier on a wake-up, until the database answers again. The database
+being away is a warning (it resolves itself); any other error is a bug every pass will
+hit again, so the service does nothing until a person fixes it: an error line
+(invariant 9), with its traceback the first time it occurs in a row.
 
 Two hooks serve the worker's claim pacing: ``settle`` is a delay after a wake-up before
 the next pass, so that wake-ups arriving meanwhile share one pass; ``on_poll`` is called
@@ -71,12 +74,18 @@ class PassLoop:
         self._wake.set()
 
     async def run(self) -> None:
+        failing = ""  # the error of the passes failing in a row, if any
         while not self._stopping.is_set():
             self._wake.clear()  # a wake-up from now on calls for another pass
             try:
                 delay = await self._run_pass()
-            except Exception as error:  # database down: keep trying, never crash the loop
-                self._log.warning(self._failed_event, error=repr(error), unavailable=is_unavailable(error))
+                failing = ""
+            except Exception as error:  # keep trying, never crash the loop
+                if is_unavailable(error):
+                    self._log.warning(self._failed_event, error=repr(error), unavailable=True)
+                else:
+                    again, failing = repr(error) == failing, repr(error)
+                    self._log.error(self._failed_event, error=failing, unavailable=False, exc_info=not again)
                 delay = self._retry_seconds
             if delay <= 0:
                 continue
