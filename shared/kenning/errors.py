@@ -4,7 +4,15 @@ from __future__ import annotations
 
 
 class KenningError(Exception):
-    """Base class of every error Kenning raises on its own account."""
+    """Base class of the errors Kenning raises on its own account for callers to catch.
+
+    Not of the engine's control signals (``ControlSignal``: ``NonDeterminismError``,
+    ``LeaseLostError``, ``Suspended``, ``StorageUnavailable``), which are
+    ``BaseException``s so that no ``except Exception`` in user code can swallow them,
+    nor of those kept as plain ``Exception``s with Edda's names and meanings
+    (``TerminalError`` and its ``UnstorableValueError``, ``RetryExhaustedError``,
+    ``WorkflowCancelledException``, ``EventTimeoutError``, ``ReplayedActivityError``).
+    """
 
 
 class TerminalError(Exception):
