@@ -21,7 +21,7 @@ from kenning.engine.commands import RecordStep
 from kenning.engine.history import StepRecord
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
-from kenning.errors import LeaseLostError, NonDeterminismError
+from kenning.errors import LeaseLostError, NonDeterminismError, UnstorableValueError
 from kenning.groupcommit import GroupCommit
 from kenning.outbox import send_event_transactional
 from kenning.storage import instances as instances_sql
@@ -151,3 +151,27 @@ async def test_a_control_signal_escaping_a_run_is_logged_and_the_instance_handed
         started = await client.start(review_plain)
         assert await client.result(started.instance_id, timeout=15) == "done"
     assert escaped == [started.instance_id]
+
+
+async def test_a_value_over_a_program_limit_is_the_steps_unstorable_value(database: Database) -> None:
+    """A payload too large for jsonb (SQLSTATE 54000, program limit exceeded) is refused on
+    every try, as a data exception is: the step's ``UnstorableValueError``, not a crash."""
+    async with database.transaction() as conn:
+        await instances_sql.instance_insert(
+            conn, instance_id="big", workflow_name="wf", source_hash="h", input_json={}, idempotency_key=None
+        )
+        (claimed,) = (
+            await instances_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=1, lease_seconds=30)
+        ).instances
+
+    async def apply(writes: Sequence[InstanceWrite]) -> list[bool | None]:
+        raise psycopg.errors.ProgramLimitExceeded(
+            "total size of jsonb array elements exceeds the maximum of 268435455 bytes"
+        )
+
+    port = PgInstancePort(
+        database=database, claimed=claimed, writes=GroupCommit(write=apply, retry_alone=may_be_one_callers_fault)
+    )
+    await port.record_step(RecordStep(StepRecord("big:1", ACTIVITY_COMPLETED, "big", {"result": "..."}), defer=True))
+    with pytest.raises(UnstorableValueError, match="jsonb"):
+        await port.flush()

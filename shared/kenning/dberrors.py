@@ -17,6 +17,9 @@ from sqlalchemy.exc import TimeoutError as SqlAlchemyPoolTimeout
 # connection exception, insufficient resources, operator intervention, rollback
 # (serialization failure, deadlock): none says anything about the data written
 _UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57", "40")
+# data exception, program limit exceeded (a value too large for jsonb, an index row too
+# large): the value written is refused, now and on every try
+_DATA_SQLSTATE_CLASSES = ("22", "54")
 
 
 def driver_error(error: BaseException) -> BaseException:
@@ -52,13 +55,15 @@ def is_unavailable(error: BaseException) -> bool:
 def is_data_error(error: BaseException) -> bool:
     """The value written is one PostgreSQL refuses, so writing it again can never succeed:
     SQLSTATE class 22, data exception (22P05 and 22021: a NUL or a character the encoding
-    lacks, 22001: too long, 22P02: invalid JSON such as NaN), psycopg's own refusal of a
-    NUL in a text parameter (a ``DataError`` without SQLSTATE), or text the driver cannot
-    encode (a lone surrogate). The workflow's error for that step, not an outage."""
+    lacks, 22001: too long, 22P02: invalid JSON such as NaN), class 54, program limit
+    exceeded (54000: a jsonb value over its 256 MB limit, an index row too large),
+    psycopg's own refusal of a NUL in a text parameter (a ``DataError`` without
+    SQLSTATE), or text the driver cannot encode (a lone surrogate). The workflow's error
+    for that step, not an outage."""
     driver = driver_error(error)
     if isinstance(driver, psycopg.Error):
         state = sqlstate(driver)
-        return state[:2] == "22" if state else isinstance(driver, psycopg.DataError)
+        return state[:2] in _DATA_SQLSTATE_CLASSES if state else isinstance(driver, psycopg.DataError)
     if isinstance(error, DBAPIError):
         return isinstance(error, DataError)
     return isinstance(driver, UnicodeEncodeError)

@@ -11,7 +11,7 @@ It owns how a run's progress reaches the database:
 - **Fencing.** Every statement checks the lease token; zero rows means another worker
   holds the instance (``LeaseLostError``).
 - **Error mapping.** The database being away is ``StorageUnavailable`` (the run ends,
-  the instance is handed back); a value it refuses (SQLSTATE class 22) is the step's
+  the instance is handed back); a value it refuses (SQLSTATE class 22 or 54) is the step's
   ``UnstorableValueError`` and the held-back record that rode along is dropped.
 - **The step's transaction.** An activity that touched ``ctx.session`` or sent an outbox
   event is recorded inside its own transaction (``StepTransaction``).
@@ -208,7 +208,7 @@ class PgInstancePort:
     async def _storage(self, write: Awaitable[T], what: str = "a write") -> T:
         """Await one of Kenning's own writes, mapping the database's errors to the engine's.
 
-        A value the database refuses (SQLSTATE class 22) would be refused again on every
+        A value the database refuses (SQLSTATE class 22 or 54) would be refused again on every
         replay: that is the step's error, ``UnstorableValueError``, and the deferred record
         that rode along is dropped. Values are checked before they get here
         (``serialization.storable_json``); this is the guard for what the check missed."""
