@@ -23,6 +23,9 @@ TARGET_NAMES = {
     "commits_per_workflow",
     "commit_rate_share_of_pgbench",
     "throughput_rises_with_workers",
+    "result_p50_ms",
+    "result_p99_ms",
+    "commits_per_sequential_workflow",
     "event_p99_ms",
     "timer_p99_ms",
     "timer_never_early",
@@ -92,6 +95,15 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
         # broken fold or claim loop would show as many more than a write per step
         assert 0 < row["commits_per_workflow"] < 12
 
+    result = report["result_latency"]
+    assert result["workers"] == 2 and result["sequential"]["samples"] == 10
+    assert result["concurrent"]["callers"] == 4 and result["concurrent"]["samples"] == 20
+    _ordered_percentiles(result["sequential"])
+    _ordered_percentiles(result["concurrent"])
+    # the start, a claim, the steps and the result read at least; a poll per few
+    # milliseconds, or a NOTIFY per instance to many listeners, would show as many more
+    assert 3 < result["commits_per_sequential_workflow"] < 30
+
     event = report["event_latency"]
     assert event["samples"] == 10
     _ordered_percentiles(event)
@@ -130,7 +142,14 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
             assert target["met"] in (True, False), name
     assert found["timer_never_early"]["met"] is True
 
-    for heading in ("workers  wf/s", "event POST -> next activity", "timer lateness", "ingress (8 clients", "targets"):
+    for heading in (
+        "workers  wf/s",
+        "start -> result",
+        "event POST -> next activity",
+        "timer lateness",
+        "ingress (8 clients",
+        "targets",
+    ):
         assert heading in done.stdout, heading
     assert "long workflows" in done.stdout and "event chains" in done.stdout
 
@@ -158,6 +177,13 @@ def test_targets_are_computed_from_the_run() -> None:
     assert met["throughput_rises_with_workers"]["met"] is True
     assert met["timer_never_early"]["met"] is True and met["timer_p99_ms"]["met"] is True
     assert met["event_p99_ms"]["met"] is None  # section not run: not judged
+    assert met["result_p50_ms"]["met"] is None
+
+    waits = {"sequential": {"p50_ms": 3.0, "p99_ms": 25.0}, "commits_per_sequential_workflow": 5.5}
+    judged = targets.evaluate({**_report(rate_two=300.0, early=0), "result_latency": waits})
+    assert judged["result_p50_ms"] == {**judged["result_p50_ms"], "value": 3.0, "met": True}
+    assert judged["result_p99_ms"]["met"] is False
+    assert judged["commits_per_sequential_workflow"]["met"] is True
 
     missed = targets.evaluate(_report(rate_two=100.0, early=1))
     assert missed["workflows_per_second_2_workers"]["met"] is False

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from kenning.client import Client
+from kenning.storage.names import TIMER_EXPIRED
 from kenning_devtools.bench.processes import fleet
 from kenning_devtools.bench.stats import summary_ms
 from kenning_devtools.bench.waitflows import bench_timer
@@ -46,8 +47,8 @@ async def run_timer_lateness(url: str, timers: int, seconds: float) -> dict[str,
             cur = await conn.execute(
                 "SELECT 1000 * extract(epoch FROM CAST(payload ->> 'fired_at' AS timestamptz) "
                 "- CAST(payload ->> 'due_at' AS timestamptz)) FROM kenning_history "
-                "WHERE instance_id = ANY(%s) AND kind = 'TimerExpired'",
-                (ids,),
+                "WHERE instance_id = ANY(%s) AND kind = %s",
+                (ids, TIMER_EXPIRED),
             )
             lateness = [float(r[0]) for r in await cur.fetchall()]
     if len(lateness) != timers:

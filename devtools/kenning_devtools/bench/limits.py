@@ -5,6 +5,7 @@ step and completion SQL driven by plain psycopg, with nothing else around it).""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from psycopg.rows import dict_row
 
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage.names import ACTIVITY_COMPLETED
 
 CLAIM = instances_sql._INSTANCE_CLAIM.sql
 RECORD = history_sql._HISTORY_RECORD_STEP.sql
@@ -57,6 +59,13 @@ async def insert_loop_rate(url: str, clients: int, seconds: float) -> float:
     return sum(counts) / (time.monotonic() - started)
 
 
+def _bump_step(n: int, result: int) -> str:
+    """The JSON of one recorded ``bump`` activity, as the step statements take it."""
+    return json.dumps(
+        [{"step_id": f"bump:{n}", "kind": ACTIVITY_COMPLETED, "step_name": "bump", "payload": {"result": result}}]
+    )
+
+
 async def bare_engine_rate(url: str, clients: int, workflows: int, batch: int = 10) -> dict[str, float]:
     """Three-step workflows through Kenning's SQL alone: batched claim with a lease token,
     one fenced round trip per step, the last folded into the fenced completion."""
@@ -87,8 +96,7 @@ async def bare_engine_rate(url: str, clients: int, workflows: int, batch: int = 
                             {
                                 "id": instance_id,
                                 "token": token,
-                                "steps": f'[{{"step_id": "bump:{n}", "kind": "ActivityCompleted", '
-                                '"step_name": "bump", "payload": {"result": 1}}]',
+                                "steps": _bump_step(n, 1),
                                 "compensations": "[]",
                             },
                         )
@@ -98,8 +106,7 @@ async def bare_engine_rate(url: str, clients: int, workflows: int, batch: int = 
                             "id": instance_id,
                             "token": token,
                             "result": '{"result": 3}',
-                            "pending_step": '[{"step_id": "bump:3", "kind": "ActivityCompleted", "step_name": "bump", '
-                            '"payload": {"result": 3}}]',
+                            "pending_step": _bump_step(3, 3),
                             "compensations": "[]",
                         },
                     )

@@ -18,7 +18,17 @@ import structlog
 from kenning.config import add_logging_options, add_option
 from kenning.embedded import postgres_server, with_database
 from kenning.migrate import migrate
-from kenning_devtools.bench import events, ingress_load, lateness, limits, long, scale, targets, throughput
+from kenning_devtools.bench import (
+    events,
+    ingress_load,
+    lateness,
+    limits,
+    long,
+    result_latency,
+    scale,
+    targets,
+    throughput,
+)
 from kenning_devtools.bench.report import render
 
 _log = structlog.get_logger("kenning.bench")
@@ -35,6 +45,7 @@ FULL = {
     "ingress_clients": 64,
     "ingress_seconds": 10.0,
     "events_long": (20, 100),
+    "result": (200, 50, 1000),  # sequential samples, concurrent callers, concurrent samples
 }
 QUICK = {
     "workflows": 30,
@@ -48,8 +59,9 @@ QUICK = {
     "ingress_clients": 8,
     "ingress_seconds": 1.0,
     "events_long": (4, 10),
+    "result": (10, 4, 20),
 }
-SECTIONS = ("limits", "throughput", "event", "timer", "ingress", "scale", "long", "events-long")
+SECTIONS = ("limits", "throughput", "result", "event", "timer", "ingress", "scale", "long", "events-long")
 
 
 def section_list(text: str) -> list[str]:
@@ -105,6 +117,8 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
         }
     if "throughput" in sections:
         results["throughput"] = [await throughput.run_throughput(url, workflows, w, args.concurrency) for w in workers]
+    if "result" in sections:
+        results["result_latency"] = await result_latency.run_result_latency(url, *size["result"])
     if "event" in sections:
         results["event_latency"] = await events.run_event_latency(url, args.samples or size["samples"])
     if "timer" in sections:

@@ -44,6 +44,16 @@ def _throughput(rows: list[dict[str, Any]], bare: float | None, pgbench: float |
 def _latencies(report: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     machine_cpus = report["machine"]["cpus"]
+    result = report.get("result_latency")
+    if result:
+        seq, conc = result["sequential"], result["concurrent"]
+        lines += [
+            "",
+            f"start -> result ({result['workers']} workers): one caller at a time ({seq['samples']} samples) "
+            f"p50 {seq['p50_ms']} ms, p99 {seq['p99_ms']} ms, max {seq['max_ms']} ms, "
+            f"{result['commits_per_sequential_workflow']} commits/wf; {conc['callers']} callers at once "
+            f"({conc['samples']} samples) p50 {conc['p50_ms']} ms, p99 {conc['p99_ms']} ms, max {conc['max_ms']} ms",
+        ]
     event = report.get("event_latency")
     if event:
         post = event["post_response"]
@@ -114,7 +124,7 @@ def _value(value: Any) -> str:
 
 
 def _targets(found: dict[str, Any]) -> list[str]:
-    lines = ["", "targets (issue 7)"]
+    lines = ["", "targets (issues 7 and 15)"]
     for name, t in found.items():
         verdict = {True: "met", False: "MISSED", None: "not run"}[t["met"]]
         lines.append(f"  {verdict:<7}  {name}: {t['target']} (this run: {_value(t['value'])})")

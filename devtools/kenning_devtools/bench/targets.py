@@ -1,4 +1,4 @@
-"""Issue 7's targets, each checked against this run's own measurements (never typed in):
+"""Issue 7's targets (and issue 15's), each checked against this run's own measurements (never typed in):
 ``{"target": what it asks, "value": what this run measured, "met": True/False, or None
 when the sections it needs were not run}``."""
 
@@ -20,6 +20,9 @@ MIN_SHARE_OF_INSERT_LIMIT = 0.6
 MAX_CLAIM_GROWTH = 2.0  # loaded claim time over empty (or +1 ms, whichever is larger)
 MIN_LOADED_THROUGHPUT_SHARE = 0.8
 MAX_GROWTH_RATIO = 1.5  # per-step time, long over short workflow (quadratic would be ~5-10)
+MAX_RESULT_P50_MS = 5.0  # start -> result of a 3-activity workflow, one caller at a time
+MAX_RESULT_P99_MS = 20.0
+MAX_COMMITS_PER_SEQUENTIAL_WORKFLOW = 6.0  # with 2 worker processes
 
 Target = dict[str, Any]
 
@@ -100,7 +103,25 @@ def _latency_targets(report: dict[str, Any]) -> dict[str, Target]:
     timer = report.get("timer_lateness")
     ingress = report.get("ingress")
     share = ingress.get("share_of_insert_limit") if ingress else None
+    result = report.get("result_latency")
+    sequential = result["sequential"] if result else None
+    commits = result["commits_per_sequential_workflow"] if result else None
     return {
+        "result_p50_ms": _target(
+            f"start -> result p50 <= {MAX_RESULT_P50_MS:.0f} ms (one caller at a time)",
+            sequential["p50_ms"] if sequential else None,
+            None if not sequential else sequential["p50_ms"] <= MAX_RESULT_P50_MS,
+        ),
+        "result_p99_ms": _target(
+            f"start -> result p99 <= {MAX_RESULT_P99_MS:.0f} ms (one caller at a time)",
+            sequential["p99_ms"] if sequential else None,
+            None if not sequential else sequential["p99_ms"] <= MAX_RESULT_P99_MS,
+        ),
+        "commits_per_sequential_workflow": _target(
+            f"<= {MAX_COMMITS_PER_SEQUENTIAL_WORKFLOW:.0f} commits per sequential workflow with 2 workers",
+            commits,
+            None if commits is None else commits <= MAX_COMMITS_PER_SEQUENTIAL_WORKFLOW,
+        ),
         "event_p99_ms": _target(
             f"event POST -> resumed activity p99 < {MAX_EVENT_P99_MS:.0f} ms",
             event["p99_ms"] if event else None,
@@ -172,5 +193,5 @@ def _shape_targets(report: dict[str, Any]) -> dict[str, Target]:
 
 
 def evaluate(report: dict[str, Any]) -> dict[str, Target]:
-    """Every target of issue 7 against ``report`` (the sections this run measured)."""
+    """Every target of issues 7 and 15 against ``report`` (the sections this run measured)."""
     return {**_throughput_targets(report), **_latency_targets(report), **_shape_targets(report)}
