@@ -133,19 +133,9 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
         ingress["share_of_insert_limit"] = round(ingress["events_per_second"] / insert_limit, 3)
         results["ingress"] = ingress
     if "scale" in sections:
-        empty = await asyncio.to_thread(scale.claim_query_ms, url)
-        await asyncio.to_thread(scale.fill, url, size["finished"], size["waiting"])
-        full = await asyncio.to_thread(scale.claim_query_ms, url)
-        settled = await asyncio.to_thread(scale.wait_for_autovacuum, url)
-        loaded = await throughput.run_throughput(url, workflows, min(2, max(workers)), args.concurrency)
-        results["scale"] = {
-            "finished_instances": size["finished"],
-            "waiting_instances": size["waiting"],
-            "claim_empty": empty,
-            "claim_loaded": full,
-            "throughput_loaded": loaded,
-            "autovacuum_wait_seconds": settled,
-        }
+        results["scale"] = await scale.run_scale(
+            url, size["finished"], size["waiting"], workflows, min(2, max(workers)), args.concurrency
+        )
     if "long" in sections:
         results["long"] = await long.run_long(url, *size["long"])
     if "events-long" in sections:

@@ -96,8 +96,10 @@ def _shapes(report: dict[str, Any]) -> list[str]:
             "",
             f"scale: claim {sc['claim_empty']['claim_ms_median']} ms empty -> {sc['claim_loaded']['claim_ms_median']} "
             f"ms with {sc['finished_instances']} finished + {sc['waiting_instances']} waiting "
-            f"(partial index: {sc['claim_loaded']['uses_partial_index']}); throughput then "
-            f"{sc['throughput_loaded']['workflows_per_second']} wf/s",
+            f"(partial index: {sc['claim_loaded']['uses_partial_index']}); "
+            f"{sc['throughput_loaded']['workers']} workers: {sc['throughput_loaded']['workflows_per_second']} wf/s "
+            f"loaded vs {sc['throughput_empty']['workflows_per_second']} empty = {sc['throughput_share']:.0%} "
+            f"(rounds: {', '.join(f'{s:.0%}' for s in sc['round_shares'])})",
         ]
     lg = report.get("long")
     if lg:
