@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import importlib
 from dataclasses import replace
 
 import structlog
@@ -42,6 +44,17 @@ async def _serve(settings: WorkerSettings, app: App) -> None:
     await bound.finish(abandoned_runs=worker.abandoned)
 
 
+def _settle_heap() -> None:
+    """Load what the first claimed workflow would load (pydantic builds its model classes
+    lazily: 0.1 s of CPU), then freeze the heap built at start out of the collector's
+    generations. It lives as long as the process; full collections, set off by the objects
+    each run allocates, walked all of it: 0.03 ms of a bench workflow's 0.25 ms of worker
+    CPU. Long-lived servers do the same (``gc.freeze``)."""
+    importlib.import_module("pydantic.main")
+    gc.collect()
+    gc.freeze()
+
+
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(WorkerSettings, args)
     app = load_app(settings.app)
@@ -58,5 +71,6 @@ def run(args: argparse.Namespace) -> int:
         poll_interval=settings.poll_interval,
         listen=settings.listen,
     )
+    _settle_heap()
     run_loop(_serve(settings, app))
     return 0
