@@ -68,6 +68,7 @@ DOCS = (
     "docs/architecture.md",
     "docs/scaling.md",
     "docs/operations.md",
+    "docs/performance.md",
 )
 COMMAND_LANGUAGES = ("bash", "sh", "shell", "console")
 DOC_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"  # docs/ingress.md's
@@ -324,6 +325,7 @@ STEPS: dict[str, list[Step]] = {
     "docs/architecture.md": [],  # no commands: the design, read not run
     "docs/scaling.md": [],  # no commands: settings and figures
     "docs/operations.md": [],  # no shell commands: metrics, sweeps, deploy steps as yaml and text
+    "docs/performance.md": [],  # no commands: the benchmark's figures and what they show
 }
 
 # Placeholders and where their values come from; `<event id>`s are the seeded dead letters, in order.
