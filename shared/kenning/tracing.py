@@ -48,10 +48,16 @@ _run_carrier: contextvars.ContextVar[Carrier | None] = contextvars.ContextVar("k
 
 
 class NewEventLike(Protocol):
-    event_type: str
-    event_id: str
-    source: str
-    attributes: dict[str, Any]
+    """A received event (``kenning.storage.inbox.NewEvent``), as the ingress spans read it."""
+
+    @property
+    def event_type(self) -> str: ...
+    @property
+    def event_id(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def attributes(self) -> dict[str, Any]: ...
 
 
 _UNSET: Any = object()
@@ -272,6 +278,9 @@ def add_event(span: Span | None, name: str, **attributes: Any) -> None:
 # ------------------------------------------------------------------ the worker's run
 
 
+_RUN_ERRORS = frozenset({"failed", "crashed", "storage_unavailable", "lease_lost"})
+
+
 class RunTrace:
     """A workflow run's span and carrier: continues the instance's stored context (from
     the claim, so a run after a crash joins the same trace), and is the context of what
@@ -281,6 +290,10 @@ class RunTrace:
 
     def __init__(self, instance_id: str, workflow: str, run_count: int, carrier: Mapping[str, str] | None) -> None:
         self._carrier_token = _run_carrier.set(carrier_of(carrier) if carrier else None)
+        self.span: Span | None = None
+        self._token: object | None = None
+        if tracer() is None:
+            return
         self.span = start_span(
             f"kenning.run {workflow}",
             parent=carrier,
@@ -289,12 +302,16 @@ class RunTrace:
             link=_origin(carrier),
         )
         self._token = activate(self.span)
-        if self.span is not None and run_count > 1:
+        if run_count > 1:
             add_event(self.span, "kenning.resumed")
 
-    def close(self, outcome: str | None, error: BaseException | None = None) -> None:
+    def close(self, outcome: str) -> None:
         deactivate(self._token)
-        end_span(self.span, error, outcome=outcome)
+        if self.span is not None and outcome in _RUN_ERRORS:
+            from opentelemetry.trace import Status, StatusCode
+
+            self.span.set_status(Status(StatusCode.ERROR, outcome))
+        end_span(self.span, outcome=outcome)
         _run_carrier.reset(self._carrier_token)
 
 
@@ -360,17 +377,39 @@ def end_spans(spans: Sequence[Span], error: BaseException | None = None) -> None
         end_span(span, error)
 
 
-def delivery_span(event_type: str, event_id: str, attributes: Mapping[str, Any]) -> tuple[Span | None, Carrier | None]:
-    """An inbox row's delivery span and the carrier that the instances it starts or wakes
-    store: the span's, or the event's own when this process does not trace."""
-    carrier = carrier_of(attributes)
-    span = start_span(
-        f"kenning.deliver {event_type}",
-        parent=carrier,
-        kind="CONSUMER",
-        attributes={"cloudevents.event_id": event_id, "cloudevents.event_type": event_type},
-    )
-    return span, carrier_of_span(span) or carrier
+class delivering:  # noqa: N801  (used as a statement: ``[async] with tracing.delivering(...)``)
+    """An inbox row's delivery: its span (continuing the event's ``traceparent``) is current
+    while it is delivered, so the instances it starts or wakes store the span's context, or
+    the event's own when this process does not trace."""
+
+    __slots__ = ("_carrier_token", "_span", "_token")
+
+    def __init__(self, event_type: str, event_id: str, attributes: Mapping[str, Any]) -> None:
+        carrier = carrier_of(attributes)
+        self._span: Span | None = None
+        if tracer() is not None:
+            self._span = start_span(
+                f"kenning.deliver {event_type}",
+                parent=carrier,
+                kind="CONSUMER",
+                attributes={"cloudevents.event_id": event_id, "cloudevents.event_type": event_type},
+            )
+        self._carrier_token = _run_carrier.set(carrier)
+        self._token = activate(self._span)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+        deactivate(self._token)
+        end_span(self._span, error)
+        _run_carrier.reset(self._carrier_token)
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+        self.__exit__(kind, error, traceback)
 
 
 def relay_span(event_type: str, event_id: str, extensions: Mapping[str, Any]) -> Span | None:

@@ -27,6 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kenning import tracing
 from kenning.db import Database, Executor, sqlalchemy_url
 from kenning.dberrors import may_be_one_callers_fault
 from kenning.groupcommit import GroupCommit
@@ -192,10 +193,13 @@ class Ingress:
         except InvalidEventError as invalid:
             _log.info("event.rejected", error_type=invalid.error_type, reason=str(invalid))
             return responses.error(400, str(invalid), invalid.error_type)
+        spans = tracing.ingress_spans(events, request.headers)
         try:
             stored = await self.inbox.store(events)
         except Exception as exc:
+            tracing.end_spans(spans, exc)
             return self._failed(exc, events=len(events))
+        tracing.end_spans(spans)
         _log.debug("event.accepted", events=len(events), duplicates=stored.count(False))
         if batch:
             return responses.accepted(
@@ -308,4 +312,5 @@ def app_from_environment() -> Starlette:
     """The app of each uvicorn worker, built from the settings the parent handed over
     (called by the factory ``kenning_ingress.lifeline:worker_app``)."""
     configure_logging(os.environ.get("KENNING_LOG_LEVEL", "info"), os.environ.get("KENNING_LOG_FORMAT", "auto"))
+    tracing.configure("kenning-ingress")
     return create_app(settings_from_environment())

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from kenning import tracing
 from kenning.appload import broker_url, database_url, load_app
 from kenning.config import add_settings, settings_from_args
 from kenning.db import connect
@@ -84,5 +85,6 @@ def run(args: argparse.Namespace) -> int:
         poll_interval=settings.poll_interval,
         listen=settings.listen,
     )
+    tracing.configure("kenning-relayer")
     run_loop(_serve(settings))
     return 0

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import structlog
 
-from kenning import metrics
+from kenning import metrics, tracing
 from kenning.config import process_id
 from kenning.db import Database
 from kenning.faults import fault_point
@@ -136,7 +136,9 @@ class Relayer:
         outcomes: list[OutboxOutcome] = []
 
         async def one(row: OutboxRow) -> None:
+            span = tracing.relay_span(row.event_type, row.id, row.extensions)
             outcome = await deliver(client, self.settings.broker_url, row, self.settings.content_mode, self.schedule)
+            tracing.end_span(span, outcome=outcome.status)
             outcomes.append(outcome)
 
         batch = asyncio.gather(*(one(row) for row in rows))

@@ -31,7 +31,7 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from kenning import metrics
+from kenning import metrics, tracing
 from kenning.app import App
 from kenning.config import add_settings, positive_float, positive_int, setting, settings_from_args
 from kenning.db import Database, Executor, executor_of
@@ -226,7 +226,8 @@ class InboxProcessor:
                     if row.event.inbox_id not in marked:
                         log.warning("inbox.claim_lost")
                         continue
-                    await self._apply_event(user, conn, row, log, started, received)
+                    with tracing.delivering(row.event.event_type, row.event.event_id, row.event.attributes):
+                        await self._apply_event(user, conn, row, log, started, received)
         except Exception as error:
             self.log.debug("inbox.batch_retried_alone", rows=len(together), error=repr(error))
             return claimed
@@ -278,7 +279,8 @@ class InboxProcessor:
                 if row.kind == "cancel":
                     await self._apply_cancel(conn, row, log)
                 else:
-                    await self._apply_event(user, conn, row, log, started, received)
+                    with tracing.delivering(stored.event_type, stored.event_id, stored.attributes):
+                        await self._apply_event(user, conn, row, log, started, received)
         except Exception as error:
             if _is_conflict(error):
                 log.debug("inbox.lock_conflict", error=str(getattr(error, "orig", error)))
@@ -362,6 +364,7 @@ class InboxProcessor:
             target_instance_id=stored.instance_id,
             payload=payload,
             payload_bytes=payload_bytes,
+            trace=tracing.current_carrier(),  # the delivery's (tracing.delivering)
         )
         for delivery in deliveries:
             log.debug(
@@ -426,13 +429,18 @@ class InboxProcessor:
                 event = event_from_inbox(sub.event)
                 payload, payload_bytes = event_history_payload(event)
                 try:
-                    async with conn.driver.transaction():  # a savepoint: one delivery undone alone
+                    # a savepoint: one delivery undone alone
+                    async with (
+                        conn.driver.transaction(),
+                        tracing.delivering(sub.event.event_type, sub.event.event_id, sub.event.attributes),
+                    ):
                         delivery = await subscriptions_sql.subscription_deliver_to(
                             conn,
                             instance_id=sub.instance_id,
                             step_id=sub.step_id,
                             payload=payload,
                             payload_bytes=payload_bytes,
+                            trace=tracing.current_carrier(),  # the delivery's (tracing.delivering)
                         )
                 except Exception as error:
                     if not _is_conflict(error):

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import structlog
 
+from kenning import tracing
 from kenning.app import App
 from kenning.appload import database_url, load_app
 from kenning.config import add_settings, settings_from_args
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         poll_interval=settings.poll_interval,
         listen=settings.listen,
     )
+    tracing.configure("kenning-worker")
     _settle_heap()
     run_loop(_serve(settings, app))
     return 0

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import structlog
 
-from kenning import metrics
+from kenning import metrics, tracing
 from kenning.app import App
 from kenning.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
 from kenning.db import Database
@@ -327,6 +327,7 @@ class Worker:
             activity_timeout=self.settings.activity_timeout,
         )
         started, ended = time.perf_counter(), "released"
+        trace = tracing.RunTrace(claimed.id, claimed.workflow_name, claimed.run_count, claimed.trace_context)
         try:
             outcome = await run.run()
             ended = outcome.value
@@ -347,6 +348,7 @@ class Worker:
             # raises the same way every time is parked after --max-runs runs
             await self._release(claimed, log, delay=1.0, crashed=True)
         finally:
+            trace.close(ended)
             metrics.WORKFLOW_RUN_DURATION.labels(claimed.workflow_name, ended).observe(time.perf_counter() - started)
             self._running.pop(claimed.lease_token, None)
             self._claimed.pop(claimed.lease_token, None)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import structlog
 
-from kenning import metrics, serialization
+from kenning import metrics, serialization, tracing
 from kenning.activity import call_attempt
 from kenning.compensation import ON_FAILURE_PREFIX, on_failure_arguments
 from kenning.context import WorkflowContext, current_step
@@ -260,6 +260,8 @@ class WorkflowRun:
         """Give the lease back while the instance waits. A cancel that races the suspend
         is applied, never overwritten (Edda 0.1.0 lost it)."""
         outcome = await self.port.suspend(command)
+        if outcome is SuspendOutcome.SUSPENDED:
+            tracing.suspended(command.step_id, command.step_name)
         if outcome is SuspendOutcome.CANCELLED:
             self.raise_if_cancelled()
         if outcome is SuspendOutcome.LEASE_LOST:
@@ -292,9 +294,11 @@ class WorkflowRun:
             step = self.port.open_step()
             token = current_step.set(step)
             started = time.perf_counter()
+            span = tracing.start_attempt(step_id, name, attempt, activity=activity)
             try:
                 result = await attempt_once(step)
             except Exception as error:
+                tracing.end_attempt(span, error)
                 metrics.STEP_DURATION.labels(name, "failed").observe(time.perf_counter() - started)
                 await step.rollback()
                 if isinstance(error, ActivityTimeoutError):
@@ -323,11 +327,13 @@ class WorkflowRun:
                 self.log.info("activity.retry", step=step_id, attempt=attempt, delay=verdict.delay, error=repr(error))
                 await asyncio.sleep(verdict.delay)
                 continue
-            except BaseException:
+            except BaseException as error:
+                tracing.end_attempt(span, error)
                 await step.rollback()
                 raise
             finally:
                 current_step.reset(token)
+            tracing.end_attempt(span)
             metrics.STEP_DURATION.labels(name, "completed").observe(time.perf_counter() - started)
             return Attempted(result, step, counted)
 
