@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import psycopg
+import asyncio
 
-from kenning.db import Database
+import psycopg
+import pytest
+
+from kenning.db import Database, statement
 from kenning.storage import instances as instances_sql
 
 
@@ -47,3 +50,32 @@ async def test_a_cancelled_sagas_compensation_back_off_is_kept(
             assert await instances_sql.instance_release(conn, instance_id, token, 60.0)
     assert _due_in(sql, "compensating") > 50
     assert _due_in(sql, "running") <= 0
+
+
+async def test_a_broken_connection_closes_the_idle_ones_without_probing_them(
+    database: Database, sql: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    """Probing the idle connections in the caller's exit would block it for a TCP timeout
+    per connection on a half-open network (and swallow its cancellation): they are closed
+    instead, and opened again on demand."""
+    db = Database(url=database.url, engine=database.engine, autocommit_pool_size=3)
+    try:
+
+        async def pid() -> int:
+            async with db.connection() as conn:
+                await conn.execute(statement("SELECT pg_sleep(0.05)"))
+                return int((await conn.execute(statement("SELECT pg_backend_pid() AS pid"))).one().pid)
+
+        old = set(await asyncio.gather(pid(), pid(), pid()))
+        never = asyncio.Event()
+
+        async def half_open(conn: object) -> None:  # a probe no answer ever comes back to
+            await never.wait()
+
+        db.pool.check_connection = half_open  # type: ignore[method-assign]
+        sql.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (list(old),))
+        with pytest.raises(psycopg.OperationalError):
+            await asyncio.wait_for(pid(), timeout=10)  # the first statement meets a dead connection
+        assert await asyncio.wait_for(pid(), timeout=10) not in old
+    finally:
+        await db.close_pool()

@@ -378,8 +378,11 @@ class Database:
                 self._slots.release()
             if broken:
                 # A lost server (a restart, a failover) breaks every connection; idle ones
-                # would each fail one more statement before being noticed.
-                await self.pool.check()
+                # would each fail one more statement before being noticed. They are closed,
+                # not probed: a probe has no timeout (on a half-open network it blocks this
+                # caller for a TCP timeout per connection) and psycopg_pool's check()
+                # swallows the caller's cancellation. Needed ones are opened again on demand.
+                await self.pool.drain()
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Executor]:
