@@ -17,10 +17,11 @@ import pytest
 
 from kenning import Client
 from kenning.client import ResultTimeoutError
-from kenning.db import Database, statement
+from kenning.db import Database, Executor, statement
 from kenning.errors import WorkflowFailedError
 from kenning.storage import instances as instances_sql
-from kenning.storage.names import CHANNEL_RESULTS, notify_results
+from kenning.storage import results as results_sql
+from kenning.storage.names import CHANNEL_RESULTS, RESULTS_LISTENERS_LOCK, RESULTS_LISTENERS_LOCKS, notify_results
 from tests.logguard import expect_log
 from tests.support import ProcessPool, eventually, kenning_command
 
@@ -193,15 +194,49 @@ _NOTIFY_FINISHED = statement(
 )
 
 
-async def test_finished_ids_are_chunked_under_the_payload_limit(database: Database, database_url: str) -> None:
-    ids = [f"instance-{n:05d}-{'x' * (n % 50)}" for n in range(3000)] + ["long-" + "y" * 5000, 'quo"te\\d']
+async def _notified(database: Database, database_url: str, ids: list[str], *, joined: bool) -> list[str]:
+    """The payloads a listener receives when a statement finishes ``ids``; ``joined``:
+    it holds the listeners' lock, as kenning.results does."""
     with psycopg.connect(database_url, autocommit=True) as listener:
+        if joined:
+            listener.execute(
+                "SELECT pg_advisory_lock_shared(k) FROM generate_series(%s, %s) AS k",
+                (RESULTS_LISTENERS_LOCK, RESULTS_LISTENERS_LOCK + RESULTS_LISTENERS_LOCKS - 1),
+            )
         listener.execute(f'LISTEN "{CHANNEL_RESULTS}"')
         async with database.connection() as conn:
             await conn.execute(_NOTIFY_FINISHED, {"ids": ids})
         listener.execute("SELECT 1")  # receives what was sent meanwhile
-        payloads = [n.payload for n in listener.notifies(timeout=1.0)]
+        return [n.payload for n in listener.notifies(timeout=0.5)]
+
+
+async def test_finished_ids_are_chunked_under_the_payload_limit(database: Database, database_url: str) -> None:
+    ids = [f"instance-{n:05d}-{'x' * (n % 50)}" for n in range(3000)] + ["long-" + "y" * 5000, 'quo"te\\d']
+    payloads = await _notified(database, database_url, ids, joined=True)
     assert len(payloads) > 1 and all(len(p.encode()) < 8000 for p in payloads)
     sent = [i for p in payloads for i in json.loads(p)]
     assert None in sent  # the id too long for a payload wakes every waiter instead
     assert sorted(i for i in sent if i is not None) == sorted(ids[:-2] + ids[-1:])
+
+
+async def test_nothing_is_notified_while_no_client_listens(database: Database, database_url: str) -> None:
+    # a bare LISTEN without the listeners' lock is no client: the finishing statements
+    # skip the NOTIFY (and its cost to every listening backend)
+    assert await _notified(database, database_url, ["a", "b"], joined=False) == []
+    assert [json.loads(p) for p in await _notified(database, database_url, ["a", "b"], joined=True)] == [["a", "b"]]
+
+
+async def test_a_client_starting_to_listen_waits_for_a_finish_that_saw_no_listener(
+    database: Database, database_url: str
+) -> None:
+    async def listen() -> None:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await results_sql.results_listen(Executor(conn))
+
+    async with database.transaction() as conn:
+        await conn.execute(_NOTIFY_FINISHED, {"ids": ["a"]})  # nobody listens: no NOTIFY
+        joining = asyncio.create_task(listen())
+        await asyncio.sleep(0.3)
+        # it would miss this transaction's instances: it waits until their end is visible
+        assert not joining.done()
+    await asyncio.wait_for(joining, timeout=WITHIN)

@@ -11,7 +11,8 @@ connection was lost (everything sent meanwhile was missed: every waiter reads ag
 it is back) and every ``poll_interval`` seconds as a fallback (a notification that never
 came). The connection is opened by the first wait and kept until ``close()``: every
 NOTIFY in the database costs each listening backend a transaction, but opening it per
-wait would cost a connection and a LISTEN each time.
+wait would cost a connection and a LISTEN each time. While no client listens, the
+finishing statements send no NOTIFY at all (``storage.results.results_listen``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from collections.abc import Awaitable, Callable
 import psycopg
 import structlog
 
-from kenning.db import libpq_url
-from kenning.storage.names import CHANNEL_RESULTS
+from kenning.db import Executor, libpq_url
+from kenning.storage import results as results_sql
 from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
 
 _log = structlog.get_logger("kenning.results")
@@ -153,7 +154,7 @@ class ResultWaits:
                 async with await psycopg.AsyncConnection.connect(
                     self._url, autocommit=True, application_name="kenning-results"
                 ) as conn:
-                    await conn.execute(f'LISTEN "{CHANNEL_RESULTS}"')
+                    await results_sql.results_listen(Executor(conn))
                     self.backend_pid = conn.info.backend_pid
                     self._generation += 1
                     self._listening.set()

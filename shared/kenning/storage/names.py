@@ -15,6 +15,18 @@ CHANNEL_OUTBOX = "kenning_outbox"  # an outbox message is due: the relayer
 CHANNEL_SUBSCRIPTIONS = "kenning_subscriptions"  # a wait_event subscription was registered: the inbox processor
 CHANNEL_RESULTS = "kenning_results"  # instances finished (payload: their ids): clients awaiting results
 
+# The advisory locks (bigint keys from "KENNING" in ASCII on, unlikely to meet an
+# application's own) that each connection listening on CHANNEL_RESULTS holds shared for
+# its session. A statement finishing instances first tries to take one of them (its
+# backend's) exclusively for its transaction: if it can, no client listens, and it sends
+# no NOTIFY (a NOTIFY costs every listening backend a transaction, and notifying commits
+# take turns). A client that starts to listen meanwhile waits for that transaction's
+# end, so its first read sees what it finished. Two finishing statements on the same
+# lock at once make the second notify needlessly; spread over several locks, they
+# seldom meet.
+RESULTS_LISTENERS_LOCK = 0x4B454E4E494E47
+RESULTS_LISTENERS_LOCKS = 16
+
 
 def notify(channel: str) -> str:
     """The SQL expression that notifies ``channel``: ``pg_notify`` returns void, so
@@ -36,17 +48,20 @@ def _results_payload_id(id_column: str) -> str:
 
 def notify_results(finished: str) -> str:
     """A scalar subquery notifying CHANNEL_RESULTS of the instances in ``finished`` (a CTE
-    of the statement with an ``id`` column: the instances it ended): one notification per
-    statement, more only when the ids need more than one payload. True if any was sent,
-    NULL if ``finished`` is empty. The statement's main query must read this column: a
-    CTE that only selects runs only if it is read."""
-    return f"""(SELECT bool_and(n.sent) FROM (
+    of the statement with an ``id`` column: the instances it ended), if any client
+    listens (RESULTS_LISTENERS_LOCK): one notification per statement, more only when the
+    ids need more than one payload. True if any was sent, NULL if none was. The
+    statement's main query must read this column: a CTE that only selects runs only if
+    it is read."""
+    lock = f"{RESULTS_LISTENERS_LOCK} + pg_backend_pid() % {RESULTS_LISTENERS_LOCKS}"
+    return f"""(CASE WHEN pg_try_advisory_xact_lock({lock}) THEN NULL ELSE (
+        SELECT bool_and(n.sent) FROM (
             SELECT pg_notify('{CHANNEL_RESULTS}', CAST(json_agg(c.id ORDER BY c.id) AS text)) IS NOT NULL AS sent
             FROM (SELECT {_results_payload_id("f.id")} AS id,
                          sum(least(octet_length(CAST(to_json(f.id) AS text)), {_RESULTS_ID_BYTES}) + 2)
                              OVER (ORDER BY f.id) / {_RESULTS_PAYLOAD_FILL} AS chunk
                   FROM {finished} AS f) AS c
-            GROUP BY c.chunk) AS n)"""
+            GROUP BY c.chunk) AS n) END)"""
 
 
 def notify_result(id_column: str) -> str:
