@@ -65,7 +65,7 @@ async def test_a_failing_pass_is_logged_and_retried_after_the_retry_delay() -> N
 
 async def test_a_pass_failing_for_another_reason_than_the_database_is_an_error() -> None:
     """A bug fails every pass the same way: the service is stopped until a person fixes it
-    (invariant 9: an error line), with the traceback once per streak, not per pass."""
+    (docs/architecture.md invariant 9: an error line), with the traceback once per streak, not per pass."""
     log = Log()
     calls = 0
 

@@ -12,7 +12,7 @@ service's event (``scheduler.pass_failed``...) and the pass is retried after
 ``retry_seconds``, earlier on a wake-up, until the database answers again. The database
 being away is a warning (it resolves itself); any other error is a bug every pass will
 hit again, so the service does nothing until a person fixes it: an error line
-(invariant 9), with its traceback the first time it occurs in a row.
+(docs/architecture.md invariant 9), with its traceback the first time it occurs in a row.
 
 Two hooks serve the worker's claim pacing: ``settle`` is a delay after a wake-up before
 the next pass, so that wake-ups arriving meanwhile share one pass; ``on_poll`` is called
