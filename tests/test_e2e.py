@@ -47,6 +47,7 @@ class Stack:
         self.broker_url = broker_url
         self.tmp = tmp
         self.port = free_port()
+        self.metrics_ports: dict[str, int] = {}
         self.ingress_url = f"http://127.0.0.1:{self.port}"
 
     def _argv(self, argv: list[str], replica: str) -> list[str]:
@@ -69,6 +70,10 @@ class Stack:
         if "KENNING_BROKER_URL" in env:
             assert env["KENNING_BROKER_URL"] == "http://sink:9000/"
             env["KENNING_BROKER_URL"] = self.broker_url
+        for name in [k for k in env if k.endswith("_METRICS_PORT")]:  # each container has its own 9100
+            env[name] = str(self.metrics_ports.setdefault(service, free_port()))
+        if "KENNING_METRICS_HOST" in env:
+            env["KENNING_METRICS_HOST"] = "127.0.0.1"  # compose's 0.0.0.0, on loopback only
         return {**env, **ORDERS_ENV}
 
     def command(self, service: str, replica: str) -> list[str]:
@@ -227,6 +232,9 @@ async def test_the_order_saga_through_the_stack_as_compose_runs_it(
         await eventually(partial(up, replica), timeout=30, interval=0.05, message=f"{replica} up")
     checks = await asyncio.gather(*(stack.healthy(s, r) for s, r in replicas))
     assert checks == [True] * len(replicas), "compose's healthchecks fail against the running services"
+    for service, port in stack.metrics_ports.items():  # compose's metrics settings serve Prometheus text
+        scrape = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+        assert scrape.status_code == 200 and "kenning_" in scrape.text, service
 
     with httpx.Client(timeout=10) as http:
         shop = Shop(http, stack, sql, receiver)
