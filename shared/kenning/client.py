@@ -63,6 +63,7 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
+        await self.starter.close()  # starts not yet announced to the workers: now
         await self.results.close()
         if self._owns_database:
             await self.database.dispose()

@@ -15,16 +15,27 @@ workflow's signature, the idempotency key, and the workflow's definition row. Th
 Either way the insert and the NOTIFY that wakes the workers are one statement
 (``instances.instances_start``), and a start whose id or idempotency key exists already
 returns the existing instance (``created=False``).
+
+A ``Starter`` sends at most one NOTIFY per ``ANNOUNCE_SPACING``: every listening backend
+(one per worker) pays a transaction for each NOTIFY it receives, and a burst of starts
+needs the workers woken once, not once per batch. A start after a quiet spell still
+carries its NOTIFY; batches inside the spacing go without, and one NOTIFY at its end
+announces them (``instances.instances_announce``), so no start waits longer than the
+spacing to be announced.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import structlog
 
 from kenning import serialization, tracing
 from kenning.db import Database, Executor
@@ -39,7 +50,14 @@ from kenning.storage.definitions import Definition
 from kenning.storage.instances import NewInstance, StartOutcome
 from kenning.workflow import Workflow
 
+_log = structlog.get_logger("kenning.starting")
+
 DefinitionKey = tuple[str, str]  # (workflow name, source hash)
+
+# The least time between two NOTIFYs of one Starter's starts (seconds): the longest a start
+# waits to be announced. With 4 workers a NOTIFY per group-committed batch cost 0.5
+# listener transactions per workflow, as much as all the other commits of the workflow.
+ANNOUNCE_SPACING = 0.03
 
 
 class InvalidInputError(KenningError, TypeError):
@@ -172,18 +190,81 @@ async def _started(conn: Executor, start: Start, outcome: StartOutcome) -> Start
 
 class Starter:
     """The starts of one process that start instances on the pool (a ``Client``):
-    concurrent ``start`` calls share one insert statement (group commit)."""
+    concurrent ``start`` calls share one insert statement (group commit), and their
+    NOTIFYs are spaced by ``announce_spacing`` (the module's docstring); ``close``
+    announces what is still unannounced."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, announce_spacing: float = ANNOUNCE_SPACING) -> None:
         self.database = database
         self.known: set[DefinitionKey] = set()
         self.inserts: GroupCommit[NewInstance, StartOutcome] = GroupCommit(
             write=self._insert, retry_alone=may_be_one_callers_fault, name="starts"
         )
+        self.announce_spacing = announce_spacing
+        self.announcements = 0  # NOTIFYs sent (inserts that carried one, and announcements after)
+        self._announced_at = float("-inf")  # loop time of the last NOTIFY
+        self._unannounced = False  # starts committed since then without a NOTIFY
+        # An insert and the later announcement never overlap: an insert committing after
+        # the NOTIFY meant to announce it would wait for the workers' poll.
+        self._writing = asyncio.Lock()
+        self._inserts_waiting = 0  # inserts waiting for _writing
+        self._announcer: asyncio.Task[None] | None = None
 
     async def _insert(self, starts: Sequence[NewInstance]) -> list[StartOutcome]:
-        async with self.database.connection() as conn:
-            return await instances_sql.instances_start(conn, starts)
+        self._inserts_waiting += 1
+        async with self._writing:
+            self._inserts_waiting -= 1
+            now = asyncio.get_running_loop().time()
+            # a start alone in its batch is no burst: it wakes the workers at once (one
+            # caller starting one workflow at a time waits for no spacing)
+            notify = len(starts) == 1 or now >= self._announced_at + self.announce_spacing
+            async with self.database.connection() as conn:
+                outcomes = await instances_sql.instances_start(conn, starts, notify=notify)
+            if StartOutcome.STARTED in outcomes:  # else nothing new, and no NOTIFY was sent
+                if notify:
+                    self.announcements += 1
+                    self._announced_at, self._unannounced = now, False
+                else:
+                    self._unannounced = True
+            if self._unannounced and self._announcer is None:
+                self._announcer = asyncio.create_task(self._announce_later(), name="kenning-starts-announce")
+            return outcomes
+
+    async def _announce_later(self) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, self._announced_at + self.announce_spacing - loop.time()))
+        async with self._writing:
+            self._announcer = None  # an insert from now on schedules the next one
+            if self._inserts_waiting:
+                # the next batch is on its way: its insert carries the NOTIFY, one commit
+                # fewer than a NOTIFY of its own (it schedules this again if it inserts nothing)
+                self._announced_at = float("-inf")
+                return
+            await self._announce()
+
+    async def _announce(self) -> None:
+        """Under ``_writing``: one NOTIFY for the starts inserted without one, if any."""
+        if not self._unannounced:
+            return  # an insert after the spacing carried the NOTIFY
+        self._unannounced = False
+        try:
+            async with self.database.connection() as conn:
+                await instances_sql.instances_announce(conn)
+        except Exception as error:  # the workers' poll finds the starts
+            _log.warning("starts.announce_failed", error=repr(error))
+            return
+        self.announcements += 1
+        self._announced_at = asyncio.get_running_loop().time()
+
+    async def close(self) -> None:
+        """Announce at once the starts still waiting for their NOTIFY."""
+        announcer, self._announcer = self._announcer, None
+        if announcer is not None:
+            announcer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await announcer
+        async with self._writing:
+            await self._announce()
 
     async def start(self, start: Start) -> StartedInstance | None:
         key = start.definition_key

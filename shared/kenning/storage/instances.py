@@ -56,10 +56,11 @@ _INSTANCES_INSERT = statement(
         ORDER BY s.id, s.position
     )
     -- identical notifications of one transaction reach listeners once: one wake-up per batch
+    -- (none when :notify is false: the caller announces the batch later, instances_announce)
     SELECT s.position,
            EXISTS (SELECT FROM first_inserted AS f WHERE f.position = s.position) AS inserted,
            EXISTS (SELECT FROM admitted AS a WHERE a.position = s.position) AS admitted,
-           (SELECT {notify(CHANNEL_INSTANCES)} FROM inserted LIMIT 1) AS notified
+           (SELECT {notify(CHANNEL_INSTANCES)} FROM inserted WHERE CAST(:notify AS boolean) LIMIT 1) AS notified
     FROM incoming AS s
     """
 )
@@ -83,8 +84,9 @@ class StartOutcome(enum.Enum):
     BEFORE_SCHEDULE = "before_schedule"  # not_before predates the workflow's first sighting
 
 
-async def instances_start(conn: Executor, starts: Sequence[NewInstance]) -> list[StartOutcome]:
-    """Insert runnable instances in one statement and wake workers once; the outcome of
+async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, notify: bool = True) -> list[StartOutcome]:
+    """Insert runnable instances in one statement and wake workers once (``notify``
+    false: not at all; the caller's ``instances_announce`` does later); the outcome of
     each start (``instance_find_existing`` names the instance an ``EXISTS`` met)."""
     if not starts:
         return []
@@ -102,12 +104,21 @@ async def instances_start(conn: Executor, starts: Sequence[NewInstance]) -> list
         for position, start in enumerate(starts)
     ]
     outcomes = [StartOutcome.EXISTS] * len(starts)
-    for row in await conn.execute(_INSTANCES_INSERT, {"starts": json.dumps(payload)}):
+    for row in await conn.execute(_INSTANCES_INSERT, {"starts": json.dumps(payload), "notify": notify}):
         if row.inserted:
             outcomes[row.position] = StartOutcome.STARTED
         elif not row.admitted:
             outcomes[row.position] = StartOutcome.BEFORE_SCHEDULE
     return outcomes
+
+
+_INSTANCES_ANNOUNCE = statement(f"SELECT {notify(CHANNEL_INSTANCES)} AS notified")
+
+
+async def instances_announce(conn: Executor) -> None:
+    """Wake the workers for instances inserted without a NOTIFY (``instances_start``
+    with ``notify=False``): one statement, one commit, one notification."""
+    await conn.execute(_INSTANCES_ANNOUNCE)
 
 
 async def instances_insert_many(conn: Executor, starts: Sequence[NewInstance]) -> list[bool]:
