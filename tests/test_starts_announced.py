@@ -64,7 +64,7 @@ async def test_a_burst_of_starts_is_announced_once_not_once_per_insert(database:
             await asyncio.sleep(0.2)  # NOTIFYs take a moment to arrive
             during = len(received) - 1
         # close() announced the starts the spacing held back
-        await eventually(lambda: len(received) == during + 2)
+        await eventually(lambda: len(received) == during + 2, message=f"{during} NOTIFYs in the burst")
     assert inserts >= 5, f"the burst took {inserts} inserts: no batches to speak of"
     assert during <= 1, f"{during} NOTIFYs for {inserts} inserts of a burst"
 

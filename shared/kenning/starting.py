@@ -16,11 +16,13 @@ Either way the insert and the NOTIFY that wakes the workers are one statement
 (``instances.instances_start``), and a start whose id or idempotency key exists already
 returns the existing instance (``created=False``).
 
-A ``Starter`` sends at most one NOTIFY per ``ANNOUNCE_SPACING``: every listening backend
-(one per worker) pays a transaction for each NOTIFY it receives, and a burst of starts
-needs the workers woken once, not once per batch. A start after a quiet spell still
-carries its NOTIFY; batches inside the spacing go without, and one NOTIFY at its end
-announces them (``instances.instances_announce``), so no start waits longer than the
+A ``Starter`` sends at most one NOTIFY per ``ANNOUNCE_SPACING`` during a burst: every
+listening backend (one per worker) pays a transaction for each NOTIFY it receives, and a
+burst of starts needs the workers woken once, not once per batch. A lone start (one
+caller starting one workflow at a time) and the first batch after the spacing carry
+their NOTIFY at once; a batch of several starts, or one queued behind the insert
+before it, inside the spacing goes without, and one NOTIFY at the spacing's end
+announces it (``instances.instances_announce``), so no start waits longer than the
 spacing to be announced.
 """
 
@@ -208,18 +210,26 @@ class Starter:
         # the NOTIFY meant to announce it would wait for the workers' poll.
         self._writing = asyncio.Lock()
         self._inserts_waiting = 0  # inserts waiting for _writing
+        # True from the end of an insert until the event loop's next turn: an insert that
+        # starts meanwhile is the group commit's next batch, queued behind it (a burst)
+        self._inserted_just_now = False
         self._announcer: asyncio.Task[None] | None = None
 
     async def _insert(self, starts: Sequence[NewInstance]) -> list[StartOutcome]:
+        queued_behind = self._inserted_just_now
         self._inserts_waiting += 1
         async with self._writing:
             self._inserts_waiting -= 1
-            now = asyncio.get_running_loop().time()
-            # a start alone in its batch is no burst: it wakes the workers at once (one
-            # caller starting one workflow at a time waits for no spacing)
-            notify = len(starts) == 1 or now >= self._announced_at + self.announce_spacing
-            async with self.database.connection() as conn:
-                outcomes = await instances_sql.instances_start(conn, starts, notify=notify)
+            loop = asyncio.get_running_loop()
+            now = loop.time()
+            alone = len(starts) == 1 and not queued_behind
+            notify = alone or now >= self._announced_at + self.announce_spacing
+            try:
+                async with self.database.connection() as conn:
+                    outcomes = await instances_sql.instances_start(conn, starts, notify=notify)
+            finally:
+                self._inserted_just_now = True
+                loop.call_soon(self._settled)
             if StartOutcome.STARTED in outcomes:  # else nothing new, and no NOTIFY was sent
                 if notify:
                     self.announcements += 1
@@ -229,6 +239,9 @@ class Starter:
             if self._unannounced and self._announcer is None:
                 self._announcer = asyncio.create_task(self._announce_later(), name="kenning-starts-announce")
             return outcomes
+
+    def _settled(self) -> None:
+        self._inserted_just_now = False
 
     async def _announce_later(self) -> None:
         loop = asyncio.get_running_loop()
