@@ -143,13 +143,18 @@ async def test_an_event_that_ends_a_wait_carries_the_rest_into_its_trace(
                 ],
             )
         assert await client.result(started.instance_id, timeout=30) == "w"
-    (delivery,) = named(exporter, f"kenning.deliver {traced.PAID}")
-    assert hex_trace(delivery) == paid_trace
-    assert delivery.parent is not None and f"{delivery.parent.span_id:016x}" == paid_span
+    # more than one inbox pass may handle the event (CI saw two delivery spans once): every
+    # pass is in the event's trace, and the resumed run is a child of one of them
+    deliveries = named(exporter, f"kenning.deliver {traced.PAID}")
+    assert deliveries, "no delivery span"
+    for delivery in deliveries:
+        assert hex_trace(delivery) == paid_trace
+        assert delivery.parent is not None and f"{delivery.parent.span_id:016x}" == paid_span
     resumed = [s for s in named(exporter, "kenning.run trace.order") if s is not first_run]
     (last,) = [s for s in resumed if s.attributes and s.attributes["kenning.outcome"] == "completed"]
     assert hex_trace(last) == paid_trace
-    assert last.parent is not None and last.parent.span_id == delivery.context.span_id
+    assert last.parent is not None
+    assert last.parent.span_id in {d.context.span_id for d in deliveries if d.context is not None}
     # every run after the wake links back to the trace the instance started in
     assert [f"{link.context.trace_id:032x}" for link in last.links] == [origin]
     parents = outbox_traceparents(sql)
