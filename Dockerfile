@@ -6,8 +6,11 @@ COPY pyproject.toml README.md constraints.txt ./
 COPY shared shared
 COPY services services
 COPY devtools devtools
+# the broker clients too (compose's brokers profile: amqp:// and nats:// sources and
+# targets); --build-arg KENNING_EXTRAS=amqp,nats,otel adds tracing, say
+ARG KENNING_EXTRAS=amqp,nats
 # the locked set: the versions CI tested, not whatever PyPI serves today
-RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt ".[${KENNING_EXTRAS}]"
 
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 KENNING_LOG_FORMAT=json

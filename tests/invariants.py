@@ -104,6 +104,8 @@ def every_instance_has_a_way_forward(sql: Sql) -> None:
                        AND EXISTS (SELECT FROM kenning_timers AS t WHERE t.instance_id = i.id))
               AND NOT (i.status = 'waiting_for_event'
                        AND EXISTS (SELECT FROM kenning_event_subscriptions AS s WHERE s.instance_id = i.id))
+              AND NOT (i.status = 'waiting_for_message'
+                       AND EXISTS (SELECT FROM kenning_message_waits AS w WHERE w.instance_id = i.id))
             """,
         ),
         "instances with no way forward: nothing would ever run or wake them (instance, status)",
@@ -115,6 +117,93 @@ def every_instance_has_a_way_forward(sql: Sql) -> None:
             "AND EXISTS (SELECT FROM kenning_timers AS t WHERE t.instance_id = i.id)",
         ),
         "timers left behind by instances that no longer wait for one (instance, status)",
+    )
+
+
+def mailboxes_consistent(sql: Sql) -> None:
+    """Messages (docs/architecture.md invariants 2 and 7): a receive waits only on an empty
+    mailbox (a message for it would wait for nothing); wait rows belong to instances waiting
+    for a message; a consumed message was taken by one receive step, whose record holds it."""
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT w.instance_id, w.step_id, w.topic, m.seq FROM kenning_message_waits AS w "
+            "JOIN kenning_instances AS i ON i.id = w.instance_id "
+            "JOIN kenning_messages AS m ON m.instance_id = w.instance_id AND m.topic = w.topic "
+            "AND m.consumed_step_id IS NULL WHERE i.status = 'waiting_for_message'",
+        ),
+        "receivers waiting while their mailbox holds a message for them (instance, step, topic, message seq)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT w.instance_id, w.step_id, i.status FROM kenning_message_waits AS w "
+            "LEFT JOIN kenning_instances AS i ON i.id = w.instance_id "
+            "WHERE i.status IS DISTINCT FROM 'waiting_for_message'",
+        ),
+        "receive waits left behind by instances that no longer wait for a message (instance, step, status)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT m.instance_id, m.seq, m.consumed_step_id, h.kind, h.payload ->> 'seq' AS recorded_seq "
+            "FROM kenning_messages AS m "
+            "LEFT JOIN kenning_history AS h ON h.instance_id = m.instance_id AND h.step_id = m.consumed_step_id "
+            "WHERE m.consumed_step_id IS NOT NULL "
+            "AND (h.kind IS DISTINCT FROM 'MessageReceived' OR h.payload ->> 'seq' <> CAST(m.seq AS text))",
+        ),
+        "messages consumed without their receive's record (instance, seq, step, kind, recorded seq)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT m.instance_id, m.consumed_step_id, count(*) FROM kenning_messages AS m "
+            "WHERE m.consumed_step_id IS NOT NULL GROUP BY m.instance_id, m.consumed_step_id HAVING count(*) > 1",
+        ),
+        "receive steps that consumed more than one message (instance, step, messages)",
+    )
+
+
+def children_once_per_step(sql: Sql) -> None:
+    """Each ``start_child`` step names one child, whose row names that parent and step, and
+    every child is named by its parent's step (docs/architecture.md invariant 2)."""
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT h.instance_id, h.step_id, h.payload ->> 'child_id' FROM kenning_history AS h "
+            "LEFT JOIN kenning_instances AS c ON c.id = h.payload ->> 'child_id' "
+            "WHERE h.kind = 'ChildStarted' AND (c.id IS NULL OR c.parent_id IS DISTINCT FROM h.instance_id)",
+        ),
+        "start_child steps whose child is missing or not theirs (parent, step, child)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT c.id, c.parent_id, c.parent_step FROM kenning_instances AS c "
+            "WHERE c.parent_id IS NOT NULL AND NOT EXISTS (SELECT FROM kenning_history AS h "
+            "WHERE h.instance_id = c.parent_id AND h.kind = 'ChildStarted' AND h.payload ->> 'child_id' = c.id)",
+        ),
+        "children no step of their parent started (child, parent, step)",
+    )
+
+
+def parents_woken(sql: Sql) -> None:
+    """A parent waiting for a child has a way forward: the child unfinished, or its end's
+    event still on its way in the inbox (docs/architecture.md invariant 7)."""
+    _fail_if(
+        _rows(
+            sql,
+            """
+            SELECT s.instance_id, c.id, c.status FROM kenning_event_subscriptions AS s
+            JOIN kenning_instances AS i ON i.id = s.instance_id AND i.status = 'waiting_for_event'
+            JOIN kenning_instances AS c ON c.id = s.match ->> 'child_id'
+            WHERE s.event_type = 'kenning.child.finished' AND c.status IN ('completed', 'failed', 'cancelled')
+              AND NOT EXISTS (SELECT FROM kenning_inbox AS x WHERE x.kind = 'event' AND x.source = 'kenning.children'
+                              AND x.event_id = c.id AND x.status = 'pending')
+              AND s.checked_at IS NOT NULL
+            """,
+        ),
+        "parents waiting for a child that ended, with nothing to wake them (parent, child, status)",
     )
 
 
@@ -281,6 +370,70 @@ def effects_recorded_once(sql: Sql, executions: Counter[str]) -> Counter[str]:
     return ran
 
 
+QUEUE_RUN = re.compile(r"^queue-run (?P<queue>\S+) (?P<instance>\S+) (?P<pid>\d+) (?P<edge>start|end) (?P<at>[0-9.]+)$")
+
+
+def queue_concurrency(
+    lines: Iterable[str],
+    limits: Mapping[str, int],
+    killed: Mapping[int, float] | None = None,
+    read_at: float | None = None,
+) -> dict[str, int]:
+    """No queue ever ran more of its instances at once than its concurrency: from the
+    side channel's ``queue-run <queue> <instance> <pid> start|end <time>`` lines (tests/
+    apps/queues.py's activity writes them inside each instance's lease, so the overlap they
+    show is at most what the claim let run). A run of a process in ``killed`` (pid: when it
+    was killed) without its end ended then: its lease held the slot a little longer, so the
+    claim was stricter than this count. ``read_at``: the lines were read while workers
+    still ran (``time.time()`` then), so a run without its end was still running at that
+    moment. Returns each queue's most at once."""
+    edges: dict[str, list[tuple[float, int, str]]] = {}
+    open_runs: dict[tuple[str, str, int], float] = {}
+    for line in lines:
+        match = QUEUE_RUN.match(line)
+        if not match:
+            continue
+        queue, instance, pid, at = match["queue"], match["instance"], int(match["pid"]), float(match["at"])
+        key = (queue, instance, pid)
+        if match["edge"] == "start":
+            open_runs[key] = at
+        else:
+            edges.setdefault(queue, []).append((open_runs.pop(key), 1, instance))
+            edges[queue].append((at, 0, instance))  # an end sorts before a start at the same instant
+    for (queue, instance, pid), started in open_runs.items():
+        ended = killed[pid] if killed is not None and pid in killed else read_at
+        assert ended is not None, f"queue {queue}: {instance}'s run in {pid} never ended"
+        edges.setdefault(queue, []).extend([(started, 1, instance), (ended, 0, instance)])
+    most: dict[str, int] = {}
+    for queue, events in edges.items():
+        running: Counter[str] = Counter()
+        peak, worst = 0, (0.0, [""])
+        for at, start, instance in sorted(events):
+            running[instance] += 1 if start else -1
+            now_running = sorted(i for i, n in running.items() if n > 0)
+            if len(now_running) > peak:
+                peak, worst = len(now_running), (at, now_running)
+        most[queue] = peak
+        limit = limits.get(queue)
+        assert limit is None or peak <= limit, f"queue {queue}: {peak} ran at once (limit {limit}) at {worst}"
+    return most
+
+
+def queue_rate(sql: Sql, queue: str, count: int, seconds: float) -> int:
+    """No ``seconds``-long window holds more than ``count`` starts of the queue (first
+    claims, ``started_at``); returns the most any window held."""
+    rows = _rows(
+        sql,
+        "SELECT a.id, a.started_at, count(*) AS starts FROM kenning_instances AS a "
+        "JOIN kenning_instances AS b ON b.queue_name = a.queue_name "
+        " AND b.started_at >= a.started_at AND b.started_at < a.started_at + make_interval(secs => %s) "
+        "WHERE a.queue_name = %s AND a.started_at IS NOT NULL GROUP BY a.id, a.started_at ORDER BY starts DESC",
+        (seconds, queue),
+    )
+    _fail_if([r for r in rows if r[2] > count], f"windows of {seconds} s from a start of {queue} with > {count} starts")
+    return int(rows[0][2]) if rows else 0
+
+
 def check_invariants(
     sql: Sql,
     *,
@@ -293,6 +446,9 @@ def check_invariants(
     events_stored_once(sql, settled=settled)
     leases_consistent(sql)
     every_instance_has_a_way_forward(sql)
+    children_once_per_step(sql)
+    parents_woken(sql)
+    mailboxes_consistent(sql)
     outbox_published_or_dead(sql, settled=settled)
     no_timer_fired_early(sql)
     attempts_within_policy(sql, max_attempts)

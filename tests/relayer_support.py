@@ -13,17 +13,20 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import psycopg
 
 from kenning.db import Database
 from kenning.storage import outbox as outbox_sql
+from kenning.storage.outbox import OutboxOutcome, OutboxRow
 from kenning_relayer import Relayer, RelayerSettings
-from tests.support import REPO_ROOT, ProcessPool, eventually, free_port, run_kenning
+from kenning_relayer.targets import Target
+from tests.brokers import TcpProxy
+from tests.support import REPO_ROOT, ProcessPool, eventually, free_port, run_kenning, until_answering
 
 # Relayer options for tests: millisecond back-offs and a short fallback poll.
 FAST_RELAYER = (
@@ -75,15 +78,7 @@ async def start_receiver(pool: ProcessPool, *options: str, port: int | None = No
     pool.procs.append((proc, log_path))
     url = f"http://127.0.0.1:{port}/events"
 
-    def ready() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"receiver exited: {log_path.read_text()}")
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    await eventually(ready, timeout=20, interval=0.05, message="receiver ready")
+    await until_answering(f"http://127.0.0.1:{port}/health", proc, "the receiver", log_path=log_path)
     return Receiver(url=url, port=port, record=record, proc=proc)
 
 
@@ -201,3 +196,204 @@ def ids_in_arrival_order(receiver: Receiver, accepted_only: bool = True) -> list
 
 def arrival_times(receiver: Receiver, event_id: str) -> Sequence[float]:
     return [float(e["at"]) for e in receiver.events() if e.get("attributes", {}).get("id") == event_id]
+
+
+async def insert_varied_events(database: Database, instance_id: str = "i-ordered") -> dict[str, str]:
+    """Events of every payload kind (JSON with typed extensions, bytes, text) and three of
+    one instance in creation order; returns their ids by name: json, blob, text, first,
+    second, third."""
+    ids = {name: str(uuid.uuid4()) for name in ("json", "blob", "text", "first", "second", "third")}
+    async with database.transaction() as conn:
+        await outbox_sql.outbox_insert(
+            conn,
+            event_id=ids["json"],
+            instance_id="i-json",
+            event_type="order.placed",
+            source="/shop/orders",
+            subject="o-9",
+            content_type="application/json",
+            data_json=json.dumps({"order_id": "o-9", "total": 42}),
+            extensions={"urgent": True, "priority": 5, "tenant": "acme"},
+        )
+        await outbox_sql.outbox_insert(
+            conn, event_id=ids["blob"], instance_id="i-blob", event_type="blob.made", source="/b", data_bytes=b"\xff"
+        )
+        await outbox_sql.outbox_insert(
+            conn,
+            event_id=ids["text"],
+            instance_id="i-text",
+            event_type="note.made",
+            source="/n",
+            content_type="text/plain",
+            data_json=json.dumps("thank you"),
+        )
+        for n, name in enumerate(("first", "second", "third")):
+            await outbox_sql.outbox_insert(
+                conn,
+                event_id=ids[name],
+                instance_id=instance_id,
+                event_type="step.done",
+                source="/steps",
+                content_type="application/json",
+                data_json=json.dumps({"n": n}),
+            )
+    return ids
+
+
+def sample_row(event_type: str = "order.placed", attempts: int = 1) -> OutboxRow:
+    """An outbox row as a claim returns it, built in memory: for one target's deliver()."""
+    now = datetime.now(UTC)
+    return OutboxRow(
+        id=str(uuid.uuid4()),
+        instance_id=None,
+        event_type=event_type,
+        source="/tests",
+        subject=None,
+        content_type="application/json",
+        data={"n": 1},
+        data_bytes=None,
+        extensions={},
+        status="publishing",
+        attempts=attempts,
+        available_at=now,
+        lease_owner="test",
+        last_error=None,
+        last_attempt_at=now,
+        created_seq=1,
+        created_at=now,
+        published_at=None,
+    )
+
+
+async def insert_awkward_event(database: Database) -> str:
+    """One event whose attributes a header cannot carry as they are (a space, '%',
+    non-ASCII, a '%41' that must stay as it is, a media type with parameters); its id."""
+    event_id = str(uuid.uuid4())
+    async with database.transaction() as conn:
+        await outbox_sql.outbox_insert(
+            conn,
+            event_id=event_id,
+            instance_id=None,
+            event_type="order.placed",
+            source="/a b",
+            subject="50% café",
+            content_type="application/json; charset=utf-8",
+            data_json=json.dumps({"note": "déjà a%41b"}),
+            extensions={"label": 'a%41b "quoted"', "region": "zürich"},
+        )
+    return event_id
+
+
+def awkward_event_in_the_inbox(sql: psycopg.Connection[tuple[object, ...]], event_id: str) -> dict[str, Any] | None:
+    """The inbox row (source, type, attributes, data) of ``insert_awkward_event``'s event,
+    ``time`` checked against the outbox row's creation and left out; None until it arrives."""
+    row = sql.execute(
+        "SELECT source, event_type, attributes, data FROM kenning_inbox WHERE event_id = %s", (event_id,)
+    ).fetchone()
+    if row is None:
+        return None
+    attributes = dict(row[2])  # type: ignore[call-overload]
+    created = outbox_row(sql, event_id)["created_at"]
+    assert datetime.fromisoformat(str(attributes.pop("time"))) == created
+    return {"source": row[0], "type": row[1], "attributes": attributes, "data": row[3]}
+
+
+def awkward_event_expected(event_id: str) -> dict[str, Any]:
+    return {
+        "source": "/a b",
+        "type": "order.placed",
+        "attributes": {
+            "id": event_id,
+            "source": "/a b",
+            "type": "order.placed",
+            "specversion": "1.0",
+            "subject": "50% café",
+            "datacontenttype": "application/json; charset=utf-8",
+            "label": 'a%41b "quoted"',
+            "region": "zürich",
+        },
+        "data": {"note": "déjà a%41b"},
+    }
+
+
+# ------------------------------------------------------------------ what the broker tests share
+
+
+@contextlib.asynccontextmanager
+async def relaying(
+    mode: str, processes: ProcessPool, database: Database, database_url: str, broker_url: str, *extra: str
+) -> AsyncIterator[None]:
+    """A relayer in ``mode``: binary mode as a process (the whole path), structured mode
+    in this process (cheaper: only the encoding differs)."""
+    if mode == "binary":
+        relayer_process(processes, database_url, broker_url, *extra)
+        yield
+    else:
+        async with running_relayer(database, broker_url, content_mode=mode):
+            yield
+
+
+def placed_attributes(event_id: str, *, binary: bool) -> dict[str, Any]:
+    """The CloudEvent attributes (``time`` left out) of ``insert_varied_events``' "json"
+    event and of tests.apps.outbox's order.placed: binary mode carries the extensions as
+    header strings, JSON (structured mode) keeps their types."""
+    return {
+        "id": event_id,
+        "source": "/shop/orders",
+        "type": "order.placed",
+        "specversion": "1.0",
+        "subject": "o-9",
+        "datacontenttype": "application/json",
+        "tenant": "acme",
+        "priority": "5" if binary else 5,
+        "urgent": "true" if binary else True,
+    }
+
+
+def ce_headers(attributes: dict[str, Any]) -> dict[str, Any]:
+    """Attributes as a binary-mode message's ``ce-`` headers."""
+    return {f"ce-{name}": value for name, value in attributes.items()}
+
+
+def retried_as_unreachable(sql: psycopg.Connection[tuple[object, ...]], ids: Sequence[str]) -> bool:
+    """Every row attempted at least twice, its last error the broker unreachable."""
+    rows = [outbox_row(sql, event_id) for event_id in ids]
+    return all(row["attempts"] >= 2 and "broker unreachable" in str(row["last_error"]) for row in rows)
+
+
+async def published_across_a_cut(
+    network: TcpProxy, database: Database, sql: psycopg.Connection[tuple[object, ...]]
+) -> list[str]:
+    """Cut the network to the broker, insert 5 events, wait for an attempt to fail as
+    unreachable, bring the network back: every outbox row gets published. The new ids."""
+    await network.stop()
+    ids = await insert_events(database, 5)
+    await eventually(
+        lambda: "broker unreachable" in str(outbox_row(sql, ids[-1])["last_error"]), timeout=30, message="cut"
+    )
+    await network.start()
+    total = sum(statuses(sql).values())
+    await eventually(lambda: statuses(sql) == {"published": total}, timeout=30, message="published after the cut")
+    return ids
+
+
+async def delivered_once(target: Target) -> OutboxOutcome:
+    """One ``sample_row`` through ``target`` in this process (no database), then closed."""
+    try:
+        return await target.deliver(sample_row())
+    finally:
+        await target.close()
+
+
+def relayer_without(module: str, broker_url: str, tmp_path: Path) -> CliResult:
+    """``kenning relayer`` for ``broker_url`` where importing ``module`` (an extra's client) fails."""
+    fake = tmp_path / "no_extras" / module
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"raise ImportError(\"No module named '{module}'\")\n")
+    return kenning_cli(
+        "relayer",
+        "--no-migrate",
+        "--broker-url",
+        broker_url,
+        env={"KENNING_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x", "PYTHONPATH": f"{fake.parent}:{REPO_ROOT}"},
+    )

@@ -10,19 +10,22 @@ import socket
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import psutil
 
 from kenning.app import App
 from kenning.db import Database
+from kenning.storage.server import server_backend_pid
 from kenning_worker import Worker, WorkerSettings
 from tests import logguard
 from tests.invariants import check_invariants as check_invariants  # its callers import it from here
 from tests.logguard import LogGuard
+from tests.sidechannel import executions as executions  # and these
+from tests.sidechannel import record_execution as record_execution
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -45,21 +48,41 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
-def executions(path: str) -> Counter[str]:
-    """How often each ``activity instance`` line was written to the side channel."""
-    with open(path) as fh:
-        return Counter(line.strip() for line in fh if line.strip())
+async def until_answering(health_url: str, proc: psutil.Popen, what: str, *, log_path: Path | None = None) -> None:
+    """Wait until ``GET health_url`` answers 200; fail at once (with its log, if given)
+    when ``proc`` exits first."""
 
-
-def record_execution(label: str) -> None:
-    """Called by test activities: append one line, atomically, to the side channel."""
-    path = os.environ.get("KENNING_TEST_SIDE_CHANNEL")
-    if path:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"{what} exited with {proc.returncode}" + (f": {log_path.read_text()}" if log_path else "")
+            )
         try:
-            os.write(fd, (label + "\n").encode())
-        finally:
-            os.close(fd)
+            return httpx.get(health_url, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    await eventually(answers, timeout=20, interval=0.05, message=f"{what} answers {health_url}")
+
+
+async def backend_pid(db: Database) -> int:
+    """The server process behind the connection ``db`` hands out next."""
+    async with db.connection() as conn:
+        return await server_backend_pid(conn)
+
+
+async def backend_pids_held_together(db: Database, count: int) -> set[int]:
+    """The server processes behind ``count`` of ``db``'s connections, all held at once (a
+    barrier: on a loaded machine, calls that only overlap in time may share one)."""
+    together = asyncio.Barrier(count)
+
+    async def one() -> int:
+        async with db.connection() as conn:
+            async with asyncio.timeout(10):
+                await together.wait()
+            return await server_backend_pid(conn)
+
+    return set(await asyncio.gather(*(one() for _ in range(count))))
 
 
 def run_kenning(args: Sequence[str], env: dict[str, str], *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -92,6 +115,13 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+async def workers_started(processes: ProcessPool, workers: Sequence[psutil.Popen], timeout: float = 60) -> None:
+    """Wait until every one of ``workers`` logged ``worker.started``."""
+    await eventually(
+        lambda: all('"worker.started"' in processes.log_of(w) for w in workers), timeout=timeout, message="workers up"
+    )
 
 
 class ProcessPool:

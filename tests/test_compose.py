@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from tests.support import REPO_ROOT
 SCHEMA = json.loads((REPO_ROOT / "tests" / "schemas" / "compose-spec.json").read_text())
 COMPOSE: dict[str, Any] = yaml.safe_load((REPO_ROOT / "compose.yaml").read_text())
 SERVICES: dict[str, Any] = COMPOSE["services"]
-KENNING_SERVICES = ("ingress", "worker", "scheduler", "relayer")
+KENNING_SERVICES = ("ingress", "worker", "scheduler", "relayer", "console")
 
 
 def resolve(value: str) -> str:
@@ -55,6 +56,7 @@ def test_compose_runs_the_whole_stack_with_health_and_order() -> None:
         assert service["depends_on"]["postgres"]["condition"] == "service_healthy", name
         assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
         assert "KENNING_DATABASE_URL" in service["environment"], name
+    assert SERVICES["console"]["ports"] == ["127.0.0.1:8300:8300"]
     # published on loopback only: it may run without tokens (it says so: ingress.open)
     assert SERVICES["ingress"]["ports"] == ["127.0.0.1:8000:8000"]
     assert SERVICES["ingress"]["environment"]["KENNING_INGRESS_ALLOW_OPEN"] == "true"
@@ -87,7 +89,8 @@ def _commands(service: dict[str, Any]) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("name", sorted(n for n in SERVICES if n != "postgres"))
+# postgres and the brokers profile's servers run images of their own, no kenning command
+@pytest.mark.parametrize("name", sorted(n for n in SERVICES if n not in ("postgres", "rabbitmq", "nats")))
 def test_every_command_and_variable_compose_uses_exists_in_the_cli(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     service = SERVICES[name]
     for key in list(os.environ):
@@ -137,6 +140,9 @@ def test_the_wheel_the_image_installs_holds_every_process(tmp_path: Path) -> Non
         "kenning_ingress/main.py",
         "kenning_scheduler/main.py",
         "kenning_relayer/main.py",
+        "kenning_console/main.py",
+        "kenning_console/templates/base.html",  # the console's templates and static files ship too
+        "kenning_console/static/console.css",
         "kenning_devtools/up/main.py",
         "kenning/migrations/env.py",
         "kenning/migrations/versions/0001_initial.py",
@@ -148,3 +154,19 @@ def test_the_wheel_the_image_installs_holds_every_process(tmp_path: Path) -> Non
     commands = zipfile.ZipFile(wheel).read("kenning-0.1.0.dist-info/entry_points.txt").decode()
     for name in ("worker", "ingress", "scheduler", "relayer", "migrate", "sink", "up", "bench"):
         assert f"\n{name} = " in commands, name
+
+
+def test_the_image_installs_every_extra_the_compose_settings_name() -> None:
+    # the brokers profile's URLs (amqp://, nats://) need their clients in the image, or its
+    # ingress and relayer exit 2 at start ("needs the aio-pika client")
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    compose = (REPO_ROOT / "compose.yaml").read_text()
+    needed = {extra for scheme, extra in (("amqp://", "amqp"), ("nats://", "nats")) if scheme in compose}
+    assert needed == {"amqp", "nats"} and needed <= set(extras)
+    text = (REPO_ROOT / "Dockerfile").read_text()
+    (wheel,) = re.findall(r"^RUN pip wheel .*$", text, re.M)
+    defaults = dict(re.findall(r"^ARG (\w+)=(\S*)$", text, re.M))
+    built = re.sub(r"\$\{(\w+)\}", lambda m: defaults.get(m.group(1), ""), wheel)
+    found = re.search(r"\.\[([\w,]*)\]", built)
+    assert found is not None, f"the image's wheel is built without extras: {wheel}"
+    assert needed <= set(found.group(1).split(",")), built

@@ -20,18 +20,14 @@ from sqlalchemy import text
 from kenning.db import Database, connect, executor_of, statement
 from kenning.dberrors import is_unavailable, sqlstate
 from kenning.storage import instances as instances_sql
+from tests.support import backend_pid, backend_pids_held_together
 
 Sql = psycopg.Connection[tuple[object, ...]]
 _BACKEND_PID = statement("SELECT pg_backend_pid() AS pid")
 
 
 def small_pool(database: Database, size: int, *, timeout: float = 30.0) -> Database:
-    return Database(url=database.url, engine=database.engine, autocommit_pool_size=size, pool_timeout=timeout)
-
-
-async def backend_pid(db: Database) -> int:
-    async with db.connection() as conn:
-        return int((await conn.execute(_BACKEND_PID)).one().pid)
+    return Database(url=database.url, autocommit_pool_size=size, pool_timeout=timeout)
 
 
 def test_statements_take_psycopg_parameters_with_literal_percent_escaped() -> None:
@@ -133,7 +129,10 @@ async def test_a_statement_cancelled_mid_flight_does_not_leave_a_busy_connection
 
 
 async def test_the_pool_never_exceeds_its_size_and_times_out_waiters(database: Database) -> None:
-    db = small_pool(database, 2, timeout=0.3)
+    # Twelve users queue behind two connections: on a loaded machine a waiter may wait
+    # seconds, so this pool's timeout is generous; the timeout itself is shown on a second
+    # pool whose slots are all held, where nothing but the timeout can end the wait.
+    db = small_pool(database, 2, timeout=30)
     try:
         pids: set[int] = set()
 
@@ -144,13 +143,19 @@ async def test_the_pool_never_exceeds_its_size_and_times_out_waiters(database: D
 
         await asyncio.gather(*(use() for _ in range(12)))
         assert len(pids) <= 2
-        async with db.connection(), db.connection():
-            with pytest.raises(PoolTimeout) as waited:
-                async with db.connection():
-                    pass
-            assert is_unavailable(waited.value)
     finally:
         await db.close_pool()
+    impatient = small_pool(database, 2, timeout=0.3)
+    try:
+        async with impatient.connection(), impatient.connection():
+            started = time.monotonic()
+            with pytest.raises(PoolTimeout) as waited:
+                async with impatient.connection():
+                    pass
+            assert time.monotonic() - started >= 0.25  # it waited (about) its timeout, then gave up
+            assert is_unavailable(waited.value)
+    finally:
+        await impatient.close_pool()
 
 
 async def test_an_unreachable_server_fails_each_request_at_once() -> None:
@@ -194,19 +199,13 @@ async def test_a_waiter_cancelled_as_it_is_handed_a_connection_gives_it_back(dat
 async def test_a_broken_connection_drops_the_idle_ones_too(database: Database, sql: Sql) -> None:
     db = small_pool(database, 3)
     try:
-
-        async def pid() -> int:
-            async with db.connection() as conn:
-                await conn.execute(statement("SELECT pg_sleep(0.05)"))
-                return int((await conn.execute(_BACKEND_PID)).one().pid)
-
-        old = set(await asyncio.gather(pid(), pid(), pid()))
+        old = await backend_pids_held_together(db, 3)
         assert len(old) == 3
         sql.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (list(old),))
         with pytest.raises(psycopg.OperationalError):
-            await pid()  # the first statement meets a dead connection
-        assert await pid() not in old  # the other two dead ones were dropped with it
-        assert await pid() not in old
+            await backend_pid(db)  # the first statement meets a dead connection
+        assert await backend_pid(db) not in old  # the other two dead ones were dropped with it
+        assert await backend_pid(db) not in old
     finally:
         await db.close_pool()
 

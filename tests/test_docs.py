@@ -69,12 +69,16 @@ DOCS = (
     "docs/scaling.md",
     "docs/operations.md",
     "docs/performance.md",
+    "docs/amqp.md",
+    "docs/nats.md",
+    "docs/console.md",
 )
 COMMAND_LANGUAGES = ("bash", "sh", "shell", "console")
 DOC_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"  # docs/ingress.md's
 UP_CHILDREN = ("sink", "ingress", "worker-1", "worker-2", "scheduler", "relayer")
 DAEMONS = {"worker": "worker.started", "ingress": "ingress.started", "scheduler": "scheduler.started"}
 DAEMONS["relayer"] = "relayer.started"
+DAEMONS["console"] = "console.started"
 INSTANCE_ID = r"[\w.]+-[0-9a-f]{32}"
 
 
@@ -326,6 +330,12 @@ STEPS: dict[str, list[Step]] = {
     "docs/scaling.md": [],  # no commands: settings and figures
     "docs/operations.md": [],  # no shell commands: metrics, sweeps, deploy steps as yaml and text
     "docs/performance.md": [],  # no commands: the benchmark's figures and what they show
+    "docs/amqp.md": [],  # no commands: URL forms, the binding, guarantees
+    "docs/nats.md": [],  # no commands: URL forms, the binding, guarantees
+    "docs/console.md": [
+        Step("export KENNING_ADMIN_TOKEN="),
+        Step("kenning console --app kenning.examples.orders", shows(r'"auth": "admin token"')),
+    ],
 }
 
 # Placeholders and where their values come from; `<event id>`s are the seeded dead letters, in order.
@@ -422,6 +432,9 @@ def test_every_command_block_of_the_docs_is_known_to_the_harness() -> None:
             assert not unknown_placeholders(command), f"{doc}: a placeholder the harness cannot fill: {command}"
 
 
+_CI_INSTALLERS = (".venv/bin/pip install", 'VIRTUAL_ENV="$PWD/.venv" .venv/bin/uv pip install')
+
+
 def test_the_install_lines_are_the_readme_two_commands_and_what_ci_runs() -> None:
     tests = two_commands()["install and run the tests"]
     install = install_command()
@@ -429,8 +442,14 @@ def test_the_install_lines_are_the_readme_two_commands_and_what_ci_runs() -> Non
     ci = (REPO_ROOT / ".ci" / "run").read_text().splitlines()
     venv, pip = install.split(" && ")
     assert venv in ci
-    ci_pip = [line.replace(" --quiet", "") for line in ci if line.startswith(".venv/bin/pip install") and "-e" in line]
-    assert ci_pip == [pip.replace("'.[embedded]'", "'.[dev]'")], "CI installs what the README says"
+    # CI's first install may use uv (faster) with the same arguments; then the README's command
+    ci_installs = [
+        "install" + line.replace(" --quiet", "").split(" install", 1)[1]
+        for line in ci
+        if line.startswith(_CI_INSTALLERS) and "-e" in line
+    ]
+    readme_install = "install" + pip.replace("'.[embedded]'", "'.[dev]'").split(" install", 1)[1]
+    assert ci_installs == [readme_install], "CI installs what the README says"
 
 
 def test_the_readme_and_the_quick_start_post_distinct_events_and_orders() -> None:
@@ -715,6 +734,14 @@ async def test_the_scheduler_page_runs_as_written(database_url: str, tmp_path: P
     ctx = Context(_scratch(tmp_path), database_url=database_url)
     env = _user_env(KENNING_DATABASE_URL=database_url)
     await run_document("docs/scheduler.md", ctx, env, preamble="source .venv/bin/activate")
+
+
+async def test_the_console_page_runs_as_written(database_url: str, tmp_path: Path) -> None:
+    """docs/console.md: a token made as the page makes it, and the console started with the
+    orders app (on a free port: ``KENNING_CONSOLE_PORT``, its documented variable)."""
+    ctx = Context(_scratch(tmp_path), database_url=database_url)
+    env = _user_env(KENNING_DATABASE_URL=database_url, KENNING_CONSOLE_PORT=str(free_port()))
+    await run_document("docs/console.md", ctx, env, preamble="source .venv/bin/activate")
 
 
 async def test_the_relayer_page_runs_as_written(database: Database, database_url: str, tmp_path: Path) -> None:

@@ -271,6 +271,16 @@ INVALID: dict[str, tuple[tuple[dict[str, Any], bytes], str]] = {
     "data and data_base64": (_structured_with(data_base64="AAE="), "invalid_data"),
     "invalid base64": (_structured_with(data=_DROP, data_base64="***"), "invalid_data"),
     "ce-data header": (_binary_header("ce-data", "x"), "invalid_attribute"),
+    # Kenning's own event types and sources (a child's end, kenning/children.py) cannot be
+    # faked, nor a child's (source, id) taken first so that its real end is dropped
+    "reserved kenning.* type": (
+        binary(cloud_event("kenning.child.finished", {"child_id": "c"})),
+        "reserved_attribute",
+    ),
+    "reserved kenning.* source": (
+        binary(cloud_event("order.placed", {"child_id": "c"}, source="kenning.children")),
+        "reserved_attribute",
+    ),
 }
 
 

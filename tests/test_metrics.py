@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kenning import App, Client
 from kenning.db import Database
 from kenning.scrape import scrape as scrape_text
+from kenning.storage.queues import queues_overview
 from kenning_devtools.up import main as up
 from tests.ingress_support import batch, binary, cloud_event, start_ingress
 from tests.logguard import expect_log
@@ -298,3 +299,39 @@ async def test_the_database_gauges_count_every_unfinished_status_and_the_stuck(
     gone = figures((await scrape_text(database)).decode())  # no database: said, not raised
     assert value(gone, "kenning_database_metrics_up") == 0
     assert value(gone, "kenning_instances") == 0
+
+
+async def test_the_queue_gauges_show_each_queues_depth_leases_oldest_age_and_pause(
+    database: Database, sql: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    sql.execute("INSERT INTO kenning_queues (name, paused) VALUES ('busy', false), ('held', true)")
+    rows = [
+        ("b-1", "pending", "now() - interval '5 seconds'", False),  # due
+        ("b-2", "pending", "now() + interval '1 hour'", False),  # backing off: waits, not due
+        ("b-3", "running", "now() + interval '1 minute'", True),  # leased: holds a slot
+        ("b-4", "running", "now() - interval '20 seconds'", True),  # its lease expired: claimable
+        ("b-5", "completed", "NULL", False),  # finished: in no figure
+        ("b-6", "waiting_for_timer", "NULL", False),  # needs no worker: holds no slot
+    ]
+    for instance_id, status, available_at, leased in rows:
+        sql.execute(
+            "INSERT INTO kenning_instances (id, workflow_name, status, available_at, queue_name, partition_key, "
+            f"lease_token, lease_owner) VALUES (%s, 'queued', %s, {available_at}, 'busy', '', "
+            "CASE WHEN %s THEN gen_random_uuid() END, CASE WHEN %s THEN 'w' END)",
+            (instance_id, status, leased, leased),
+        )
+    found = figures((await scrape_text(database)).decode())
+    assert value(found, "kenning_queue_depth", queue="busy") == 3
+    assert value(found, "kenning_queue_running", queue="busy") == 1
+    assert 20 <= value(found, "kenning_queue_oldest_age_seconds", queue="busy") < 80
+    assert value(found, "kenning_queue_paused", queue="busy") == 0
+    # an empty queue has its series, at 0 (a drained backlog reads 0, not "no data")
+    assert ("kenning_queue_depth", frozenset({("queue", "held")})) in found
+    assert value(found, "kenning_queue_depth", queue="held") == 0
+    assert value(found, "kenning_queue_running", queue="held") == 0
+    assert value(found, "kenning_queue_oldest_age_seconds", queue="held") == 0
+    assert value(found, "kenning_queue_paused", queue="held") == 1
+    # the same figures as `kenning queues list`
+    async with database.connection() as conn:
+        busy = (await queues_overview(conn, "busy"))[0]
+    assert (busy.depth, busy.running) == (3, 1)

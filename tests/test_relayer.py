@@ -16,6 +16,9 @@ import pytest
 from kenning import Client
 from kenning.db import Database
 from kenning.storage import outbox as outbox_sql
+from kenning.urls import hide_credentials
+from kenning_relayer.nats import NatsAddress
+from kenning_relayer.targets import NATS_SCHEMES
 from tests.apps import outbox as app
 from tests.logguard import LogGuard
 from tests.relayer_support import (
@@ -23,6 +26,7 @@ from tests.relayer_support import (
     insert_events,
     kenning_cli,
     outbox_row,
+    placed_attributes,
     relayer_process,
     running_relayer,
     start_receiver,
@@ -56,17 +60,7 @@ async def test_workflow_events_reach_the_broker_as_binary_cloudevents(
     placed = events[placed_id]
     time = datetime.fromisoformat(placed["attributes"].pop("time"))
     assert time == created_at(sql, placed_id)  # the same on every attempt
-    assert placed["attributes"] == {
-        "id": placed_id,
-        "source": "/shop/orders",
-        "type": "order.placed",
-        "specversion": "1.0",
-        "subject": "o-9",
-        "datacontenttype": "application/json",
-        "tenant": "acme",
-        "priority": "5",  # binary mode carries extensions as header strings
-        "urgent": "true",
-    }
+    assert placed["attributes"] == placed_attributes(placed_id, binary=True)  # extensions as header strings
     assert placed["data"] == {"order_id": "o-9", "total": 42}
     blob = events[blob_id]
     assert blob["content_type"] == "application/octet-stream"
@@ -232,12 +226,39 @@ def test_relayer_and_outbox_commands_report_bad_configuration() -> None:
         ),
         "name the events to retry": (("outbox", "retry"), url),
         "'not-a-uuid' is not an outbox event id": (("outbox", "retry", "not-a-uuid"), url),
+        # a URL that does not parse is named without its password
+        "broker URL 'amqp://u:***@host:99999/' is invalid: Port out of range": (
+            ("relayer", "--no-migrate", "--broker-url", "amqp://u:secret@host:99999/"),
+            url,
+        ),
+        "broker URL 'amqp://***' is invalid: Invalid IPv6 URL": (
+            ("relayer", "--no-migrate", "--broker-url", "amqp://u:secret@[::1/x"),
+            url,
+        ),
     }
     with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
         results = dict(zip(runs, pool.map(lambda run: kenning_cli(*run[0], env=run[1]), runs.values()), strict=True))
     for message, result in results.items():
         assert result.code == 2, (message, result)
         assert message in result.stderr and "Traceback" not in result.stderr, (message, result.stderr)
+        assert "secret" not in result.stderr + result.stdout, (message, result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("amqp://u:secret@rabbit:5672/shop?exchange=e", "amqp://u:***@rabbit:5672/shop?exchange=e"),
+        ("nats://secret@nats:4222?subject=s", "nats://***@nats:4222?subject=s"),  # nats-py's token form
+        ("tls://secret@nats:4222", "tls://***@nats:4222"),
+        ("https://hook:secret@hooks.example/in", "https://hook:***@hooks.example/in"),
+        ("amqp://u:secret@[::1/x", "amqp://***"),  # unparsable: nothing but the scheme
+        ("http://hooks.example/in", "http://hooks.example/in"),
+    ],
+)
+def test_broker_urls_are_shown_without_their_credentials(url: str, shown: str) -> None:
+    assert hide_credentials(url) == shown
+    if url.startswith(NATS_SCHEMES):  # what every line of the target is bound with
+        assert NatsAddress.parse(url).display == shown
 
 
 async def test_outbox_cli_lists_rejected_events_and_retries_them(

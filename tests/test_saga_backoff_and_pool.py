@@ -7,8 +7,9 @@ import asyncio
 import psycopg
 import pytest
 
-from kenning.db import Database, statement
+from kenning.db import Database
 from kenning.storage import instances as instances_sql
+from tests.support import backend_pid, backend_pids_held_together
 
 
 async def _claimed(database: Database, instance_id: str) -> str:
@@ -58,15 +59,10 @@ async def test_a_broken_connection_closes_the_idle_ones_without_probing_them(
     """Probing the idle connections in the caller's exit would block it for a TCP timeout
     per connection on a half-open network (and swallow its cancellation): they are closed
     instead, and opened again on demand."""
-    db = Database(url=database.url, engine=database.engine, autocommit_pool_size=3)
+    db = Database(url=database.url, autocommit_pool_size=3)
     try:
-
-        async def pid() -> int:
-            async with db.connection() as conn:
-                await conn.execute(statement("SELECT pg_sleep(0.05)"))
-                return int((await conn.execute(statement("SELECT pg_backend_pid() AS pid"))).one().pid)
-
-        old = set(await asyncio.gather(pid(), pid(), pid()))
+        old = await backend_pids_held_together(db, 3)
+        assert len(old) == 3
         never = asyncio.Event()
 
         async def half_open(conn: object) -> None:  # a probe no answer ever comes back to
@@ -75,7 +71,7 @@ async def test_a_broken_connection_closes_the_idle_ones_without_probing_them(
         db.pool.check_connection = half_open  # type: ignore[method-assign]
         sql.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (list(old),))
         with pytest.raises(psycopg.OperationalError):
-            await asyncio.wait_for(pid(), timeout=10)  # the first statement meets a dead connection
-        assert await asyncio.wait_for(pid(), timeout=10) not in old
+            await asyncio.wait_for(backend_pid(db), timeout=10)  # the first statement meets a dead connection
+        assert await asyncio.wait_for(backend_pid(db), timeout=10) not in old
     finally:
         await db.close_pool()

@@ -11,8 +11,10 @@ import pytest
 
 from kenning.db import Database, statement
 from kenning.migrate import current_revision, head_revision, migrate
+from kenning.storage import console as console_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage.records import INSTANCE_STATUSES
 
 
 @pytest.mark.smoke
@@ -126,11 +128,54 @@ async def test_claim_uses_the_partial_index_with_many_finished_instances(
         str(r[0])
         for r in sql.execute(
             "EXPLAIN SELECT id FROM kenning_instances WHERE status IN ('pending', 'running', 'compensating') "
-            "AND available_at <= now() AND workflow_name = ANY(ARRAY['wf']) ORDER BY available_at LIMIT 10 "
+            "AND queue_name IS NULL AND available_at <= now() AND workflow_name = ANY(ARRAY['wf']) "
+            "ORDER BY available_at LIMIT 10 "
             "FOR UPDATE SKIP LOCKED"
         ).fetchall()
     )
     assert "kenning_instances_claimable" in plan, plan
+
+
+def test_claim_keeps_to_the_partial_index_when_statistics_predate_a_backlog(
+    sql: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    # statistics taken over finished instances of another workflow only, then a backlog of
+    # the claimed one: an index the claim's columns match (0006's list indexes were keyed
+    # on status and workflow_name) looks like a handful of rows to the planner, and
+    # reading it means sorting the whole backlog; the claimable index stops at the limit
+    sql.execute(
+        "INSERT INTO kenning_instances (id, workflow_name, status, finished_at) "
+        "SELECT 'done' || g, 'old', 'completed', now() FROM generate_series(1, 20000) g"
+    )
+    sql.execute("ANALYZE kenning_instances")
+    sql.execute(
+        "INSERT INTO kenning_instances (id, workflow_name, status, available_at) "
+        "SELECT 'live' || g, 'wf', 'pending', now() - interval '1 hour' FROM generate_series(1, 20000) g"
+    )
+    params = {"owner": "probe", "names": ["wf"], "limit": 10, "lease_seconds": 30.0, "now": None}
+    plan = "\n".join(str(r[0]) for r in sql.execute("EXPLAIN " + instances_sql._INSTANCE_CLAIM.sql, params))
+    assert "kenning_instances_claimable" in plan, plan
+    assert "_status_created" not in plan, plan
+
+
+def test_console_list_reads_its_own_indexes(sql: psycopg.Connection[tuple[object, ...]]) -> None:
+    # the list's statements must compare status and workflow_name under COLLATE "C" to use
+    # 0006's indexes (the claim above relies on no other statement doing so)
+    sql.execute(
+        "INSERT INTO kenning_instances (id, workflow_name, status, finished_at) "
+        "SELECT 'done' || g, 'old', 'completed', now() FROM generate_series(1, 20000) g"
+    )
+    sql.execute("ANALYZE kenning_instances")
+    for filters, index in [
+        (console_sql.InstanceFilters(status="failed"), "kenning_instances_status_created"),
+        (console_sql.InstanceFilters(status="failed", workflow="old"), "kenning_instances_workflow_status_created"),
+    ]:
+        shape = console_sql._shape(filters)
+        params = {**console_sql._parameters(filters, None), "limit": 51, "scan_limit": 1000, "cap": 10000}
+        params["statuses"] = list(INSTANCE_STATUSES)
+        for st in (console_sql._page_statement(shape, False), console_sql._counts_statement(shape)):
+            plan = "\n".join(str(r[0]) for r in sql.execute("EXPLAIN " + st.sql, params))
+            assert index in plan and "Seq Scan" not in plan, plan
 
 
 async def test_heartbeat_reports_leases_taken_over(database: Database) -> None:

@@ -34,7 +34,7 @@ from tests.support import REPO_ROOT, check_invariants, eventually, free_port
 Sql = psycopg.Connection[tuple[object, ...]]
 READY = re.compile(r"^kenning up: (\S+)\s+ready \(pid (\d+)(?:, restart (\d+))?\)(.*)$")
 QUICKSTART = REPO_ROOT / "docs" / "quickstart.md"
-CHILDREN = ("sink", "ingress", "worker-1", "worker-2", "scheduler", "relayer")
+CHILDREN = ("sink", "ingress", "worker-1", "worker-2", "scheduler", "console", "relayer")
 
 
 def _user_env(**extra: str) -> dict[str, str]:
@@ -51,11 +51,13 @@ class Up:
     ) -> None:
         self.port = port or free_port()
         self.sink_port = free_port()
+        self.console_port = free_port()
         self.data_dir = tmp / ".kenning"
         self.lines: list[str] = []
         self.stderr_path = tmp / f"{name}.stderr"
         with open(self.stderr_path, "wb") as stderr:
             argv = ["up", "--port", str(self.port), "--sink-port", str(self.sink_port), "--workers", "2"]
+            argv += ["--console-port", str(self.console_port)]
             argv += ["--app", app] if app else []
             self.proc = psutil.Popen(
                 [sys.executable, "-m", "kenning", *argv, "--data-dir", str(self.data_dir)],
@@ -343,7 +345,10 @@ async def test_up_with_a_database_url_runs_the_saga_restarts_a_crashed_worker_an
             assert restarted.pid != victim.pid and restarted.ppid() == up.proc.pid
             assert any("worker-1.ok" in part for part in restarted.cmdline())
         assert all(child.is_running() for pid, child in children.items() if pid != ready["worker-1"])
-        assert (up.data_dir / "logs" / "worker-1.log").read_text().count('"worker.started"') == 3
+        worker_log = up.data_dir / "logs" / "worker-1.log"
+        # "ready" comes from the worker's ready file, which may be written before its
+        # worker.started line reaches the log (a full run saw 2 of 3)
+        await eventually(lambda: worker_log.read_text().count('"worker.started"') == 3, timeout=10)
 
         child_pids = [c.pid for c in up.children()]
         assert len(child_pids) == len(CHILDREN)

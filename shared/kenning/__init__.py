@@ -5,15 +5,19 @@ Edda 0.1.0's user API under one import name; see the README for the processes.
 
 from kenning.activity import Activity, activity
 from kenning.app import App, EddaApp
+from kenning.children import ChildHandle, start_child
 from kenning.client import Client, StartedInstance
 from kenning.compensation import compensation, on_failure, register_compensation
 from kenning.context import WorkflowContext
 from kenning.errors import (
     ActivityTimeoutError,
+    ChildStartRefused,
+    ChildWorkflowFailed,
     ConfigurationError,
     EventTimeoutError,
     KenningError,
     LeaseLostError,
+    MessageUndeliverableError,
     NonDeterminismError,
     RetryExhaustedError,
     TerminalError,
@@ -24,15 +28,20 @@ from kenning.errors import (
 )
 from kenning.events import ReceivedEvent, wait_event
 from kenning.hooks import HooksBase, WorkflowHooks
+from kenning.messages import ReceivedMessage, publish, receive, send_message, subscribe
 from kenning.outbox import send_event_transactional
+from kenning.queues import Queue
 from kenning.retry import RetryPolicy
-from kenning.timers import wait_timer, wait_until
+from kenning.timers import sleep, sleep_until, wait_timer, wait_until
 from kenning.workflow import Workflow, workflow
 
 __all__ = [
     "Activity",
     "ActivityTimeoutError",
     "App",
+    "ChildHandle",
+    "ChildStartRefused",
+    "ChildWorkflowFailed",
     "Client",
     "ConfigurationError",
     "EddaApp",
@@ -40,8 +49,11 @@ __all__ = [
     "HooksBase",
     "KenningError",
     "LeaseLostError",
+    "MessageUndeliverableError",
     "NonDeterminismError",
+    "Queue",
     "ReceivedEvent",
+    "ReceivedMessage",
     "RetryExhaustedError",
     "RetryPolicy",
     "StartedInstance",
@@ -56,8 +68,15 @@ __all__ = [
     "activity",
     "compensation",
     "on_failure",
+    "publish",
+    "receive",
     "register_compensation",
     "send_event_transactional",
+    "send_message",
+    "sleep",
+    "sleep_until",
+    "start_child",
+    "subscribe",
     "wait_event",
     "wait_timer",
     "wait_until",

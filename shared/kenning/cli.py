@@ -10,11 +10,11 @@ from importlib.metadata import EntryPoint, entry_points
 
 import psycopg
 import structlog
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 # Parsed on import: every process refuses a malformed KENNING_FAULTS (one line, exit 2)
 # before it starts anything, not only those that import a fault point early.
 import kenning.faults  # noqa: F401
+from kenning import dberrors
 from kenning.commands.argparsing import ArgumentParser, VersionAction, parse
 from kenning.commands.errors import UsageError
 from kenning.errors import ConfigurationError, KenningError, WorkflowNotFoundError
@@ -69,12 +69,12 @@ def explain(error: Exception, *, debug: bool = False) -> tuple[str, int]:
         return _first_line(error), 2
     if isinstance(error, KenningError):  # e.g. the instance awaited with --wait failed
         return _first_line(error), 1
-    driver_error = error.orig if isinstance(error, DBAPIError) else error
+    driver_error = dberrors.driver_error(error)
     if isinstance(driver_error, psycopg.Error):
         if driver_error.sqlstate in _SCHEMA_SQLSTATES:
             return "the database has no Kenning schema, or an older one: run `kenning migrate`", 2
         return f"database error: {_first_line(driver_error)}", 1
-    if isinstance(error, SQLAlchemyError):  # pool timeouts and the like
+    if dberrors.is_sqlalchemy_error(error):  # pool timeouts and the like
         return f"database error: {_first_line(error)}", 1
     if isinstance(error, OSError):  # the machine's answer: a port in use, a file not readable
         return _first_line(error), 1

@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import uuid
 from typing import Any
 
 from kenning import serialization
 from kenning.db import Database, connect
+from kenning.engine.commands import Undelivered
+from kenning.engine.messages import refusal
 from kenning.errors import ConfigurationError, KenningError, WorkflowFailedError, WorkflowNotFoundError
 from kenning.groupcommit import GroupCommit
 from kenning.registry import REGISTRY
@@ -21,7 +24,9 @@ from kenning.starting import InvalidInputError as InvalidInputError  # re-export
 from kenning.starting import StartedInstance as StartedInstance  # re-exported
 from kenning.starting import Starter, prepare_start
 from kenning.storage import instances as instances_sql
+from kenning.storage import messages as messages_sql
 from kenning.storage.instances import NewInstance, StartOutcome
+from kenning.storage.messages import SendStatus
 from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
 from kenning.workflow import Workflow
 
@@ -75,11 +80,29 @@ class Client:
         *,
         instance_id: str | None = None,
         idempotency_key: str | None = None,
+        queue: str | None = None,
+        partition_key: str | None = None,
+        priority: int | None = None,
         **kwargs: Any,
     ) -> StartedInstance:
         """Start an instance; starting again with the same ``instance_id`` or
-        ``idempotency_key`` returns the existing instance (``created=False``)."""
-        start = prepare_start(workflow, kwargs, instance_id=instance_id, idempotency_key=idempotency_key)
+        ``idempotency_key`` returns the existing instance (``created=False``).
+
+        ``queue`` (default: the workflow's ``@workflow(queue=...)``) starts it in a queue
+        whose limits the claim enforces (``kenning.Queue``); there ``partition_key`` names
+        its partition (served round-robin, ``partition_concurrency`` per key) and
+        ``priority`` orders it (lower first, default 0). The three names are taken by
+        these parameters, so a workflow argument cannot be called ``queue``,
+        ``partition_key`` or ``priority``."""
+        start = prepare_start(
+            workflow,
+            kwargs,
+            instance_id=instance_id,
+            idempotency_key=idempotency_key,
+            queue=queue,
+            partition_key=partition_key,
+            priority=priority,
+        )
         self.results.expect(start.instance.instance_id)  # result() may then wait without reading first
         try:
             started = await self.starter.start(start)
@@ -130,6 +153,42 @@ class Client:
         if outcome is None:
             raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
         return outcome[1]
+
+    async def send_message(self, instance_id: str, topic: str, data: Any = None, message_id: str | None = None) -> str:
+        """Put ``data`` (JSON, or a pydantic model) into ``instance_id``'s ``topic`` mailbox,
+        waking the instance if it waits in a ``receive`` of that topic (kenning/messages.py).
+        Returns the message id: ``message_id`` if given (sending it again to this instance
+        is a no-op, so a retry is safe), else a new one. Raises ``WorkflowNotFoundError``
+        for an unknown instance, ``MessageUndeliverableError`` for one that has ended."""
+        data = serialization.storable_json(data, f"message {topic!r} data")
+        message_id = message_id or str(uuid.uuid4())
+        async with self.database.transaction() as conn:
+            await messages_sql.mailbox_lock(conn, instance_id)
+            sent = await messages_sql.message_send(
+                conn, instance_id=instance_id, topic=topic, message_id=message_id, data=data, sender_instance_id=None
+            )
+        if sent.status is SendStatus.UNKNOWN_INSTANCE:
+            raise refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, None)
+        if sent.status is SendStatus.FINISHED:
+            raise refusal(Undelivered.FINISHED, instance_id, topic, sent.recipient_status)
+        return message_id
+
+    async def publish(self, channel: str, data: Any = None, message_id: str | None = None) -> int:
+        """Broadcast ``data`` to every instance subscribed to ``channel`` (``kenning.subscribe``)
+        that has not ended, each copy in its ``channel`` mailbox; returns how many it reached.
+        ``message_id`` makes a retry safe (a subscriber that has the id gets no second copy)."""
+        data = serialization.storable_json(data, f"message {channel!r} data")
+        message_id = message_id or str(uuid.uuid4())
+        async with self.database.transaction() as conn:
+            recipients = await messages_sql.channel_lock_subscribers(conn, channel)
+            return await messages_sql.channel_publish(
+                conn,
+                channel=channel,
+                recipients=recipients,
+                message_id=message_id,
+                data=data,
+                sender_instance_id=None,
+            )
 
     async def list(
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 50

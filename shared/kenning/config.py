@@ -80,8 +80,15 @@ def add_option(
     type: Callable[[str], Any] = str,
     choices: tuple[str, ...] | None = None,
     process: str = "",
+    variable: str = "",
+    repeatable: bool = False,
 ) -> None:
     """Add ``flag`` whose default comes from its environment variable, then ``default``.
+
+    ``variable``: the variable's name when it is not the flag's (a repeatable flag's is
+    plural). ``repeatable``: the flag may be given several times, its value a tuple of
+    each one's; its variable holds them separated by whitespace, and flags given replace
+    the variable's values rather than add to them.
 
     ``process``: the setting means something different in each process that has it (or
     has a default of its own there), so its variable carries the process's name
@@ -91,19 +98,23 @@ def add_option(
     A malformed environment value is reported by the variable's name (exit 2, one line),
     never as a traceback.
     """
-    variable = env_name(flag, process)
     shared = env_name(flag)
-    if process and shared in os.environ:
+    if process and not variable and shared in os.environ:
         _environment_error(
             parser,
-            f"{shared} is no longer read, as it meant different things in different processes: set {variable}",
+            f"{shared} is no longer read, as it meant different things in different processes: set "
+            f"{env_name(flag, process)}",
         )
+    variable = variable or env_name(flag, process)
     _DECLARED.setdefault(parser, {})[flag] = variable
     raw = os.environ.get(variable)
     value = default
     if raw is not None:
         try:
-            value = parse_bool(raw) if type is bool else type(raw)
+            if repeatable:
+                value = tuple(type(item) for item in raw.split())
+            else:
+                value = parse_bool(raw) if type is bool else type(raw)
         except ValueError as error:
             _environment_error(parser, f"{variable}={raw!r} is invalid: {error}")
         if choices is not None and value not in choices:
@@ -111,8 +122,26 @@ def add_option(
     full_help = f"{help} [env {variable}; default {default!r}]"
     if type is bool:
         parser.add_argument(flag, default=value, action=argparse.BooleanOptionalAction, help=full_help)
+    elif repeatable:
+        parser.add_argument(flag, default=value, type=type, action=_Repeated, help=full_help)
     else:
         parser.add_argument(flag, default=value, type=type, choices=choices, help=full_help)
+
+
+class _Repeated(argparse.Action):
+    """A repeatable flag: a tuple of the values given, which replace the default (the
+    variable's) instead of adding to it as argparse's ``append`` would."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest, None)
+        given = () if current is self.default or current is None else tuple(current)
+        setattr(namespace, self.dest, (*given, values))
 
 
 def positive_float(text: str) -> float:
@@ -156,6 +185,8 @@ class Setting:
     type: Callable[[str], Any] | None = None  # default: that of the field's default
     choices: tuple[str, ...] | None = None
     per_process: bool = False  # KENNING_<PROCESS>_<FLAG>, the shared spelling refused
+    variable: str = ""  # default: the flag's (KENNING_<FLAG>, or per process)
+    repeatable: bool = False  # a tuple of values: the flag given several times, the variable's words
 
 
 def setting(
@@ -166,9 +197,19 @@ def setting(
     type: Callable[[str], Any] | None = None,
     choices: tuple[str, ...] | None = None,
     per_process: bool = False,
+    variable: str = "",
+    repeatable: bool = False,
 ) -> Any:
     """A settings field that is an option: ``port: int = setting(8000, help=...)``."""
-    declared = Setting(help=help, flag=flag, type=type, choices=choices, per_process=per_process)
+    declared = Setting(
+        help=help,
+        flag=flag,
+        type=type,
+        choices=choices,
+        per_process=per_process,
+        variable=variable,
+        repeatable=repeatable,
+    )
     return dataclasses.field(default=default, metadata={_SETTING: declared})
 
 
@@ -190,6 +231,8 @@ class Option:
     choices: tuple[str, ...] | None
     help: str
     process: str  # "" unless the variable carries the process's name
+    repeatable: bool = False
+    own_variable: bool = False  # the variable's name was given, not made from the flag
 
     @property
     def dest(self) -> str:
@@ -197,7 +240,13 @@ class Option:
         return self.flag.lstrip("-").replace("-", "_")
 
     def parse(self, raw: str) -> Any:
+        if self.repeatable:
+            return tuple(self.type(item) for item in raw.split())
         return parse_bool(raw) if self.type is bool else self.type(raw)
+
+    def render(self, value: Any) -> str:
+        """The variable's text for ``value`` (what ``parse`` reads back)."""
+        return " ".join(str(item) for item in value) if self.repeatable else str(value)
 
     def value(self, settings: object) -> Any:
         owner = settings
@@ -209,6 +258,8 @@ class Option:
 def _type_of(declared: Setting, default: Any, name: str) -> Callable[[str], Any]:
     if declared.type is not None:
         return declared.type
+    if declared.repeatable:
+        return str
     for kind in (bool, int, float, str):  # bool first: True is an int too
         if isinstance(default, kind):
             return kind
@@ -244,12 +295,14 @@ def options(cls: type, process: str | None = None) -> Iterator[Option]:
         yield Option(
             path=(f.name,),
             flag=flag,
-            variable=env_name(flag, scope),
+            variable=declared.variable or env_name(flag, scope),
             default=f.default,
             type=_type_of(declared, f.default, f.name),
             choices=declared.choices,
             help=declared.help,
             process=scope,
+            repeatable=declared.repeatable,
+            own_variable=bool(declared.variable),
         )
 
 
@@ -264,6 +317,8 @@ def add_settings(parser: argparse.ArgumentParser, cls: type) -> None:
             help=option.help,
             choices=option.choices,
             process=option.process,
+            variable=option.variable if option.own_variable else "",
+            repeatable=option.repeatable,
         )
 
 
@@ -287,8 +342,8 @@ def settings_from_args(cls: type[S], args: argparse.Namespace) -> S:
 def settings_to_environment(settings: object) -> dict[str, str]:
     """Each option's value under its variable (what ``settings_from_environment`` reads
     back): how ``kenning ingress`` hands its settings to fresh worker processes."""
-    values = {o.variable: o.value(settings) for o in options(type(settings))}
-    return {variable: str(value) for variable, value in values.items() if value is not None}
+    found = ((o, o.value(settings)) for o in options(type(settings)))
+    return {o.variable: o.render(value) for o, value in found if value is not None}
 
 
 def settings_from_environment(cls: type[S]) -> S:

@@ -13,7 +13,10 @@ workflow.
 SQLAlchemy stays for what users see of it: ``db.engine`` serves ``ctx.session`` and event
 handlers' sessions, and ``executor_of`` runs Kenning's statements inside such a
 transaction (on the psycopg connection under it). Alembic and the table definitions use
-it too.
+it too. It is imported when first needed, not when this module loads: importing it costs
+every process start about 0.4 s of CPU, most of a service's start, and the ingress, the
+scheduler, the relayer, the console and a worker whose steps never touch ``ctx.session``
+never need it.
 
 Behind pgbouncer in transaction mode (``Database.pgbouncer``) each transaction may run on
 a different server connection, so a statement prepared on one is unknown on the next
@@ -32,20 +35,23 @@ import os
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 import structlog
 from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
-from sqlalchemy import event
-from sqlalchemy.engine import AdaptedConnection, make_url
-from sqlalchemy.ext.asyncio import AsyncConnection as SqlAlchemyConnection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from kenning.config import PGBOUNCER_MODES, env_name
 from kenning.errors import ConfigurationError
+from kenning.urls import hide_credentials
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import AdaptedConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as SqlAlchemyConnection
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 _POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg_async")
 
@@ -87,8 +93,8 @@ def libpq_url(url: str) -> str:
 def redacted(url: str) -> str:
     """The URL without its password, for logs and messages."""
     try:
-        return make_url(sqlalchemy_url(url)).render_as_string(hide_password=True)
-    except Exception:
+        return hide_credentials(sqlalchemy_url(url), user_is_secret=False)
+    except ConfigurationError:
         return "<unparsable database URL>"
 
 
@@ -179,7 +185,8 @@ class Database:
 
     ``connection()`` gives an ``Executor`` on a pooled autocommit connection (single
     statements: most of the traffic), ``transaction()`` one inside BEGIN/COMMIT. ``engine``
-    (SQLAlchemy) is only for ``ctx.session`` and user handlers.
+    (SQLAlchemy, built on first use with the ``engine_*`` sizes) is only for
+    ``ctx.session`` and user handlers.
 
     The pool opens connections on demand, up to ``autocommit_pool_size``. While the
     server cannot be reached a request fails at once with the connection error (as a
@@ -194,8 +201,10 @@ class Database:
     """
 
     url: str
-    engine: AsyncEngine
     autocommit_pool_size: int = 10
+    engine_pool_size: int = 5
+    engine_max_overflow: int = 10
+    engine_pool_timeout: float = 30.0
     connect_timeout: int | None = None
     pool_timeout: float = 30.0
     pgbouncer: str = "auto"
@@ -256,8 +265,25 @@ class Database:
             open=False,
             configure=self._configure,
         )
+
+    @cached_property
+    def engine(self) -> AsyncEngine:
+        """SQLAlchemy's engine, for ``ctx.session`` and user handlers; built (and SQLAlchemy
+        imported) on first use. Its connections open only when a session needs one."""
+        from sqlalchemy import event
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine = create_async_engine(
+            sqlalchemy_url(self.url),
+            pool_size=self.engine_pool_size,
+            max_overflow=self.engine_max_overflow,
+            pool_timeout=self.engine_pool_timeout,
+            pool_pre_ping=False,
+            pool_recycle=1800,
+        )
         # ctx.session's connections: the same decision, on the psycopg connection under each
-        event.listen(self.engine.sync_engine, "connect", self._configure_engine_connection)
+        event.listen(engine.sync_engine, "connect", self._configure_engine_connection)
+        return engine
 
     @property
     def listen_url(self) -> str:
@@ -292,7 +318,7 @@ class Database:
 
     def _configure_engine_connection(self, dbapi_connection: Any, _record: Any) -> None:
         # SQLAlchemy's connect event is synchronous; run_async awaits in its greenlet
-        cast(AdaptedConnection, dbapi_connection).run_async(self._configure)
+        cast("AdaptedConnection", dbapi_connection).run_async(self._configure)
 
     async def _decide(self, driver: psycopg.AsyncConnection[Any]) -> None:
         from kenning.storage.server import server_backend_pid  # storage modules import this one
@@ -350,9 +376,10 @@ class Database:
         task = asyncio.current_task()
         assert task is not None
         failure: list[BaseException] = []
+        cancels_before = task.cancelling()
         self._waiting[task] = failure
         try:
-            return await self.pool.getconn()
+            driver = await self.pool.getconn()
         except asyncio.CancelledError:
             self._slots.release()
             if failure and task.uncancel() == 0:  # cancelled by _connect_failed alone
@@ -363,6 +390,25 @@ class Database:
             raise
         finally:
             del self._waiting[task]
+        # getconn returned, though a cancel may have reached this task while it waited:
+        # Python 3.11's asyncio.wait_for (psycopg_pool's wait for a hand-over) swallows a
+        # cancellation that arrives once the connection is already this task's. The cancel
+        # was consumed in there (the task was suspended in getconn throughout, so nothing of
+        # it is pending), but it is still counted.
+        if failure:
+            # _connect_failed's: left counted, the next failure's uncancel() would not reach
+            # 0 and a bare CancelledError would escape into the caller's loop instead of the
+            # connect error (and a TaskGroup or timeout would misread the count)
+            task.uncancel()
+        if task.cancelling() > cancels_before:
+            # someone else's (a shutdown's): honoured here, or the task would run on with the
+            # connection as if never cancelled, and a shutdown wait for it to its grace period
+            try:
+                await self.pool.putconn(driver)
+            finally:
+                self._slots.release()
+            raise asyncio.CancelledError
+        return driver
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Executor]:
@@ -399,7 +445,8 @@ class Database:
 
     async def dispose(self) -> None:
         await self.close_pool()
-        await self.engine.dispose()
+        if "engine" in self.__dict__:  # built: a cached_property keeps it there
+            await self.engine.dispose()
 
 
 def connect(
@@ -413,17 +460,11 @@ def connect(
     """The connections of a process. ``pgbouncer`` and ``direct_url`` not given (a
     ``Client`` in an application) come from ``KENNING_PGBOUNCER`` and
     ``KENNING_DIRECT_DATABASE_URL`` (``kenning.config.ProcessSettings``)."""
-    engine = create_async_engine(
-        sqlalchemy_url(url),
-        pool_size=pool_size,
-        max_overflow=max_overflow,
-        pool_pre_ping=False,
-        pool_recycle=1800,
-    )
     return Database(
         url=url,
-        engine=engine,
         autocommit_pool_size=pool_size + max_overflow,
+        engine_pool_size=pool_size,
+        engine_max_overflow=max_overflow,
         pgbouncer=os.environ.get(env_name("--pgbouncer"), "auto") if pgbouncer is None else pgbouncer,
         direct_url=os.environ.get(env_name("--direct-database-url"), "") if direct_url is None else direct_url,
     )

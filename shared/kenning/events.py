@@ -20,6 +20,24 @@ from kenning.storage.inbox import StoredEvent
 from kenning.storage.names import EVENT_RECEIVED, EVENT_TIMEOUT
 
 INSTANCE_EXTENSION = "kenninginstanceid"
+# Event types and sources Kenning writes itself (a child's end to its parent: type
+# kenning.child.finished, source kenning.children, id the child's). The ingress, its broker
+# sources and the console refuse both: a type, so no sender fakes a child's end; a source,
+# so no sender takes the (source, id) of a child's end first and has the real one dropped
+# as its duplicate (the inbox keeps one row per source and id).
+RESERVED_PREFIX = "kenning."
+
+
+def reserved_attribute_error(event_type: str, source: str) -> str | None:
+    """Why an event of ``event_type`` from ``source`` may not come from outside, or None
+    if it may."""
+    if event_type.startswith(RESERVED_PREFIX):
+        return f"event type {event_type!r} is reserved: types starting with {RESERVED_PREFIX!r} are Kenning's own"
+    if source.startswith(RESERVED_PREFIX):
+        return f"event source {source!r} is reserved: sources starting with {RESERVED_PREFIX!r} are Kenning's own"
+    return None
+
+
 # CloudEvents 1.0 context attributes; every other attribute is an extension.
 STANDARD_ATTRIBUTES = frozenset(
     {"id", "source", "type", "specversion", "datacontenttype", "dataschema", "subject", "time"}

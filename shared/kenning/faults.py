@@ -47,6 +47,8 @@ POINTS: dict[str, str] = {
     "published (relayer.py)",
     "delivery.after_commit": "an inbox row's transaction committed (event delivered, workflow started, cancel "
     "applied), the worker not yet gone on; not the catch-up of events received before a wait (inbox.py)",
+    "source.after_commit": "a broker source's event committed to the inbox, the message not yet acked "
+    "(kenning_ingress/sources/base.py)",
     "timer.after_fire": "the scheduler committed fired timers or event timeouts, its next pass not yet begun "
     "(scheduler.py)",
 }

@@ -81,7 +81,7 @@ INBOX_PARKED = Counter("kenning_inbox_parked_total", "Inbox rows parked as faile
 
 TIMER_LATENESS = Histogram(
     "kenning_timer_lateness_seconds",
-    "How long after its due time a timer or event timeout fired (kind: timer, event_timeout)",
+    "How long after its due time a timer or a wait's timeout fired (kind: timer, event_timeout, receive_timeout)",
     ["kind"],
     buckets=LATENESS_BUCKETS,
 )
@@ -146,6 +146,7 @@ class DatabaseGauges(Collector):
             elif row.area == "inbox":
                 yield from self._inbox(row)
         yield from self._outbox([r for r in self.rows if r.area == "outbox"])
+        yield from self._queues([r for r in self.rows if r.area == "queues"])
 
     def _instances(self, rows: Sequence[MetricsRow]) -> Iterable[Metric]:
         by_status = GaugeMetricFamily(
@@ -217,3 +218,34 @@ class DatabaseGauges(Collector):
             yield GaugeMetricFamily(
                 "kenning_outbox_dead_letters", "Outbox events that failed for good (status failed)", value=failed.total
             )
+
+    @staticmethod
+    def _queues(rows: Sequence[MetricsRow]) -> Iterable[Metric]:
+        # every queue of kenning_queues has a row (queues are never deleted), so a queue
+        # that drains reads 0 without remembering it across scrapes
+        depth = GaugeMetricFamily(
+            "kenning_queue_depth",
+            "Runnable instances of a queue not held by a worker (waiting for a slot, due or backing off)",
+            labels=["queue"],
+        )
+        running = GaugeMetricFamily(
+            "kenning_queue_running",
+            "Instances of a queue held by an unexpired lease (the slots its limits count)",
+            labels=["queue"],
+        )
+        oldest = GaugeMetricFamily(
+            "kenning_queue_oldest_age_seconds",
+            "How long the oldest claimable instance of a queue has been claimable (0: none)",
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily(
+            "kenning_queue_paused",
+            "1 if an operator paused the queue (its claim takes nothing), else 0",
+            labels=["queue"],
+        )
+        for row in rows:
+            depth.add_metric([row.workflow], row.total)
+            running.add_metric([row.workflow], row.leased)
+            oldest.add_metric([row.workflow], row.oldest_seconds or 0.0)
+            paused.add_metric([row.workflow], 1 if row.status == "paused" else 0)
+        yield from (depth, running, oldest, paused)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kenning.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from kenning.queues import Queue
     from kenning.workflow import Workflow
 
 
@@ -25,6 +26,7 @@ class Registry:
     def __init__(self) -> None:
         self.workflows: dict[str, Workflow[Any]] = {}
         self.compensations: dict[str, Callable[..., Any]] = {}
+        self.queues: dict[str, Queue] = {}  # kenning.Queue declarations, synced by workers
 
     def add_workflow(self, wf: Workflow[Any]) -> None:
         existing = self.workflows.get(wf.name)
@@ -42,6 +44,12 @@ class Registry:
             raise ConfigurationError(
                 f"unknown workflow {name!r}; known: {', '.join(sorted(self.workflows)) or 'none'}"
             ) from None
+
+    def add_queue(self, queue: Queue) -> None:
+        existing = self.queues.get(queue.name)
+        if existing is not None and existing != queue:
+            raise ConfigurationError(f"queue {queue.name!r} is declared twice with different limits")
+        self.queues[queue.name] = queue
 
     def add_compensation(self, func: Callable[..., Any]) -> str:
         name = qualified_name(func)

@@ -42,9 +42,10 @@ import structlog
 from kenning import serialization, tracing
 from kenning.db import Database, Executor
 from kenning.dberrors import may_be_one_callers_fault
-from kenning.errors import KenningError
+from kenning.errors import ConfigurationError, KenningError
 from kenning.groupcommit import GroupCommit
 from kenning.limits import MAX_ID_LENGTH
+from kenning.queues import check_priority, check_queue_name
 from kenning.registry import REGISTRY, Registry
 from kenning.storage import definitions as definitions_sql
 from kenning.storage import instances as instances_sql
@@ -122,15 +123,21 @@ def prepare_start(
     not_before: datetime | None = None,
     own_ids: bool = False,
     registry: Registry = REGISTRY,
+    queue: str | None = None,
+    partition_key: str | None = None,
+    priority: int | None = None,
 ) -> Start:
     """``arguments`` (Python values, or JSON already) as the workflow's input. Raises
     ``InvalidInputError`` for an id or key PostgreSQL cannot index, an input it cannot
     store, or one the workflow's signature refuses; a workflow this process does not
     know (a name only) is started with its input unchecked. ``own_ids``: the id and key
     are Kenning's own (an event's, a tick's), not a caller's, and not held to the length
-    a caller's are."""
+    a caller's are. ``queue`` (else the workflow's ``@workflow(queue=...)``) puts it in a
+    queue with limits (kenning/queues.py), with a ``partition_key`` and a ``priority``
+    (lower runs first) there."""
     wf = workflow if isinstance(workflow, Workflow) else registry.workflows.get(workflow)
     name = workflow.name if isinstance(workflow, Workflow) else workflow
+    queue_name = _queue_of(wf, queue, partition_key, priority)
     if not own_ids:
         try:
             _check_storable("instance id", instance_id)
@@ -154,8 +161,30 @@ def prepare_start(
         idempotency_key=idempotency_key,
         not_before=not_before,
         trace_context=tracing.current_carrier(),
+        queue_name=queue_name,
+        partition_key=partition_key,
+        priority=0 if priority is None else priority,
     )
     return Start(instance, None if wf is None else Definition(name, wf.source_hash, wf.source, wf.retention_seconds))
+
+
+def _queue_of(
+    wf: Workflow[Any] | None, queue: str | None, partition_key: str | None, priority: int | None
+) -> str | None:
+    """The queue a start goes to, its partition key and priority checked: refused with
+    ``InvalidInputError`` (a caller's mistake, as a wrong argument is)."""
+    queue_name = queue if queue is not None else (wf.queue if wf is not None else None)
+    try:
+        if queue is not None:
+            check_queue_name(queue)
+        _check_storable("partition key", partition_key)
+        if priority is not None:
+            check_priority(priority)
+    except (ConfigurationError, ValueError) as error:
+        raise InvalidInputError(str(error)) from None
+    if queue_name is None and (partition_key is not None or priority is not None):
+        raise InvalidInputError("partition_key= and priority= apply to a queue: pass queue= too")
+    return queue_name
 
 
 async def start_on(

@@ -96,19 +96,15 @@ def _configured() -> Tracer | None:
         from opentelemetry import trace
     except ImportError:  # the otel extra is not installed: Kenning runs as without it
         return None
-    try:
-        from opentelemetry.sdk.trace import TracerProvider
-    except ImportError:  # the API alone: only a provider the process set itself
-        provider = trace.get_tracer_provider()
-        if not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
-            return provider.get_tracer("kenning")
-        if _wants_sdk():
-            _log.warning("tracing.sdk_missing", hint="pip install 'kenning[otel]'")
-        return None
     provider = trace.get_tracer_provider()
-    if isinstance(provider, TracerProvider):
-        return provider.get_tracer("kenning")
+    if not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return provider.get_tracer("kenning")  # one the process set itself: the SDK's or another
     if not _wants_sdk():
+        return None  # and the SDK is not imported: 50 ms of every process start
+    try:
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError:  # the API alone
+        _log.warning("tracing.sdk_missing", hint="pip install 'kenning[otel]'")
         return None
     sdk_provider = _sdk_provider()
     if sdk_provider is None:

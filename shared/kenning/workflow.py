@@ -16,8 +16,25 @@ from kenning.schedules import parse_schedule
 if TYPE_CHECKING:
     from kenning.client import StartedInstance
     from kenning.cron import CronSchedule
+    from kenning.queues import Queue
 
 R = TypeVar("R")
+
+# Keyword options of the start calls (Client.start, Workflow.start, start_child): a workflow
+# parameter of one of these names would be taken by the option instead of reaching the
+# workflow, so ``@workflow`` refuses it.
+RESERVED_PARAMETERS = frozenset(
+    {
+        "instance_id",
+        "idempotency_key",
+        "lock_timeout_seconds",
+        "queue",
+        "partition_key",
+        "priority",
+        "child_id",
+        "on_parent_cancel",
+    }
+)
 
 
 class Workflow(Generic[R]):
@@ -31,11 +48,13 @@ class Workflow(Generic[R]):
         schedule: str | None = None,
         timezone: str | None = None,
         retention: timedelta | None = None,
+        queue: Queue | str | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(func):
             raise TypeError(f"workflow {func.__qualname__} must be an async function")
         self.func = func
         self.name = name or func.__name__
+        _check_parameter_names(self.name, func)
         self.event_handler = event_handler
         self.lock_timeout_seconds = lock_timeout_seconds
         self.schedule = schedule
@@ -49,6 +68,8 @@ class Workflow(Generic[R]):
         # How long the scheduler keeps a finished instance and its history (its definition
         # row carries it to the scheduler); None: the scheduler's --instance-retention-days.
         self.retention = retention
+        # the queue its instances start in unless a start names one (kenning/queues.py)
+        self.queue: str | None = _queue_name(self.name, queue)
         self.__name__ = func.__name__
         self.__qualname__ = func.__qualname__
         self.__module__ = func.__module__
@@ -110,6 +131,7 @@ def workflow(
     schedule: str | None = None,
     timezone: str | None = None,
     retention: timedelta | None = None,
+    queue: Queue | str | None = None,
 ) -> WorkflowDecorator: ...
 
 
@@ -123,6 +145,7 @@ def workflow(
     schedule: str | None = None,
     timezone: str | None = None,
     retention: timedelta | None = None,
+    queue: Queue | str | None = None,
 ) -> Workflow[Any] | WorkflowDecorator:
     """``@workflow`` or ``@workflow(event_handler=True)``: register a durable workflow.
 
@@ -131,6 +154,8 @@ def workflow(
     UTC or in ``timezone`` (an IANA name such as ``"Europe/Paris"``).
     With ``retention=timedelta(days=7)`` the scheduler deletes a finished instance and its
     history a week after it ended (default: the scheduler's ``--instance-retention-days``).
+    With ``queue="payments"`` (a name or a ``kenning.Queue``) its instances start in that
+    queue, whose limits the claim enforces, unless a start names another.
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> Workflow[Any]:
@@ -142,8 +167,34 @@ def workflow(
             schedule=schedule,
             timezone=timezone,
             retention=retention,
+            queue=queue,
         )
         REGISTRY.add_workflow(wf)
         return wf
 
     return wrap(func) if func is not None else wrap
+
+
+def _check_parameter_names(workflow_name: str, func: Callable[..., Any]) -> None:
+    # the first parameter is the context, passed positionally; *args and **kwargs take no name
+    named = list(inspect.signature(func).parameters.values())[1:]
+    for parameter in named:
+        if parameter.name in RESERVED_PARAMETERS and parameter.kind in (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        ):
+            raise ConfigurationError(
+                f"workflow {workflow_name!r}: parameter {parameter.name!r} is a start option's name "
+                f"({', '.join(sorted(RESERVED_PARAMETERS))}): rename it"
+            )
+
+
+def _queue_name(workflow_name: str, queue: Queue | str | None) -> str | None:
+    from kenning.queues import Queue, check_queue_name
+
+    if queue is None or isinstance(queue, Queue):
+        return None if queue is None else queue.name
+    try:
+        return check_queue_name(queue)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"workflow {workflow_name!r}: queue=: {error}") from None

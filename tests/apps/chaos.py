@@ -24,7 +24,7 @@ from kenning import (
     workflow,
 )
 from kenning.outbox import send_event_transactional
-from tests.support import executions, record_execution
+from tests.sidechannel import executions, record_execution
 
 app = App("kenning-chaos")
 

@@ -16,7 +16,7 @@ from kenning import (
     wait_timer,
     workflow,
 )
-from tests.support import record_execution
+from tests.sidechannel import record_execution
 
 app = App("kenning-compensation-tests")
 

@@ -30,7 +30,7 @@ from kenning import (
     wait_timer,
     workflow,
 )
-from tests.support import executions, record_execution
+from tests.sidechannel import executions, record_execution
 
 
 class RecordingHooks(HooksBase):

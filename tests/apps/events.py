@@ -25,7 +25,7 @@ from kenning import (
     wait_timer,
     workflow,
 )
-from tests.support import executions, record_execution
+from tests.sidechannel import executions, record_execution
 
 app = App("kenning-event-tests")
 

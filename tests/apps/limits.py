@@ -22,7 +22,7 @@ from kenning import (
     wait_event,
     workflow,
 )
-from tests.support import record_execution
+from tests.sidechannel import record_execution
 
 app = App("kenning-limits")
 

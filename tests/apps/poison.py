@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from kenning import App, WorkflowContext, activity, workflow
-from tests.support import record_execution
+from tests.sidechannel import record_execution
 
 app = App("kenning-poison-tests")
 

@@ -6,7 +6,7 @@ to the side channel."""
 from __future__ import annotations
 
 from kenning import WorkflowContext, activity, wait_event
-from tests.support import record_execution
+from tests.sidechannel import record_execution
 
 PAID = "replay.paid"
 

@@ -19,7 +19,7 @@ from kenning import (
     wait_until,
     workflow,
 )
-from tests.support import record_execution
+from tests.sidechannel import record_execution
 
 app = App("kenning-timer-tests")
 

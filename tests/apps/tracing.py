@@ -8,7 +8,7 @@ import os
 
 from kenning import App, WorkflowContext, activity, wait_event, workflow
 from kenning.outbox import send_event_transactional
-from tests.support import executions, record_execution
+from tests.sidechannel import executions, record_execution
 
 app = App("kenning-tracing-tests")
 ANNOUNCED = "trace.announced"

@@ -7,6 +7,7 @@ import contextlib
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -34,14 +35,17 @@ def binary_event(event_type: str, data: Any, event_id: str | None = None) -> tup
     return dict(message.headers), message.body
 
 
-def start_ingress(running: Fleet, workers: int = 1) -> tuple[str, psutil.Popen]:
-    """``kenning ingress`` with ``workers`` uvicorn processes; returns once every one has
-    started and ``GET /readyz`` answers 200."""
+def start_ingress(
+    running: Fleet, workers: int = 1, others: Sequence[tuple[Sequence[str], str]] = ()
+) -> tuple[str, psutil.Popen]:
+    """``kenning ingress`` with ``workers`` uvicorn processes (and ``others``, started
+    beside it: see ``Fleet.spawn_all``); returns once every one has started and
+    ``GET /readyz`` answers 200."""
     port = free_port()
-    proc = running.spawn(
-        ["ingress", "--port", str(port), "--workers", str(workers), "--no-migrate"], ready="ingress.started"
-    )
-    log = running.procs[-1][1]
+    proc = running.spawn_all(
+        [(["ingress", "--port", str(port), "--workers", str(workers), "--no-migrate"], "ingress.started"), *others]
+    )[0]
+    log = running.log_of(proc)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:

@@ -18,6 +18,7 @@ from kenning_devtools.bench.stats import summary_ms
 from kenning_devtools.bench.waitflows import CHAIN, PING, bench_event_chain, bench_event_wait
 
 APP = "kenning_devtools.bench.waitflows"
+WORKER = (["worker", "--app", APP, "--no-migrate"], "worker.started")
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
@@ -63,8 +64,7 @@ async def run_event_latency(url: str, samples: int) -> dict[str, Any]:
     latencies: list[float] = []
     responses: list[float] = []
     with fleet(url) as running:
-        running.spawn(["worker", "--app", APP, "--no-migrate"], ready="worker.started")
-        ingress_url, _ = start_ingress(running)
+        ingress_url, _ = start_ingress(running, others=[WORKER])
         run = uuid.uuid4().hex[:8]
         keys = [f"{run}-{i}" for i in range(samples)]
         async with Client(url) as client:
@@ -134,8 +134,7 @@ async def run_event_chain(url: str, short_count: int, long_count: int) -> dict[s
     its first wait to its end, at two sizes."""
     timings: dict[int, tuple[float, float]] = {}
     with fleet(url) as running:
-        running.spawn(["worker", "--app", APP, "--no-migrate"], ready="worker.started")
-        ingress_url, _ = start_ingress(running)
+        ingress_url, _ = start_ingress(running, others=[WORKER])
         async with (
             Client(url) as client,
             await psycopg.AsyncConnection.connect(url, autocommit=True) as conn,

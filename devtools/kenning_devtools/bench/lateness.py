@@ -22,8 +22,12 @@ async def run_timer_lateness(url: str, timers: int, seconds: float) -> dict[str,
     """``timers`` instances each wait ``seconds``, started at an even pace over one such
     period, so timers keep being registered while others fire."""
     with fleet(url) as running:
-        running.spawn(["worker", "--app", APP, "--no-migrate"], ready="worker.started")
-        running.spawn(["scheduler", "--no-migrate"], ready="scheduler.started")
+        running.spawn_all(
+            [
+                (["worker", "--app", APP, "--no-migrate"], "worker.started"),
+                (["scheduler", "--no-migrate"], "scheduler.started"),
+            ]
+        )
         await asyncio.sleep(0.3)
         pace = seconds / timers
         async with Client(url) as client:

@@ -14,6 +14,7 @@ import time
 import psycopg
 from psycopg.rows import dict_row
 
+from kenning.embedded import with_database
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage.names import ACTIVITY_COMPLETED
@@ -115,7 +116,7 @@ async def bare_engine_rate(url: str, clients: int, workflows: int, batch: int = 
     await asyncio.gather(*(loop(i) for i in range(clients)))
     elapsed = time.monotonic() - started
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        after = await commits(conn, settle=True)
+        after = await commits_when_alone(url, conn)
         done = await (
             await conn.execute(
                 "SELECT count(*) FROM kenning_instances WHERE workflow_name = 'bench_bare' AND status = 'completed'"
@@ -133,3 +134,26 @@ async def commits(conn: psycopg.AsyncConnection[tuple[object, ...]], settle: boo
     row = await cur.fetchone()
     assert row is not None
     return int(str(row[0]))
+
+
+async def commits_when_alone(url: str, conn: psycopg.AsyncConnection[tuple[object, ...]], timeout: float = 10.0) -> int:
+    """``commits(conn)`` once no other session is connected to ``conn``'s database, for a
+    count after the measured processes ended: a backend flushes its counters as it exits,
+    before it leaves ``pg_stat_activity`` (PostgreSQL 15+), so this is the settled count
+    without a fixed wait. Watched from the ``postgres`` database, so the watching commits
+    nothing here; the statistics collector before 15 had no such order: a fixed wait there."""
+    if conn.info.server_version < 150000:
+        return await commits(conn, settle=True)
+    deadline = time.monotonic() + timeout
+    async with await psycopg.AsyncConnection.connect(with_database(url, "postgres"), autocommit=True) as watch:
+        while time.monotonic() < deadline:
+            cur = await watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> %s "
+                "AND backend_type = 'client backend'",
+                (conn.info.dbname, conn.info.backend_pid),
+            )
+            row = await cur.fetchone()
+            if row is not None and row[0] == 0:
+                break
+            await asyncio.sleep(0.01)
+    return await commits(conn)

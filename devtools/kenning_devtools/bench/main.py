@@ -24,6 +24,8 @@ from kenning_devtools.bench import (
     lateness,
     limits,
     long,
+    queued,
+    relay,
     result_latency,
     scale,
     targets,
@@ -46,6 +48,9 @@ FULL = {
     "ingress_seconds": 10.0,
     "events_long": (20, 100),
     "result": (200, 50, 1000),  # sequential samples, concurrent callers, concurrent samples
+    "relay": (1000, 100, 50, 0.2),  # events, instances, batch size, crash rate after the broker answered
+    "scale_rounds": 3,
+    "fresh_workers": True,  # the queued section's modes each on workers of their own
 }
 QUICK = {
     "workflows": 30,
@@ -53,22 +58,29 @@ QUICK = {
     "finished": 1000,
     "waiting": 100,
     "long": (5, 20),
-    "limit_seconds": 1.0,
+    "limit_seconds": 0.5,  # pgbench runs whole seconds: 1
     "samples": 10,
     "timers": (10, 0.2),
     "ingress_clients": 8,
-    "ingress_seconds": 1.0,
+    "ingress_seconds": 0.5,
     "events_long": (4, 10),
     "result": (10, 4, 20),
+    "relay": (100, 20, 10, 0.2),
+    # each round is two throughput runs (about 5 s each, mostly start-up and counter flushes)
+    "scale_rounds": 1,
+    "fresh_workers": False,
 }
-SECTIONS = ("limits", "throughput", "result", "event", "timer", "ingress", "scale", "long", "events-long")
+SECTIONS = ("limits", "throughput", "queued", "result", "event", "timer", "ingress", "scale", "long", "events-long")
+# run only when named (--sections relay): a correctness count against the machine's brokers, not a speed
+EXTRA_SECTIONS = ("relay",)
 
 
 def section_list(text: str) -> list[str]:
     chosen = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = sorted(set(chosen) - set(SECTIONS))
+    known = (*SECTIONS, *EXTRA_SECTIONS)
+    unknown = sorted(set(chosen) - set(known))
     if unknown or not chosen:
-        raise argparse.ArgumentTypeError(f"unknown sections {unknown}; choose from {','.join(SECTIONS)}")
+        raise argparse.ArgumentTypeError(f"unknown sections {unknown}; choose from {','.join(known)}")
     return chosen
 
 
@@ -92,8 +104,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sections",
         type=section_list,
         default=list(SECTIONS),
-        help=f"comma-separated subset of: {','.join(SECTIONS)} (default: all)",
+        help=f"comma-separated subset of: {','.join(SECTIONS)} (default: all); "
+        f"also {','.join(EXTRA_SECTIONS)} (relayers crashing after the broker answered, counted per target)",
     )
+    parser.add_argument("--relay-events", type=int, help="events per relay target (default 1000)")
+    parser.add_argument(
+        "--relay-crash-rate", type=float, help="chance a relayer crashes after each answered batch (default 0.2)"
+    )
+    parser.add_argument("--amqp-url", default=relay.DEFAULT_AMQP_URL, help="RabbitMQ for the relay section")
+    parser.add_argument("--nats-url", default=relay.DEFAULT_NATS_URL, help="NATS JetStream for the relay section")
     parser.add_argument("--samples", type=int, help="event-latency samples (default 200)")
     parser.add_argument("--ingress-clients", type=int, help="concurrent HTTP clients of the ingress run (default 64)")
     parser.add_argument(
@@ -108,6 +127,16 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
     results: dict[str, Any] = {}
     workflows = args.workflows or size["workflows"]
     workers = [int(w) for w in (args.workers or size["workers"]).split(",")]
+    seconds: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def lap(section: str) -> None:
+        """Each section's wall time, so a slow one is found without timing them apart."""
+        nonlocal clock
+        now = time.monotonic()
+        seconds[section], clock = round(now - clock, 1), now
+        _log.info("bench.section", section=section, seconds=seconds[section])
+
     if "limits" in sections:
         results["limits"] = {
             "clients": args.clients,
@@ -115,14 +144,24 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
             "insert_per_second": round(await limits.insert_loop_rate(url, args.clients, size["limit_seconds"]), 1),
             "bare_engine": await limits.bare_engine_rate(url, args.clients, workflows),
         }
+        lap("limits")
     if "throughput" in sections:
         results["throughput"] = [await throughput.run_throughput(url, workflows, w, args.concurrency) for w in workers]
+        lap("throughput")
+    if "queued" in sections:  # no queue, a queue without limits, one with limits on
+        results["queued"] = await queued.run_queued(
+            url, workflows, min(2, max(workers)), args.concurrency, size["fresh_workers"]
+        )
+        lap("queued")
     if "result" in sections:
         results["result_latency"] = await result_latency.run_result_latency(url, *size["result"])
+        lap("result")
     if "event" in sections:
         results["event_latency"] = await events.run_event_latency(url, args.samples or size["samples"])
+        lap("event")
     if "timer" in sections:
         results["timer_lateness"] = await lateness.run_timer_lateness(url, *size["timers"])
+        lap("timer")
     if "ingress" in sections:
         clients = args.ingress_clients or size["ingress_clients"]
         ingress = await ingress_load.run_ingress(url, clients, size["ingress_seconds"], args.ingress_workers)
@@ -132,14 +171,37 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
         ingress["insert_limit_per_second"] = insert_limit
         ingress["share_of_insert_limit"] = round(ingress["events_per_second"] / insert_limit, 3)
         results["ingress"] = ingress
+        lap("ingress")
     if "scale" in sections:
         results["scale"] = await scale.run_scale(
-            url, size["finished"], size["waiting"], workflows, min(2, max(workers)), args.concurrency
+            url,
+            size["finished"],
+            size["waiting"],
+            workflows,
+            min(2, max(workers)),
+            args.concurrency,
+            size["scale_rounds"],
         )
+        lap("scale")
     if "long" in sections:
         results["long"] = await long.run_long(url, *size["long"])
+        lap("long")
     if "events-long" in sections:
         results["events_long"] = await events.run_event_chain(url, *size["events_long"])
+        lap("events-long")
+    if "relay" in sections:
+        count, instances, batch, rate = size["relay"]
+        results["relay"] = await relay.run_relay(
+            url,
+            args.relay_events or count,
+            instances,
+            batch,
+            args.relay_crash_rate or rate,
+            args.amqp_url,
+            args.nats_url,
+        )
+        lap("relay")
+    results["section_seconds"] = seconds
     return results
 
 

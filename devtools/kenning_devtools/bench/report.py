@@ -146,7 +146,47 @@ def render(report: dict[str, Any]) -> str:
     if rows:
         bare = (lim.get("bare_engine") or {}).get("workflows_per_second")
         lines += _throughput(rows, bare, lim.get("pgbench_tps"))
-    lines += _latencies(report) + _shapes(report)
+    lines += _latencies(report) + _shapes(report) + _queued(report) + _relay(report)
     if report.get("targets"):
         lines += _targets(report["targets"])
     return "\n".join(lines)
+
+
+def _queued(report: dict[str, Any]) -> list[str]:
+    """The queued section: one row per mode (no queue, a queue, a queue with limits on)."""
+    queued = report.get("queued")
+    if not queued:
+        return []
+    lines = [
+        "",
+        f"Queued throughput ({queued['workflows']} workflows, {queued['workers']} workers, "
+        f"limits on: concurrency {queued['limited_concurrency']}, 64 partitions of at most 4)",
+    ]
+    for run in queued["runs"]:
+        lines.append(
+            f"  {run['mode']:<18} {run['workflows_per_second']:>8} workflows/s  "
+            f"{run['worker_cpu_ms_per_workflow']:>7} worker CPU ms/workflow"
+        )
+    return lines
+
+
+def _relay(report: dict[str, Any]) -> list[str]:
+    """The relay section: per target, what crashing relayers delivered."""
+    relay = report.get("relay")
+    if not relay:
+        return []
+    lines = [
+        "",
+        f"At least once ({relay['events']} events of {relay['instances']} instances, batches of "
+        f"{relay['batch_size']}, relayer crash after {relay['crash_rate']:.0%} of answered batches)",
+    ]
+    for run in relay["targets"]:
+        if "skipped" in run:
+            lines.append(f"  {run['target']:<5} skipped: {run['skipped']}")
+            continue
+        lines.append(
+            f"  {run['target']:<5} {run['crashes']:>3} crashes  {run['sends']:>6} sends  {run['messages']:>6} "
+            f"messages  {run['distinct']:>6} distinct  {run['duplicates']:>5} duplicates "
+            f"(at most {run['max_duplicates']})  {run['missing']} missing  {run['seconds']} s"
+        )
+    return lines

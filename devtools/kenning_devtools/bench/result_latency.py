@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from kenning.client import Client
-from kenning_devtools.bench.limits import commits
+from kenning_devtools.bench.limits import commits, commits_when_alone
 from kenning_devtools.bench.processes import Fleet, fleet
 from kenning_devtools.bench.stats import summary_ms
 from kenning_devtools.bench.workflows import bench_three
@@ -35,8 +35,7 @@ async def _start_to_result(client: Client, value: int) -> float:
 
 
 async def _workers(running: Fleet) -> None:
-    for _ in range(WORKERS):
-        running.spawn(["worker", "--app", APP, "--no-migrate"], ready="worker.started")
+    running.spawn_all([(["worker", "--app", APP, "--no-migrate"], "worker.started")] * WORKERS)
     await asyncio.sleep(0.5)  # let them connect and LISTEN
 
 
@@ -52,7 +51,7 @@ async def _sequential_commits(url: str, samples: int) -> float:
             async with Client(url) as client:
                 for n in range(samples):
                     await _start_to_result(client, n)
-        after = await commits(conn, settle=True)
+        after = await commits_when_alone(url, conn)
     return (after - before - 1) / samples  # less the first counter read's own
 
 

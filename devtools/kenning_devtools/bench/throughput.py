@@ -11,7 +11,7 @@ import psutil
 import psycopg
 
 from kenning.client import Client
-from kenning_devtools.bench.limits import commits
+from kenning_devtools.bench.limits import commits, commits_when_alone
 from kenning_devtools.bench.processes import fleet, postgres_cpu_seconds
 from kenning_devtools.bench.workflows import bench_three
 
@@ -61,13 +61,9 @@ def _busy_share(before: Any, after: Any) -> float:
 async def run_throughput(url: str, workflows: int, workers: int, concurrency: int) -> dict[str, Any]:
     await _reset(url)
     with fleet(url) as running:
-        procs = [
-            running.spawn(
-                ["worker", "--app", APP, "--no-migrate", "--concurrency", str(concurrency)],
-                ready="worker.started",
-            )
-            for _ in range(workers)
-        ]
+        procs = running.spawn_all(
+            [(["worker", "--app", APP, "--no-migrate", "--concurrency", str(concurrency)], "worker.started")] * workers
+        )
         await asyncio.sleep(0.5)  # let them connect and LISTEN
         cpu_before = running.cpu_seconds(procs)
         pg_before = postgres_cpu_seconds()
@@ -93,7 +89,7 @@ async def run_throughput(url: str, workflows: int, workers: int, concurrency: in
     # read once the workers have stopped: a busy backend defers its counters for up to
     # 10 s (PGSTAT_IDLE_INTERVAL) and flushes them when it exits
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        commits_after = await commits(conn, settle=True)
+        commits_after = await commits_when_alone(url, conn)
     # subtract the monitor's own polls and the two counter reads; worker heartbeats and
     # idle polls stay in: they are part of what running Kenning costs
     kenning_commits = commits_after - commits_before - polls - 1

@@ -52,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_option(parser, "--broker-url", default="", help="where the relayer publishes (default: a local sink)")
     add_option(parser, "--sink-port", default=9000, type=positive_int, help="port of the local sink")
+    add_option(parser, "--console-port", default=8300, type=positive_int, help="port of the web console")
     add_option(
         parser,
         "--metrics-port",
@@ -186,6 +187,12 @@ def _children(args: argparse.Namespace, app: App, data_dir: Path, metrics: dict[
             health_file=str(data_dir / "scheduler.ok"),
         ),
         ChildSpec(
+            "console",
+            ["console", "--app", args.app, "--host", "127.0.0.1", "--port", str(args.console_port)],
+            ready_url=f"http://127.0.0.1:{args.console_port}/healthz",
+            describe=f"the web console at http://127.0.0.1:{args.console_port}/",
+        ),
+        ChildSpec(
             "relayer",
             [
                 "relayer",
@@ -244,6 +251,7 @@ async def _serve(args: argparse.Namespace, app: App, database_url: str, data_dir
         if await wait_all_ready(supervisor, timeout=120, stop=stop):
             say(f"all {len(supervisor.children)} processes ready; Ctrl-C stops everything")
             say(f"ingress    {ingress}/   GET /instances/<id>, POST /cancel/<id>")
+            say(f"console    http://127.0.0.1:{args.console_port}/   instances, their histories, events")
             say(f"metrics    {', '.join(_metrics_urls(ingress, metrics))}")
             say(f"operator   source {env_file}   then: kenning instances list   (docs/quickstart.md)")
             for n, command in enumerate(hints(app) or [f"(--app {args.app} defines no workflows)"]):

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 
 import psycopg
 import structlog
-from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -28,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kenning import tracing
-from kenning.db import Database, Executor, sqlalchemy_url
+from kenning.db import Database, Executor
 from kenning.dberrors import may_be_one_callers_fault
 from kenning.groupcommit import GroupCommit
 from kenning.logs import configure_logging
@@ -40,6 +39,7 @@ from kenning_ingress.auth import authorized, required_token
 from kenning_ingress.metrics import RequestMetrics, metrics_response
 from kenning_ingress.parsing import InvalidEventError, parse_request
 from kenning_ingress.settings import IngressSettings, settings_from_environment
+from kenning_ingress.sources import running_sources
 
 T = TypeVar("T")
 _log = structlog.get_logger("kenning.ingress")
@@ -85,14 +85,13 @@ class Ingress:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         timeout = self.settings.database_timeout
-        # Every route is one autocommit statement on the psycopg pool; the engine (which
-        # opens connections only when used) is there for the Database contract.
-        engine = create_async_engine(
-            sqlalchemy_url(self.settings.database_url), pool_size=1, max_overflow=0, pool_timeout=timeout
-        )
+        # Every route is one autocommit statement on the psycopg pool; SQLAlchemy's engine
+        # is never built here (its sizes say so, were anything to use it).
         self.database = Database(
             url=self.settings.database_url,
-            engine=engine,
+            engine_pool_size=1,
+            engine_max_overflow=0,
+            engine_pool_timeout=timeout,
             # group commit keeps few statements in flight; the rest is headroom for
             # /instances and /cancel under load
             autocommit_pool_size=AUTOCOMMIT_CONNECTIONS,
@@ -107,7 +106,9 @@ class Ingress:
             read_timeout=self.settings.read_timeout,
         )
         try:
-            yield
+            # each broker source writes through the same group commit as the requests
+            async with running_sources(self.settings.sources, self.inbox.store, self.settings.limits):
+                yield
         finally:
             await self.database.dispose()
 

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 
 import structlog
 import uvicorn
 
-from kenning.commands.errors import UsageError
+from kenning import exposure
 from kenning.config import add_settings, settings_from_args
 from kenning.db import redacted, sqlalchemy_url
 from kenning.migrate import migrate
+from kenning.urls import hide_credentials
 from kenning_ingress.metrics import shared_metrics_directory
 from kenning_ingress.protocol import IngressProtocol
 from kenning_ingress.settings import IngressSettings, settings_to_environment
+from kenning_ingress.sources import check_sources
 
 KEEP_ALIVE_SECONDS = 90
 
@@ -26,29 +27,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings(parser, IngressSettings)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
-
-
 def check_exposure(settings: IngressSettings) -> None:
     """Refuse an ingress anyone on the network could use, unless the operator said so."""
-    if settings.ingress_token or is_loopback(settings.host):
-        return
-    if not settings.allow_open:
-        raise UsageError(
-            f"refusing to listen on {settings.host} without KENNING_INGRESS_TOKEN: anyone who reaches it could "
-            "post events, cancel workflows and read their results. Set KENNING_INGRESS_TOKEN (and "
-            "KENNING_ADMIN_TOKEN), listen on 127.0.0.1, or pass --ingress-allow-open (KENNING_INGRESS_ALLOW_OPEN=true)"
-        )
-    structlog.get_logger("kenning.ingress").warning(
-        "ingress.open",
+    exposure.check_exposure(
         host=settings.host,
         port=settings.port,
+        guarded=bool(settings.ingress_token),
+        allow_open=settings.allow_open,
+        refusal=f"refusing to listen on {settings.host} without KENNING_INGRESS_TOKEN: anyone who reaches it could "
+        "post events, cancel workflows and read their results. Set KENNING_INGRESS_TOKEN (and "
+        "KENNING_ADMIN_TOKEN), listen on 127.0.0.1, or pass --ingress-allow-open (KENNING_INGRESS_ALLOW_OPEN=true)",
+        logger="kenning.ingress",
+        event="ingress.open",
         reason="--ingress-allow-open: no token guards events, /cancel or /instances",
     )
 
@@ -61,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     sqlalchemy_url(settings.database_url)  # a missing or malformed URL is a CLI error (exit 2)
     check_exposure(settings)
+    check_sources(settings.sources)  # a bad URL or a missing broker client: exit 2 before anything starts
     # uvicorn workers are fresh processes: hand them the settings through the environment.
     os.environ.update(settings_to_environment(settings))
     if settings.migrate:
@@ -73,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         database=redacted(settings.database_url),
         auth="token" if settings.ingress_token else "open",
         admin_auth="admin token" if settings.admin_token else ("token" if settings.ingress_token else "open"),
+        sources=[hide_credentials(url) for url in settings.sources],
     )
     with shared_metrics_directory(settings.workers):  # /metrics sums every worker's figures
         _run_uvicorn(settings)

@@ -27,7 +27,7 @@ from cloudevents.core.exceptions import BaseCloudEventException
 from cloudevents.core.v1.event import CloudEvent
 
 from kenning import serialization
-from kenning.events import INSTANCE_EXTENSION
+from kenning.events import INSTANCE_EXTENSION, reserved_attribute_error
 from kenning.limits import MAX_ID_LENGTH
 from kenning.storage.inbox import NewEvent
 
@@ -101,12 +101,7 @@ def parse_request(
             _invalid(f"unsupported batch format {media!r}: only {BATCH} is accepted", "unsupported_content_type")
         return _parse_batch(body, limits), True
     if media.startswith("application/cloudevents"):
-        if media != STRUCTURED:
-            _invalid(f"unsupported event format {media!r}: only {STRUCTURED} is accepted", "unsupported_content_type")
-        document = load_json(body, "the body")
-        if not isinstance(document, dict):
-            _invalid("a structured CloudEvent must be a JSON object", "invalid_json")
-        return [_event_from_object(document, limits)], False
+        return [structured_event(media, body, limits)], False
     if ce_headers:
         return [_parse_binary(ce_headers, content_type, body, limits)], False
     _invalid(
@@ -116,10 +111,22 @@ def parse_request(
     )
 
 
+def structured_event(media: str, body: bytes, limits: EventLimits = DEFAULT_LIMITS) -> NewEvent:
+    """One event in structured mode (``media``: the message's media type, lower case):
+    HTTP's, and the broker sources' (``kenning_ingress.sources``)."""
+    if media != STRUCTURED:
+        _invalid(f"unsupported event format {media!r}: only {STRUCTURED} is accepted", "unsupported_content_type")
+    document = load_json(body, "the body")
+    if not isinstance(document, dict):
+        _invalid("a structured CloudEvent must be a JSON object", "invalid_json")
+    return _event_from_object(document, limits)
+
+
 # ------------------------------------------------------------------ binary mode
 
 
-def _decode_header(attribute: str, raw: bytes, limits: EventLimits) -> str:
+def decode_header(attribute: str, raw: bytes, limits: EventLimits = DEFAULT_LIMITS) -> str:
+    """A ``ce-`` header's value, percent-decoded as HTTP's and NATS's bindings define it."""
     _check_name(attribute, limits)
     # a percent-encoded character is at most 3 bytes per UTF-8 byte: cap before decoding
     if len(raw) > 12 * _value_limit(attribute, limits):
@@ -138,7 +145,15 @@ def _decode_header(attribute: str, raw: bytes, limits: EventLimits) -> str:
 
 
 def _parse_binary(ce_headers: dict[str, bytes], content_type: str | None, body: bytes, limits: EventLimits) -> NewEvent:
-    attributes: dict[str, Any] = {name: _decode_header(name, raw, limits) for name, raw in ce_headers.items()}
+    attributes: dict[str, Any] = {name: decode_header(name, raw, limits) for name, raw in ce_headers.items()}
+    return binary_event(attributes, content_type, body, limits)
+
+
+def binary_event(
+    attributes: dict[str, Any], content_type: str | None, body: bytes, limits: EventLimits = DEFAULT_LIMITS
+) -> NewEvent:
+    """One event in binary mode, its attributes decoded from the binding's headers: the
+    data is the body, as ``content_type`` says (HTTP's, and the broker sources')."""
     if "datacontenttype" in attributes or "data" in attributes:
         _invalid("binary mode carries datacontenttype in Content-Type and data in the body", "invalid_attribute")
     if content_type is not None:
@@ -222,6 +237,9 @@ def _validated(attributes: dict[str, Any], data: Any, data_bytes: bytes | None, 
         _invalid(
             f"unsupported specversion {attributes['specversion']!r}: only '1.0' is accepted", "unsupported_specversion"
         )
+    reserved = reserved_attribute_error(attributes["type"], attributes["source"])
+    if reserved is not None:
+        _invalid(reserved, "reserved_attribute")
     instance_id = attributes.get(INSTANCE_EXTENSION)
     if instance_id is not None and not isinstance(instance_id, str):
         _invalid(f"extension {INSTANCE_EXTENSION} must be a string", "invalid_attribute")

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from sqlalchemy.exc import DBAPIError
 from starlette.responses import JSONResponse
 
 from kenning import dberrors
@@ -58,7 +57,7 @@ def without_internals(message: str) -> str:
 def failure(exc: BaseException) -> tuple[JSONResponse, bool]:
     """The answer to an exception raised while talking to the database, and whether it
     is unexpected (to be logged with its traceback). Never a traceback page."""
-    if isinstance(exc, DBAPIError | psycopg.Error):
+    if isinstance(exc, psycopg.Error) or dberrors.is_sqlalchemy_error(exc, "DBAPIError"):
         sqlstate = dberrors.sqlstate(exc) or ""
         # data exception, or a program limit (an id too long for its index): the event's fault.
         # The server's primary message names the problem, not the statement or its values.

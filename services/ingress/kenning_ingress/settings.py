@@ -73,6 +73,15 @@ class IngressSettings(ProcessSettings):
         type=positive_float,
         help="seconds a client has to send a request's headers, and again its body; then 408",
     )
+    sources: tuple[str, ...] = setting(
+        (),
+        flag="--source",
+        variable="KENNING_INGRESS_SOURCES",
+        repeatable=True,
+        help="also consume CloudEvents from a broker into the inbox: amqp(s)://user:pass@host/vhost?queue=NAME or "
+        "nats://host:4222?stream=NAME&consumer=NAME (docs/amqp.md, docs/nats.md); repeatable, the variable's "
+        "URLs separated by spaces",
+    )
     allow_open: bool = setting(
         False,
         flag="--ingress-allow-open",

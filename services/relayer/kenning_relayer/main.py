@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from urllib.parse import urlsplit
 
 import structlog
 
@@ -17,29 +16,15 @@ from kenning.loop import run as run_loop
 from kenning.migrate import migrate
 from kenning.scrape import serving_metrics
 from kenning.service import serve
+from kenning.urls import hide_credentials
 from kenning_relayer.settings import RelayerSettings
+from kenning_relayer.targets import check_url
 
 HELP = "publish outbox events to the broker as CloudEvents"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings(parser, RelayerSettings)
-
-
-def check_broker_url(url: str) -> str:
-    if not url:
-        raise ConfigurationError(
-            "no broker URL: pass --broker-url or set KENNING_BROKER_URL (or --app, an App with broker_url)"
-        )
-    try:
-        parsed = urlsplit(url)
-        host = parsed.hostname
-        _ = parsed.port  # raises ValueError for a malformed port
-    except ValueError as error:
-        raise ConfigurationError(f"broker URL {url!r} is invalid: {error}") from None
-    if parsed.scheme not in ("http", "https") or not host:
-        raise ConfigurationError(f"broker URL must be http://host/... or https://host/..., got {url!r}")
-    return url
 
 
 def settings_from(args: argparse.Namespace) -> RelayerSettings:
@@ -54,7 +39,7 @@ def settings_from(args: argparse.Namespace) -> RelayerSettings:
     )
     if settings.retry_max_seconds < settings.retry_initial_seconds:
         raise ConfigurationError("--retry-max-seconds must not be shorter than --retry-initial-seconds")
-    check_broker_url(settings.broker_url)
+    check_url(settings.broker_url)
     return settings
 
 
@@ -78,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         migrate(settings.database_url)
     structlog.get_logger("kenning.relayer").info(
         "relayer.starting",
-        broker_url=settings.broker_url,
+        broker_url=hide_credentials(settings.broker_url),
         batch_size=settings.batch_size,
         lease_seconds=settings.lease_seconds,
         shutdown_grace_seconds=settings.shutdown_grace_seconds,

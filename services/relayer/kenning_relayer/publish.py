@@ -1,4 +1,5 @@
-"""One delivery attempt: an outbox row as a CloudEvent over HTTP, and what the answer means.
+"""One delivery attempt: an outbox row as a CloudEvent over HTTP, and what the answer means;
+``HttpTarget`` is the relayer's target for ``http(s)://`` broker URLs (``targets.py``).
 
 2xx: published. 408, 429, 5xx, timeouts and connection errors: retried after an
 exponential back-off with jitter (tenacity's ``wait_exponential_jitter``), at least as long
@@ -19,7 +20,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from kenning.outbox import is_json_content_type
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
-from kenning_relayer.settings import ContentMode
+from kenning_relayer.settings import ContentMode, RelayerSettings
 
 RETRYABLE_STATUSES = frozenset({408, 429})
 _FORMAT = JSONFormat()
@@ -47,6 +48,21 @@ class RetrySchedule:
         if retry_after is not None:
             delay = min(max(delay, retry_after), self.max_seconds)
         return delay
+
+
+def failed_attempt(
+    row: OutboxRow, reason: str, schedule: RetrySchedule, retry_after: float | None = None
+) -> OutboxOutcome:
+    """The outcome of a failed attempt that may succeed later, on every target: retried
+    after the back-off, or dead-lettered with ``reason`` once the attempts are spent."""
+    if row.attempts >= schedule.max_attempts:
+        return OutboxOutcome(row.id, "failed", f"gave up after {row.attempts} attempts; last error: {reason}")
+    return OutboxOutcome(row.id, "pending", reason, schedule.delay(row.attempts, retry_after))
+
+
+def error_text(error: BaseException) -> str:
+    """``ClassName: message`` (just the class when the message is empty)."""
+    return f"{type(error).__name__}: {error}".rstrip(": ")
 
 
 def to_cloudevent(row: OutboxRow, mode: ContentMode) -> CloudEvent:
@@ -115,7 +131,7 @@ async def deliver(
     except httpx.TimeoutException as error:
         reason = f"timeout ({type(error).__name__}) after {client.timeout.read} s"
     except httpx.HTTPError as error:
-        reason = f"{type(error).__name__}: {error}".rstrip(": ")
+        reason = error_text(error)
     else:
         status = response.status_code
         if 200 <= status < 300:
@@ -124,6 +140,28 @@ async def deliver(
         if status not in RETRYABLE_STATUSES and status < 500:
             return OutboxOutcome(row.id, "failed", f"rejected: {reason}")
         retry_after = _retry_after(response)
-    if row.attempts >= schedule.max_attempts:
-        return OutboxOutcome(row.id, "failed", f"gave up after {row.attempts} attempts; last error: {reason}")
-    return OutboxOutcome(row.id, "pending", reason, schedule.delay(row.attempts, retry_after))
+    return failed_attempt(row, reason, schedule, retry_after)
+
+
+class HttpTarget:
+    """POSTs each event to the broker URL over one pooled httpx client."""
+
+    def __init__(
+        self, settings: RelayerSettings, schedule: RetrySchedule, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self.url = settings.broker_url
+        self.mode = settings.content_mode
+        self.schedule = schedule
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.request_timeout_seconds, pool=None),
+            limits=httpx.Limits(
+                max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections
+            ),
+            transport=transport,
+        )
+
+    async def deliver(self, row: OutboxRow) -> OutboxOutcome:
+        return await deliver(self.client, self.url, row, self.mode, self.schedule)
+
+    async def close(self) -> None:
+        await self.client.aclose()

@@ -2,11 +2,12 @@
 
 A batch is claimed in one statement (``FOR UPDATE SKIP LOCKED``, a lease token and
 expiry, at most one event per workflow instance so each instance's events go out in
-creation order), POSTed concurrently over one pooled httpx client, and its outcomes are
-written back in one fenced statement. A heartbeat extends the lease while the batch is in
-flight; a relayer that dies leaves rows whose lease expires and the next claim takes them.
-Wakes on ``NOTIFY kenning_outbox``, polls as a fallback, and deletes published rows past
-the retention period in batches.
+creation order), published concurrently to the target the broker URL names (HTTP, AMQP or
+NATS JetStream: ``targets.py``), one outcome per event so a slow or failing event holds
+up no other, and its outcomes are written back in one fenced statement. A heartbeat
+extends the lease while the batch is in flight; a relayer that dies leaves rows whose
+lease expires and the next claim takes them. Wakes on ``NOTIFY kenning_outbox``, polls as
+a fallback, and deletes published rows past the retention period in batches.
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ import structlog
 from kenning import metrics, tracing
 from kenning.config import process_id
 from kenning.db import Database
+from kenning.dberrors import is_unavailable
 from kenning.faults import fault_point
 from kenning.passloop import PassLoop, listening
 from kenning.storage import outbox as outbox_sql
 from kenning.storage.names import CHANNEL_OUTBOX
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
-from kenning_relayer.publish import RetrySchedule, deliver
+from kenning.urls import hide_credentials
+from kenning_relayer.publish import RetrySchedule
 from kenning_relayer.settings import RelayerSettings
+from kenning_relayer.targets import Target, open_target
 
 _log = structlog.get_logger("kenning.relayer")
 
@@ -43,7 +47,7 @@ class Relayer:
         self.relayer_id = settings.relayer_id or process_id("relayer-")
         self.schedule = RetrySchedule(settings.max_attempts, settings.retry_initial_seconds, settings.retry_max_seconds)
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._target: Target | None = None
         self.log = _log.bind(relayer_id=self.relayer_id)
         self.loop = PassLoop(
             self._pass, log=self.log, failed_event="relayer.claim_failed", retry_seconds=settings.poll_interval
@@ -71,29 +75,26 @@ class Relayer:
             self.log.info("relayer.stopped")
 
     async def _publishing(self) -> None:
-        timeout = httpx.Timeout(self.settings.request_timeout_seconds, pool=None)
-        limits = httpx.Limits(
-            max_connections=self.settings.max_connections, max_keepalive_connections=self.settings.max_connections
-        )
         cleanup: asyncio.Task[None] | None = None
+        target = open_target(self.settings, self.schedule, self._transport)
         try:
-            async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport) as client:
-                self._client = client
-                cleanup = asyncio.create_task(self._cleanup_loop(), name="kenning-outbox-cleanup")
-                self.log.info(
-                    "relayer.started",
-                    broker_url=self.settings.broker_url,
-                    content_mode=self.settings.content_mode,
-                    batch_size=self.settings.batch_size,
-                    listen=self.settings.listen,
-                )
-                await self.loop.run()
+            self._target = target
+            cleanup = asyncio.create_task(self._cleanup_loop(), name="kenning-outbox-cleanup")
+            self.log.info(
+                "relayer.started",
+                broker_url=hide_credentials(self.settings.broker_url),
+                content_mode=self.settings.content_mode,
+                batch_size=self.settings.batch_size,
+                listen=self.settings.listen,
+            )
+            await self.loop.run()
         finally:
             if cleanup is not None:
                 cleanup.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await cleanup
-            self._client = None
+            self._target = None
+            await target.close()
 
     async def _pass(self) -> float:
         if await self.publish_batch():
@@ -113,7 +114,7 @@ class Relayer:
     async def publish_batch(self) -> int:
         """Claim one batch, publish it and record the outcomes; returns how many rows were
         claimed (0: nothing was due)."""
-        if self._client is None:
+        if self._target is None:
             raise RuntimeError("Relayer.publish_batch needs a running relayer (Relayer.run)")
         token = str(uuid.uuid4())
         async with self.database.connection() as conn:  # one statement: its own transaction
@@ -127,17 +128,17 @@ class Relayer:
         if not rows:
             return 0
         self.log.debug("outbox.claimed", count=len(rows), lease_token=token)
-        outcomes = await self._publish(self._client, rows, token)
+        outcomes = await self._publish(self._target, rows, token)
         fault_point("relayer.after_send")
         await self._record(rows, token, outcomes)
         return len(rows)
 
-    async def _publish(self, client: httpx.AsyncClient, rows: Sequence[OutboxRow], token: str) -> list[OutboxOutcome]:
+    async def _publish(self, target: Target, rows: Sequence[OutboxRow], token: str) -> list[OutboxOutcome]:
         outcomes: list[OutboxOutcome] = []
 
         async def one(row: OutboxRow) -> None:
             span = tracing.relay_span(row.event_type, row.id, row.extensions)
-            outcome = await deliver(client, self.settings.broker_url, row, self.settings.content_mode, self.schedule)
+            outcome = await target.deliver(row)
             tracing.end_span(span, outcome=outcome.status)
             outcomes.append(outcome)
 
@@ -184,7 +185,11 @@ class Relayer:
                 break
             except Exception as error:
                 if loop.time() + delay > deadline:
-                    self.log.error("outbox.record_failed", error=repr(error), count=len(outcomes))
+                    # The rows stay leased, and are sent again once the lease ends: a
+                    # duplicate, within at-least-once. Only an error that is not the
+                    # database being away needs a person.
+                    report = self.log.warning if is_unavailable(error) else self.log.error
+                    report("outbox.record_failed", error=repr(error), count=len(outcomes), then="resent_after_lease")
                     return
                 self.log.warning("outbox.record_retry", error=repr(error), retry_in=delay)
                 await asyncio.sleep(delay)

@@ -16,14 +16,20 @@ CONTENT_MODES: tuple[ContentMode, ...] = ("binary", "structured")
 class RelayerSettings(ServiceSettings):
     PROCESS: ClassVar[str] = "relayer"
 
-    broker_url: str = setting("", help="where events are POSTed (http:// or https:// URL)")
+    broker_url: str = setting(
+        "",
+        help="where events go: http(s)://... (POST), amqp(s)://...?exchange=... (RabbitMQ), "
+        "nats://...?subject=... (JetStream; tls:// over TLS)",
+    )
     app: str = setting("", help="optional: module[:attribute] whose App's broker_url and db_url are the fallbacks")
     # a field specifier, as dataclasses.field is (ruff cannot tell for a Literal)
-    content_mode: ContentMode = setting("binary", choices=CONTENT_MODES, help="CloudEvents HTTP content mode")  # noqa: RUF009
+    content_mode: ContentMode = setting("binary", choices=CONTENT_MODES, help="CloudEvents content mode")  # noqa: RUF009
     batch_size: int = setting(50, type=positive_int, per_process=True, help="events claimed and sent at once")
     max_connections: int = setting(20, type=positive_int, help="HTTP connections to the broker")
     lease_seconds: float = setting(30.0, type=positive_float, per_process=True, help="lease on a claimed batch")
-    request_timeout_seconds: float = setting(10.0, type=positive_float, help="HTTP timeout per event")
+    request_timeout_seconds: float = setting(
+        10.0, type=positive_float, help="timeout per event: HTTP answer, broker connect, AMQP confirm, JetStream ack"
+    )
     max_attempts: int = setting(10, type=positive_int, help="attempts before an event is dead")
     retry_initial_seconds: float = setting(1.0, type=positive_float, help="first retry back-off")
     retry_max_seconds: float = setting(300.0, type=positive_float, help="longest retry back-off")

@@ -25,6 +25,7 @@ from kenning.faults import fault_point
 from kenning.passloop import PassLoop, listening
 from kenning.retention import RetentionSettings
 from kenning.schedules import scheduled_workflows
+from kenning.storage import messages as messages_sql
 from kenning.storage import timers as timers_sql
 from kenning.storage.names import CHANNEL_TIMERS
 from kenning.storage.timers import FiredWait
@@ -33,7 +34,7 @@ from kenning_scheduler.upkeep import Upkeep
 
 _log = structlog.get_logger("kenning.scheduler")
 # kenning_timer_lateness_seconds's kind, by what _fire logs for a fired row
-_LATENESS_KIND = {"timer.fired": "timer", "event.timed_out": "event_timeout"}
+_LATENESS_KIND = {"timer.fired": "timer", "event.timed_out": "event_timeout", "message.timed_out": "receive_timeout"}
 
 FireStatement = Callable[..., Awaitable[list[FiredWait]]]  # timer_fire_due and the like
 # Something is due but every due row was locked by another transaction (another
@@ -117,10 +118,13 @@ class Scheduler:
         timeouts = await self._fire(
             timers_sql.subscription_timeout_fire_due, ("event.timed_out", "event.timeout_discarded"), now
         )
-        if timers or timeouts:
-            self.log.info("scheduler.fired", timers=timers, timeouts=timeouts)
+        receives = await self._fire(
+            messages_sql.message_wait_timeout_fire_due, ("message.timed_out", "message.timeout_discarded"), now
+        )
+        if timers or timeouts or receives:
+            self.log.info("scheduler.fired", timers=timers, timeouts=timeouts, receive_timeouts=receives)
             fault_point("timer.after_fire")
-        if self.settings.batch_size in (timers, timeouts):
+        if self.settings.batch_size in (timers, timeouts, receives):
             return 0.0  # a full batch: more may be due
         async with self.database.connection() as conn:
             next_due = await timers_sql.timer_next_due(conn, now)
@@ -128,7 +132,7 @@ class Scheduler:
             await self.cron.start_due(next_due.now)
         waits = [self.settings.poll_interval, await self.upkeep.run_due()]
         if next_due.seconds is not None:
-            waits.append(self._after_due(next_due.seconds, fired=timers + timeouts > 0))
+            waits.append(self._after_due(next_due.seconds, fired=timers + timeouts + receives > 0))
         cron_wait = self.cron.seconds_until_next(next_due.now)
         if cron_wait is not None:
             waits.append(cron_wait)

@@ -26,10 +26,9 @@ import inspect
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from kenning import metrics, tracing
 from kenning.app import App
@@ -47,6 +46,9 @@ from kenning.storage import instances as instances_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage.inbox import ClaimedRow
 from kenning.workflow import Workflow
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 _log = structlog.get_logger("kenning.worker.inbox")
 
@@ -386,6 +388,8 @@ class InboxProcessor:
             await handler(event)
             return
         assert user is not None, "a handler taking a session runs in SQLAlchemy's transaction"
+        from sqlalchemy.ext.asyncio import AsyncSession  # imported when a handler first needs it
+
         session = AsyncSession(bind=user, join_transaction_mode="create_savepoint", expire_on_commit=False)
         try:
             await handler(event, session=session)

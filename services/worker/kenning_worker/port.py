@@ -20,40 +20,56 @@ It owns how a run's progress reaches the database:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from typing import TYPE_CHECKING, TypeVar
 
 from kenning.db import Database, Executor, executor_of
 from kenning.dberrors import is_data_error, is_unavailable
 from kenning.engine.commands import (
     AttemptCounted,
     BeginCompensating,
+    ChildStarted,
     Complete,
     CountAttempt,
     DroppedCompensation,
     FailSaga,
     Finish,
+    MessageSent,
+    Publish,
+    ReceiveMessage,
     RecordStep,
     ReleaseWithDelay,
     SaveCompensation,
+    SendMessage,
+    StartChild,
+    Subscribe,
     Suspend,
     SuspendOnTimer,
+    Undelivered,
+    WaitChild,
 )
 from kenning.engine.history import StepRecord
 from kenning.engine.port import OutboxEvent, StepScope
 from kenning.errors import LeaseLostError, StorageUnavailable, UnstorableValueError
 from kenning.faults import fault_point
 from kenning.groupcommit import GroupCommit
+from kenning.storage import children as children_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage import messages as messages_sql
 from kenning.storage import outbox as outbox_sql
 from kenning.storage import sagas as sagas_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage import timers as timers_sql
-from kenning.storage.records import ClaimedInstance, CompensationRecord, FoldedWrites, SuspendOutcome
+from kenning.storage.instances import NewInstance
+from kenning.storage.messages import SendStatus
+from kenning.storage.names import EVENT_RECEIVED
+from kenning.storage.records import ClaimedInstance, CompensationRecord, FoldedWrites, HistoryRecord, SuspendOutcome
 from kenning.storage.writes import InstanceWrite
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 T = TypeVar("T")
 
@@ -66,8 +82,9 @@ class StepTransaction:
     ``ctx.session`` writes and the outbox rows commit together.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, database: Database) -> None:
+        # SQLAlchemy's engine is built, and SQLAlchemy imported, only when an attempt needs it
+        self._database = database
         self._session: AsyncSession | None = None
         self._connection: AsyncConnection | None = None
         # Where Kenning's own statements ran: the psycopg connection under SQLAlchemy's.
@@ -82,7 +99,9 @@ class StepTransaction:
     @property
     def session(self) -> AsyncSession:
         if self._session is None:
-            self._session = AsyncSession(bind=self._engine, expire_on_commit=False)
+            from sqlalchemy.ext.asyncio import AsyncSession
+
+            self._session = AsyncSession(bind=self._database.engine, expire_on_commit=False)
         return self._session
 
     @property
@@ -95,7 +114,7 @@ class StepTransaction:
             await self._session.flush()
             return await self._session.connection()
         if self._connection is None:
-            self._connection = await self._engine.connect()
+            self._connection = await self._database.engine.connect()
             await self._connection.begin()
         return self._connection
 
@@ -201,7 +220,7 @@ class PgInstancePort:
         return self._cancel
 
     def open_step(self) -> StepTransaction:
-        return StepTransaction(self.database.engine)
+        return StepTransaction(self.database)
 
     # ------------------------------------------------------------------ error mapping
 
@@ -393,6 +412,70 @@ class PgInstancePort:
             timeout_seconds=command.timeout_seconds,
         )
 
+    async def start_child(self, command: StartChild) -> ChildStarted:
+        """The child's row and the step naming it, with what is held back, in one fenced
+        statement (kenning.storage.children)."""
+        async with self._lock:
+            folded = await self._take_folded()
+            child = NewInstance(
+                instance_id=command.child_id,
+                workflow_name=command.workflow_name,
+                source_hash=command.source_hash,
+                input_json=command.input,
+                trace_context=command.trace_context,
+                queue_name=command.queue_name,
+                partition_key=command.partition_key,
+                priority=command.priority,
+            )
+            outcome = await self._autocommit(
+                lambda conn: children_sql.child_start_and_record(
+                    conn,
+                    parent_id=self.instance_id,
+                    token=self.token,
+                    step_id=command.step_id,
+                    step_name=command.step_name,
+                    child=child,
+                    on_parent_cancel=command.on_parent_cancel,
+                    folded=folded,
+                ),
+                f"step {command.step_id} (the child's input)",
+            )
+            if outcome is None:
+                raise self._lost(f"step {command.step_id!r} started its child")
+            if not outcome.cancel_requested:
+                self._unsaved = []
+        fault_point("step.after_commit")
+        self._cancel = self._cancel or outcome.cancel_requested
+        return ChildStarted(outcome.recorded, outcome.cancel_requested, outcome.taken_by)
+
+    async def wait_child(self, command: WaitChild) -> HistoryRecord | SuspendOutcome:
+        """Take the child's end, or subscribe to it and release the lease: one fenced
+        statement, the held-back record folded in."""
+        fault_point("instance.before_release")
+        async with self._lock:
+            folded = await self._take_folded()
+            waited = await self._autocommit(
+                lambda conn: children_sql.child_wait_or_suspend(
+                    conn,
+                    instance_id=self.instance_id,
+                    token=self.token,
+                    step_id=command.step_id,
+                    step_name=command.step_name,
+                    child_id=command.child_id,
+                    folded=folded,
+                )
+            )
+            if waited is None:
+                return SuspendOutcome.LEASE_LOST
+            if not waited.cancel_requested:
+                self._unsaved = []
+        if waited.cancel_requested:
+            self._cancel = True
+            return SuspendOutcome.CANCELLED
+        if waited.ended is not None:
+            return HistoryRecord(command.step_id, EVENT_RECEIVED, command.step_name, waited.ended)
+        return SuspendOutcome.SUSPENDED
+
     async def complete(self, command: Complete) -> None:
         """The completion, with the last step's record, in one group-committed statement."""
         fault_point("instance.before_release")
@@ -447,3 +530,97 @@ class PgInstancePort:
             )
         if not finished:
             raise self._lost("it finished")
+
+    # ------------------------------------------------------------------ messages
+
+    async def send_message(self, command: SendMessage) -> MessageSent:
+        """The message and the sending step's record in one transaction, after the mailbox's
+        lock (kenning.storage.messages); a refused send writes nothing."""
+        record = command.record
+
+        async def write() -> MessageSent:
+            async with self.database.transaction() as conn:
+                await messages_sql.mailbox_lock(conn, command.instance_id)
+                sent = await messages_sql.message_send(
+                    conn,
+                    instance_id=command.instance_id,
+                    topic=command.topic,
+                    message_id=command.message_id,
+                    data=command.data,
+                    sender_instance_id=self.instance_id,
+                )
+                if sent.status is SendStatus.UNKNOWN_INSTANCE:
+                    return MessageSent(Undelivered.UNKNOWN_INSTANCE)
+                if sent.status is SendStatus.FINISHED:
+                    return MessageSent(Undelivered.FINISHED, sent.recipient_status)
+                await self._write_record(conn, record)  # LeaseLostError rolls the message back
+                return MessageSent(None, sent.recipient_status)
+
+        async with self._lock:
+            await self._flush_locked()
+            answer = await self._storage(write(), f"step {record.step_id}")
+        if answer.refused is None:
+            fault_point("step.after_commit")
+        return answer
+
+    async def subscribe(self, command: Subscribe) -> None:
+        async def write() -> None:
+            async with self.database.transaction() as conn:
+                await messages_sql.channel_subscribe(conn, channel=command.channel, instance_id=self.instance_id)
+                await self._write_record(conn, command.record)
+
+        async with self._lock:
+            await self._flush_locked()
+            await self._storage(write(), f"step {command.record.step_id}")
+
+    async def publish(self, command: Publish) -> int:
+        """The subscribers' mailbox locks, then the copies and the step's record, in one
+        transaction (kenning.storage.messages)."""
+
+        async def write() -> int:
+            async with self.database.transaction() as conn:
+                recipients = await messages_sql.channel_lock_subscribers(conn, command.channel)
+                reached = await messages_sql.channel_publish(
+                    conn,
+                    channel=command.channel,
+                    recipients=recipients,
+                    message_id=command.message_id,
+                    data=command.data,
+                    sender_instance_id=self.instance_id,
+                )
+                record = dataclasses.replace(command.record, payload={**command.record.payload, "subscribers": reached})
+                await self._write_record(conn, record)
+                return reached
+
+        async with self._lock:
+            await self._flush_locked()
+            reached = await self._storage(write(), f"step {command.record.step_id}")
+        fault_point("step.after_commit")
+        return reached
+
+    async def receive_message(self, command: ReceiveMessage) -> HistoryRecord | SuspendOutcome:
+        """Take the mailbox's oldest message (recorded) or register the wait and release the
+        lease, in one fenced statement after the mailbox's lock, folding what is held back."""
+        async with self._lock:
+            folded = await self._take_folded()
+
+            async def write() -> HistoryRecord | SuspendOutcome:
+                async with self.database.transaction() as conn:
+                    await messages_sql.mailbox_lock(conn, self.instance_id)
+                    return await messages_sql.message_receive_or_wait(
+                        conn,
+                        instance_id=self.instance_id,
+                        token=self.token,
+                        step_id=command.step_id,
+                        step_name=command.step_name,
+                        topic=command.topic,
+                        timeout_seconds=command.timeout_seconds,
+                        folded=folded,
+                    )
+
+            outcome = await self._storage(write(), f"step {command.step_id}")
+            if outcome is not SuspendOutcome.LEASE_LOST:
+                self._unsaved = []
+        if outcome is SuspendOutcome.CANCELLED:
+            self._cancel = True
+        return outcome

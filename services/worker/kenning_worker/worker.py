@@ -39,12 +39,13 @@ from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import writes as writes_sql
 from kenning.storage.instances import DEFAULT_MAX_RUNS
-from kenning.storage.names import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS
+from kenning.storage.names import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_QUEUES, CHANNEL_SUBSCRIPTIONS
 from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord
 from kenning.storage.writes import InstanceWrite
 from kenning_worker.crashloop import report_parked
 from kenning_worker.inbox import InboxProcessor, InboxSettings
 from kenning_worker.port import PgInstancePort
+from kenning_worker.queues import ClaimArgs, QueuePass, WorkerQueues
 from kenning_worker.unknown import UnknownWorkflows
 
 _log = structlog.get_logger("kenning.worker")
@@ -177,6 +178,9 @@ class Worker:
         # at start and when a claim finds nothing, at most every tenth poll: soon enough for
         # an operator looking at a stuck start, and never on a busy worker's hot path
         self.unknown = UnknownWorkflows(database, app, interval=self.settings.poll_interval * 10, log=self.log)
+        # the queues it claims from under their limits (kenning_worker/queues.py)
+        self.queues = WorkerQueues(database, app, log=self.log)
+        self._queued: set[str] = set()  # lease tokens of queued instances in flight
 
     def stop(self) -> None:
         """Stop claiming; in-flight runs get the grace period to finish (SIGTERM)."""
@@ -189,13 +193,17 @@ class Worker:
         if channel in (CHANNEL_INBOX, CHANNEL_SUBSCRIPTIONS):
             self.inbox.wake()
         else:
+            if channel == CHANNEL_QUEUES:
+                # a start into a queue it may not know yet: read them before the next claim,
+                # or the instance waits for a poll
+                self.queues.stale = True
             self._work_likely = True
             self.loop.wake()
 
     async def run(self) -> None:
         if not self.workflow_names:
             self.log.warning("worker.no_workflows", hint="--app must name the modules that define workflows")
-        channels = [CHANNEL_INSTANCES]
+        channels = [CHANNEL_INSTANCES, CHANNEL_QUEUES]
         if self.settings.inbox.enabled:
             channels += [CHANNEL_INBOX, CHANNEL_SUBSCRIPTIONS]
         try:
@@ -206,6 +214,7 @@ class Worker:
 
     async def _claiming(self) -> None:
         await self.unknown.register()  # before worker.started: its workflows may be started by name
+        await self.queues.declare()  # and its queues' limits hold before its first claim
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="kenning-heartbeat")
         unknown = asyncio.create_task(self.unknown.run(), name="kenning-unknown-workflows")
         inbox = asyncio.create_task(self.inbox.run(), name="kenning-inbox") if self.settings.inbox.enabled else None
@@ -259,6 +268,7 @@ class Worker:
     def _polled(self) -> None:
         """A pass came due with no wake-up (a poll, or the next run-after time)."""
         self._work_likely, self._saturated = True, False
+        self.queues.stale = True  # queues created since (a start into a new one) are served
 
     def _claim_spacing(self) -> float:
         return self._pacer.delay(asyncio.get_running_loop().time())
@@ -266,20 +276,38 @@ class Worker:
     async def _claim(self, limit: int) -> tuple[int, float | None]:
         """Claim and start up to ``limit`` instances; returns how many, and when nothing
         was claimable, the seconds until something will be (None: nothing is queued)."""
-        # Autocommit: the claim is one statement (its own transaction), the loads are reads.
+        # Autocommit: each claim is one statement (its own transaction), the loads are reads.
+        # The plain claim and each queue's take turns going first (kenning_worker/queues.py).
         async with self.database.connection() as conn:
-            started = time.perf_counter()
-            claim = await instances_sql.instance_claim(
-                conn,
-                owner=self.worker_id,
-                workflow_names=self.workflow_names,
-                limit=limit,
-                lease_seconds=self.settings.lease_seconds,
-                max_runs=self.settings.max_runs,
-                take_suspect=self._suspect is None,
-            )
-            metrics.CLAIM_DURATION.observe(time.perf_counter() - started)
-            claimed = claim.instances
+            await self.queues.refresh(conn, self.workflow_names)
+            queued = QueuePass()
+            until: float | None = None
+            remaining, take_suspect = limit, self._suspect is None
+            for source in self.queues.order():
+                if remaining <= 0:
+                    break
+                asked = ClaimArgs(
+                    owner=self.worker_id,
+                    workflow_names=self.workflow_names,
+                    limit=remaining,
+                    lease_seconds=self.settings.lease_seconds,
+                    max_runs=self.settings.max_runs,
+                    take_suspect=take_suspect,
+                )
+                if source is None:
+                    started = time.perf_counter()
+                    claim = await instances_sql.instance_claim(conn, **asked)
+                    metrics.CLAIM_DURATION.observe(time.perf_counter() - started)
+                    queued.claims.append(claim)
+                    until = claim.seconds_until_next
+                else:
+                    claim = await self.queues.claim(conn, source, asked, into=queued)
+                remaining -= len(claim.instances) + len(claim.parked)
+                take_suspect = take_suspect and not any(c.suspect for c in claim.instances)
+            claimed = [c for one in queued.claims for c in one.instances]
+            parked = [p for one in queued.claims for p in one.parked]
+            if not claimed and queued.seconds_until_next is not None:
+                until = queued.seconds_until_next if until is None else min(until, queued.seconds_until_next)
             # Fresh instances have no history: skip the load for them.
             resumed = [c.id for c in claimed if c.run_count > 1 or c.status == "compensating"]
             histories = await history_sql.history_load(conn, resumed)
@@ -294,23 +322,25 @@ class Worker:
                 self._suspect = instance.lease_token
                 metrics.LEASE_TAKEOVERS.labels(instance.workflow_name).inc()
             self._claimed[instance.lease_token] = instance
+            if instance.lease_token in queued.tokens:
+                self._queued.add(instance.lease_token)
             task = asyncio.create_task(
                 self._execute(instance, histories.get(instance.id, []), compensations.get(instance.id, [])),
                 name=f"kenning-instance-{instance.id}",
             )
             self._running[instance.lease_token] = task
-        if claim.parked:
+        if parked:
             self._work_likely = True  # they took slots of this claim that others may fill
             self.loop.wake()
             # after the runs started (their leases renewed by the heartbeat from now on),
             # and apart from the claim loop: the failure hook may take any time
             report = asyncio.create_task(
-                report_parked(self.app, self.log, claim.parked, max_runs=self.settings.max_runs),
+                report_parked(self.app, self.log, parked, max_runs=self.settings.max_runs),
                 name="kenning-crash-loop-report",
             )
             self._reports.add(report)
             report.add_done_callback(self._reports.discard)
-        return len(claimed), claim.seconds_until_next
+        return len(claimed), until
 
     async def _execute(
         self, claimed: ClaimedInstance, history: list[HistoryRecord], compensations: list[CompensationRecord]
@@ -352,6 +382,10 @@ class Worker:
             metrics.WORKFLOW_RUN_DURATION.labels(claimed.workflow_name, ended).observe(time.perf_counter() - started)
             self._running.pop(claimed.lease_token, None)
             self._claimed.pop(claimed.lease_token, None)
+            if claimed.lease_token in self._queued:
+                # its queue's slot is free: the backlog a limit held back may be claimable
+                self._queued.discard(claimed.lease_token)
+                self._work_likely = True
             if self._suspect == claimed.lease_token:
                 self._cleared_suspect()
             self._wake.set()

@@ -9,26 +9,17 @@ from typing import Any
 
 from kenning.commands.output import emit, emit_json, table
 from kenning.config import add_database_options, add_logging_options, positive_int
-from kenning.db import connect
+from kenning.db import Executor, connect
 from kenning.errors import WorkflowNotFoundError
+from kenning.storage import children as children_sql
 from kenning.storage import definitions as definitions_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import progress as progress_sql
 from kenning.storage import sagas as sagas_sql
+from kenning.storage.children import ChildRow
 from kenning.storage.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED
-
-STATUSES = (
-    "pending",
-    "running",
-    "waiting_for_event",
-    "waiting_for_timer",
-    "compensating",
-    "completed",
-    "failed",
-    "cancelled",
-)
-
+from kenning.storage.records import INSTANCE_STATUSES, InstanceRow
 
 HELP = "list, show, cancel and retry workflow instances"
 
@@ -36,7 +27,7 @@ HELP = "list, show, cancel and retry workflow instances"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="newest instances first")
-    listing.add_argument("--status", choices=STATUSES)
+    listing.add_argument("--status", choices=INSTANCE_STATUSES)
     listing.add_argument("--workflow", help="only this workflow name")
     listing.add_argument("--limit", type=positive_int, default=50)
     show = actions.add_parser("show", help="status, input, result or error, and the history timeline")
@@ -79,7 +70,10 @@ async def _run(args: argparse.Namespace) -> int:
                 compensations = (await history_sql.compensations_load(conn, [row.id])).get(row.id, [])
                 stuck_mark = await progress_sql.instance_stuck(conn, row.id)
                 shown = {**asdict(row), "stuck_reason": stuck_mark.reason if stuck_mark else None}
-                _show(args, shown, [asdict(h) for h in history], [asdict(c) for c in compensations])
+                parent = await children_sql.parent_of(conn, row.id)
+                children = await children_sql.children_of(conn, row.id)
+                shown["parent_id"] = None if parent is None else parent[0]
+                _show(args, shown, [asdict(h) for h in history], [asdict(c) for c in compensations], children)
                 known = row.status != "pending" or await definitions_sql.definition_known(conn, row.workflow_name)
                 if not known and not args.json:
                     emit(f"\nno worker has this workflow: no process ever registered {row.workflow_name!r}")
@@ -94,16 +88,7 @@ async def _run(args: argparse.Namespace) -> int:
                 else:
                     emit(f"{row.id}: cancellation requested" if accepted else f"{row.id}: already {row.status}")
                 return 0 if accepted else 1
-            # a crash-looped instance resumes as it was parked, compensating ones included
-            crash_loop = (row.error or {}).get("reason") == instances_sql.CRASH_LOOP
-            rerun = None if crash_loop else await sagas_sql.saga_retry(conn, row.id)
-            if rerun is not None:  # the rollback stopped at a failed compensation: finish it
-                retried = {
-                    "retried": True,
-                    "message": f"compensating again; {rerun} failed compensation(s) will run again",
-                }
-            else:
-                retried = await instances_sql.instance_retry(conn, row.id)
+            retried = await retry_instance(conn, row)
             if args.json:
                 emit_json({"instance_id": row.id, **retried})
             else:
@@ -113,15 +98,35 @@ async def _run(args: argparse.Namespace) -> int:
         await database.dispose()
 
 
+async def retry_instance(conn: Executor, row: InstanceRow) -> dict[str, Any]:
+    """Retry a failed instance (``kenning instances retry``, the console's retry):
+    ``{"retried": bool, "message": str}``. A rollback stopped at a failed compensation
+    runs its compensations not yet executed; any other failure re-runs from its history,
+    its failed steps forgotten and their attempts reset; a crash-looped instance resumes
+    as it was parked. Call it inside a transaction: two statements may run."""
+    # a crash-looped instance resumes as it was parked, compensating ones included
+    crash_loop = (row.error or {}).get("reason") == instances_sql.CRASH_LOOP
+    rerun = None if crash_loop else await sagas_sql.saga_retry(conn, row.id)
+    if rerun is not None:  # the rollback stopped at a failed compensation: finish it
+        return {"retried": True, "message": f"compensating again; {rerun} failed compensation(s) will run again"}
+    return await instances_sql.instance_retry(conn, row.id)
+
+
 def _show(
-    args: argparse.Namespace, row: dict[str, Any], history: list[dict[str, Any]], compensations: list[dict[str, Any]]
+    args: argparse.Namespace,
+    row: dict[str, Any],
+    history: list[dict[str, Any]],
+    compensations: list[dict[str, Any]],
+    children: list[ChildRow],
 ) -> None:
     for record in history:
         if record.get("payload_bytes") is not None:
             record["payload_bytes"] = f"<{len(record['payload_bytes'])} bytes>"
     _add_outcomes(compensations, history)
     if args.json:
-        emit_json({**row, "history": history, "compensations": compensations})
+        emit_json(
+            {**row, "history": history, "compensations": compensations, "children": [asdict(c) for c in children]}
+        )
         return
     emit(
         table(
@@ -139,6 +144,7 @@ def _show(
                 ("created", row["created_at"]),
                 ("finished", row["finished_at"]),
                 ("lease owner", row["lease_owner"]),
+                ("parent", row["parent_id"]),
             ],
         )
     )
@@ -154,6 +160,14 @@ def _show(
         if history
         else "no steps recorded yet"
     )
+    if children:  # start_child: the children this instance started
+        emit("")
+        emit(
+            table(
+                ["child", "workflow", "status", "started at step", "on parent cancel"],
+                [(c.id, c.workflow_name, c.status, c.parent_step, c.on_parent_cancel) for c in children],
+            )
+        )
     if compensations:
         emit("")
         emit(

@@ -8,6 +8,7 @@ import structlog
 
 from kenning.config import add_database_options, add_logging_options
 from kenning.db import redacted
+from kenning.migrate import migrate
 
 HELP = "bring the database schema up to date"
 
@@ -18,8 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kenning.migrate import migrate
-
     revision = migrate(args.database_url)
     log = structlog.get_logger("kenning.migrate")
     log.info("schema.ready", revision=revision, database=redacted(args.database_url))

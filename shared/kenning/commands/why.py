@@ -105,6 +105,12 @@ def way_forward(info: dict[str, Any]) -> str:
             return "NONE: waiting for a timer that does not exist (the stuck check repairs it)"
         timer = info["timers"][0]
         return f"timer {timer['step_id']} fires {_ago(now, timer['due_at'])}"
+    if status == "waiting_for_message":
+        if not info["message_waits"]:
+            return "NONE: waiting for a message with no receive wait (the stuck check repairs it)"
+        wait = info["message_waits"][0]
+        timeout = f"; times out {_ago(now, wait['timeout_at'])}" if wait["timeout_at"] else "; no time-out"
+        return f"a message on topic {wait['topic']!r} (a send wakes it){timeout}"
     if not info["subscriptions"]:
         return "NONE: waiting for an event with no subscription (the stuck check repairs it)"
     sub = info["subscriptions"][0]
@@ -130,6 +136,13 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
         match = f" matching {sub['match']}" if sub["match"] else ""
         timeout = f", times out {_ago(now, sub['timeout_at'])}" if sub["timeout_at"] else ""
         out.append(("waits for", f"{sub['event_type']!r}{match} since {_ago(now, sub['since'])}{timeout}"))
+    for wait in info["message_waits"]:
+        timeout = f", times out {_ago(now, wait['timeout_at'])}" if wait["timeout_at"] else ""
+        out.append(
+            ("receives", f"topic {wait['topic']!r} at {wait['step_id']} since {_ago(now, wait['since'])}{timeout}")
+        )
+    if info["unreceived_messages"]:
+        out.append(("mailbox", f"{info['unreceived_messages']} message(s) not received yet"))
     runs = f"{info['run_count']} claimed"
     if info["runs_without_progress"]:
         runs += f", {info['runs_without_progress']} in a row ended without a step (crash loop count)"

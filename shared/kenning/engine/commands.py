@@ -86,6 +86,44 @@ Suspend = SuspendOnTimer | SuspendOnEvent
 
 
 @dataclass(frozen=True)
+class StartChild:
+    """Start a child instance and record the parent's step naming it, in one transaction
+    (with what is held back), unless cancellation was requested."""
+
+    step_id: str
+    step_name: str
+    child_id: str
+    workflow_name: str
+    source_hash: str
+    input: dict[str, Any]
+    on_parent_cancel: str  # 'cancel' or 'abandon'
+    trace_context: dict[str, str] | None = None
+    # the queue its claim takes it from (kenning/queues.py), as prepare_start chose them
+    queue_name: str | None = None
+    partition_key: str | None = None
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class ChildStarted:
+    """The port's answer to ``StartChild``."""
+
+    recorded: bool  # the step names the child (started now, or this parent's already)
+    cancel_requested: bool  # nothing was written
+    taken_by: str | None = None  # not recorded: the explicit id is another parent's ('' : no parent's)
+
+
+@dataclass(frozen=True)
+class WaitChild:
+    """Take the child's end if it has ended (recorded at ``step_id``, lease kept); else
+    wait for it and give the lease back, unless cancellation was requested."""
+
+    step_id: str
+    step_name: str
+    child_id: str
+
+
+@dataclass(frozen=True)
 class Complete:
     """End the instance ``completed`` with its result (``{"result": ...}``)."""
 
@@ -127,3 +165,62 @@ class FailSaga:
     is kept inside ``error``)."""
 
     error: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SendMessage:
+    """Put a message into ``instance_id``'s ``topic`` mailbox and write ``record`` (the
+    sending step), in one transaction: both or neither (kenning/messages.py)."""
+
+    record: StepRecord
+    instance_id: str  # the recipient
+    topic: str
+    message_id: str  # a message id sent to this recipient before is not sent again
+    data: Any  # JSON already
+
+
+class Undelivered(enum.Enum):
+    UNKNOWN_INSTANCE = "unknown_instance"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class MessageSent:
+    """The port's answer to ``SendMessage``: ``refused`` None means in the mailbox (now,
+    or before with the same id) and the step recorded; else nothing was written."""
+
+    refused: Undelivered | None
+    recipient_status: str | None = None
+
+
+@dataclass(frozen=True)
+class ReceiveMessage:
+    """Take the oldest message of the instance's ``topic`` mailbox, recorded at ``step_id``
+    in the same transaction (lease kept); with none there, wait for one (a
+    ``MessageTimeout`` after ``timeout_seconds``) and give the lease back, unless
+    cancellation was requested."""
+
+    step_id: str
+    step_name: str
+    topic: str
+    timeout_seconds: float | None
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """Subscribe the instance to ``channel`` and write ``record``, in one transaction."""
+
+    record: StepRecord
+    channel: str
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Put the message into the ``channel`` mailbox of every instance subscribed to it and
+    write ``record`` with ``subscribers`` (how many it reached) added to its payload, in one
+    transaction; the port answers that count."""
+
+    record: StepRecord
+    channel: str
+    message_id: str  # the same id in every copy: each recipient gets it once
+    data: Any  # JSON already

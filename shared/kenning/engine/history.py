@@ -16,18 +16,27 @@ from kenning.errors import NonDeterminismError
 from kenning.storage.names import (
     ACTIVITY_COMPLETED,
     ACTIVITY_FAILED,
+    CHANNEL_SUBSCRIBED,
+    CHILD_STARTED,
     COMPENSATION_EXECUTED,
     COMPENSATION_FAILED,
     EVENT_RECEIVED,
     EVENT_TIMEOUT,
+    MESSAGE_RECEIVED,
+    MESSAGE_SENT,
+    MESSAGE_TIMEOUT,
     PATCH_MARKER,
     TIMER_EXPIRED,
 )
 from kenning.storage.records import HistoryRecord
 
 # Kinds the workflow body consumes on replay; compensation records are not among them.
-REPLAYED_KINDS = frozenset({ACTIVITY_COMPLETED, ACTIVITY_FAILED, EVENT_RECEIVED, EVENT_TIMEOUT, TIMER_EXPIRED})
+REPLAYED_KINDS = frozenset(
+    {ACTIVITY_COMPLETED, ACTIVITY_FAILED, EVENT_RECEIVED, EVENT_TIMEOUT, TIMER_EXPIRED, CHILD_STARTED}
+)
 COMPENSATION_KINDS = frozenset({COMPENSATION_EXECUTED, COMPENSATION_FAILED})
+# a send_message or publish, a receive (its message or its timeout) and a subscribe replay as steps too
+REPLAYED_KINDS = REPLAYED_KINDS | {MESSAGE_SENT, MESSAGE_RECEIVED, MESSAGE_TIMEOUT, CHANNEL_SUBSCRIBED}
 COMPENSATION_STEP_PREFIX = "compensation:"
 PATCH_STEP_PREFIX = "patch:"
 

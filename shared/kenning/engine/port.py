@@ -18,17 +18,25 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kenning.engine.commands import (
     AttemptCounted,
     BeginCompensating,
+    ChildStarted,
     Complete,
     CountAttempt,
     DroppedCompensation,
     FailSaga,
     Finish,
+    MessageSent,
+    Publish,
+    ReceiveMessage,
     RecordStep,
     ReleaseWithDelay,
     SaveCompensation,
+    SendMessage,
+    StartChild,
+    Subscribe,
     Suspend,
+    WaitChild,
 )
-from kenning.storage.records import SuspendOutcome
+from kenning.storage.records import HistoryRecord, SuspendOutcome
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -101,6 +109,15 @@ class InstancePort(Protocol):
         ``CANCELLED`` (nothing registered, lease kept) when cancellation was requested."""
         ...
 
+    async def start_child(self, command: StartChild) -> ChildStarted:
+        """Insert the child and record the step, folding what is held back: one transaction."""
+        ...
+
+    async def wait_child(self, command: WaitChild) -> HistoryRecord | SuspendOutcome:
+        """The recorded end of a child that has ended (the lease is kept), or what the
+        suspend did, as ``suspend`` answers."""
+        ...
+
     async def complete(self, command: Complete) -> None: ...
 
     async def begin_compensating(self, command: BeginCompensating) -> list[DroppedCompensation]:
@@ -108,3 +125,23 @@ class InstancePort(Protocol):
         ...
 
     async def finish(self, command: Finish | FailSaga) -> None: ...
+
+    async def send_message(self, command: SendMessage) -> MessageSent:
+        """The message into its recipient's mailbox and the sending step's record, in one
+        transaction (after what is held back)."""
+        ...
+
+    async def subscribe(self, command: Subscribe) -> None:
+        """The subscription and the step's record in one transaction."""
+        ...
+
+    async def publish(self, command: Publish) -> int:
+        """A copy of the message in every subscriber's mailbox and the step's record, in one
+        transaction; the number of subscribers reached."""
+        ...
+
+    async def receive_message(self, command: ReceiveMessage) -> HistoryRecord | SuspendOutcome:
+        """The message taken and its ``MessageReceived`` record (lease kept), or the wait
+        registered and the lease given back (``SUSPENDED``), folding what is held back;
+        ``CANCELLED`` (nothing taken, lease kept) when cancellation was requested."""
+        ...

@@ -24,15 +24,23 @@ from kenning import serialization
 from kenning.engine.commands import (
     AttemptCounted,
     BeginCompensating,
+    ChildStarted,
     Complete,
     CountAttempt,
     DroppedCompensation,
     FailSaga,
     Finish,
+    MessageSent,
+    Publish,
+    ReceiveMessage,
     RecordStep,
     ReleaseWithDelay,
     SaveCompensation,
+    SendMessage,
+    StartChild,
+    Subscribe,
     Suspend,
+    WaitChild,
 )
 from kenning.engine.history import REPLAYED_KINDS, compensation_step_id
 from kenning.engine.port import StepScope
@@ -157,6 +165,12 @@ class ReplayOnlyPort:
     async def suspend(self, command: Suspend) -> SuspendOutcome:
         self._stop(command.step_id)
 
+    async def start_child(self, command: StartChild) -> ChildStarted:
+        self._stop(command.step_id)
+
+    async def wait_child(self, command: WaitChild) -> HistoryRecord | SuspendOutcome:
+        self._stop(command.step_id)
+
     async def complete(self, command: Complete) -> None:
         self._stop("completion")
 
@@ -165,6 +179,18 @@ class ReplayOnlyPort:
 
     async def finish(self, command: Finish | FailSaga) -> None:
         self._stop("the end")
+
+    async def send_message(self, command: SendMessage) -> MessageSent:
+        self._stop(command.record.step_id)
+
+    async def subscribe(self, command: Subscribe) -> None:
+        self._stop(command.record.step_id)
+
+    async def publish(self, command: Publish) -> int:
+        self._stop(command.record.step_id)
+
+    async def receive_message(self, command: ReceiveMessage) -> HistoryRecord | SuspendOutcome:
+        self._stop(command.step_id)
 
 
 async def replay_only(

@@ -20,6 +20,7 @@ from kenning import metrics, serialization, tracing
 from kenning.activity import call_attempt
 from kenning.compensation import ON_FAILURE_PREFIX, on_failure_arguments
 from kenning.context import WorkflowContext, current_step
+from kenning.engine import children
 from kenning.engine.barrier import ReplayBarrier
 from kenning.engine.commands import (
     Complete,
@@ -34,9 +35,11 @@ from kenning.engine.commands import (
     SuspendOnTimer,
 )
 from kenning.engine.history import HistoryCursor, StepRecord
+from kenning.engine.messages import publish, receive_message, send_message, subscribe
 from kenning.engine.outcomes import Attempted, GaveUp, RunOutcome
 from kenning.engine.port import InstancePort, OutboxEvent, StepScope
 from kenning.engine.retries import GiveUp, GiveUpReason, RetryAfter, after_counting, before_counting
+from kenning.engine.runtime import ChildOptions
 from kenning.engine.saga import undo_saga
 from kenning.errors import (
     ActivityTimeoutError,
@@ -222,6 +225,34 @@ class WorkflowRun:
             SuspendOnEvent(step_id, step_name, event_type, stored, since_at, since_seconds, timeout_seconds)
         )
 
+    async def start_child(
+        self, workflow: Workflow[Any], arguments: dict[str, Any], options: ChildOptions
+    ) -> tuple[str, str]:
+        """(child id, start step id): ``kenning.engine.children.start_child``."""
+        return await children.start_child(self, workflow, arguments, options)
+
+    async def wait_child(self, start_step_id: str, child_id: str, workflow_name: str) -> HistoryRecord:
+        """The child's recorded end: ``kenning.engine.children.wait_child``."""
+        return await children.wait_child(self, start_step_id, child_id, workflow_name)
+
+    async def send_message(self, instance_id: str, topic: str, data: Any, message_id: str | None) -> str:
+        """The message's id: ``kenning.engine.messages.send_message``."""
+        return await send_message(self, instance_id, topic, data, message_id)
+
+    async def subscribe(self, channel: str) -> None:
+        """``kenning.engine.messages.subscribe``."""
+        await subscribe(self, channel)
+
+    async def publish(self, channel: str, data: Any, message_id: str | None) -> int:
+        """Subscribers reached: ``kenning.engine.messages.publish``."""
+        return await publish(self, channel, data, message_id)
+
+    async def receive_message(
+        self, topic: str, *, receive_id: str | None, timeout_seconds: float | None
+    ) -> HistoryRecord:
+        """The recorded message or timeout: ``kenning.engine.messages.receive_message``."""
+        return await receive_message(self, topic, receive_id=receive_id, timeout_seconds=timeout_seconds)
+
     async def send_event(self, step: StepScope, event: OutboxEvent, data: Any) -> None:
         """Write ``event`` in the attempt's transaction; ``on_event_sent`` once it commits."""
         await step.add_outbox_event(event)
@@ -259,9 +290,13 @@ class WorkflowRun:
     async def _suspend(self, command: Suspend) -> NoReturn:
         """Give the lease back while the instance waits. A cancel that races the suspend
         is applied, never overwritten (Edda 0.1.0 lost it)."""
-        outcome = await self.port.suspend(command)
+        self.suspended(await self.port.suspend(command), command.step_id, command.step_name)
+
+    def suspended(self, outcome: SuspendOutcome, step_id: str, step_name: str) -> NoReturn:
+        """End the run as the suspend of ``step_id`` came out (every wait's, the child's
+        and the receive's too): waiting, cancelled, or the lease lost."""
         if outcome is SuspendOutcome.SUSPENDED:
-            tracing.suspended(command.step_id, command.step_name)
+            tracing.suspended(step_id, step_name)
         if outcome is SuspendOutcome.CANCELLED:
             self.raise_if_cancelled()
         if outcome is SuspendOutcome.LEASE_LOST:

@@ -84,10 +84,16 @@ _UNKNOWN_WORKFLOWS_PENDING = statement(
     -- unknown workflow, so they stay among the oldest due rows, where it looks first; the
     -- cost does not grow with the backlog.
     WITH sample AS (
-        SELECT workflow_name FROM kenning_instances
-        WHERE status = 'pending' AND available_at IS NOT NULL
-        ORDER BY available_at
-        LIMIT :sample
+        (SELECT workflow_name FROM kenning_instances
+         WHERE status = 'pending' AND available_at IS NOT NULL AND queue_name IS NULL
+         ORDER BY available_at
+         LIMIT :sample)
+        UNION ALL
+        -- queued ones: the first of each queue's partitions in kenning_instances_queued's order
+        (SELECT workflow_name FROM kenning_instances
+         WHERE status = 'pending' AND available_at IS NOT NULL AND queue_name IS NOT NULL
+         ORDER BY queue_name, partition_key, priority, available_at
+         LIMIT :sample)
     )
     SELECT s.workflow_name AS workflow_name, count(*) AS instances
     FROM sample AS s

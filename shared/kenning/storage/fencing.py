@@ -59,13 +59,15 @@ SAVE_COMPENSATIONS = """saved AS (
     )"""
 
 
-def suspend_as(status: str) -> str:
-    """Release the lease into ``status`` unless cancellation was requested."""
+def suspend_as(status: str, *, unless: str | None = None) -> str:
+    """Release the lease into ``status`` unless cancellation was requested, or the CTE
+    ``unless`` has a row (what the instance would wait for is there already)."""
+    also = f" AND NOT EXISTS (SELECT FROM {unless})" if unless else ""
     return f"""suspended AS (
         UPDATE kenning_instances AS i
         SET status = '{status}', lease_token = NULL, lease_owner = NULL, available_at = NULL,
             updated_at = now()
         FROM fence
-        WHERE i.id = fence.id AND NOT fence.cancel_requested
+        WHERE i.id = fence.id AND NOT fence.cancel_requested{also}
         RETURNING i.id
     )"""

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from kenning.db import Executor, Statement, statement
+from kenning.storage.children import TOLD, tell_parents
 from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
 from kenning.storage.names import (
@@ -28,6 +29,7 @@ from kenning.storage.names import (
     notify_result,
     notify_results,
 )
+from kenning.storage.queue_rows import QUEUE_ROWS, QUEUES_NOTIFIED, QUEUES_UNSEEN, queues_name
 from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow, ParkedInstance
 
 # The one insert of new instances: a client's batch of starts, an event's start, a cron tick.
@@ -36,31 +38,41 @@ _INSTANCES_INSERT = statement(
     WITH incoming AS (
         SELECT * FROM jsonb_to_recordset(CAST(:starts AS jsonb)) AS s(
             position integer, id text, name text, hash text, input jsonb, key text, not_before timestamptz,
-            trace jsonb)
+            trace jsonb, queue text, partition text, priority integer)
     ), admitted AS (
         -- a start with not_before (a cron tick) only if its workflow was first seen by then
-        SELECT s.position, s.id, s.name, s.hash, s.input, s.key, s.trace FROM incoming AS s
+        SELECT s.position, s.id, s.name, s.hash, s.input, s.key, s.trace, s.queue, s.partition, s.priority
+        FROM incoming AS s
         WHERE s.not_before IS NULL
            OR (SELECT min(d.created_at) FROM kenning_workflow_definitions AS d WHERE d.workflow_name = s.name)
               <= s.not_before
     ), inserted AS (
         INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at,
-                                       trace_context)
-        SELECT id, name, hash, input, key, now(), trace FROM admitted ORDER BY position
+                                       trace_context, queue_name, partition_key, priority)
+        SELECT id, name, hash, input, key, now(), trace,
+               -- a queued row's partition is '' when it names none: the claim walks keys
+               queue, CASE WHEN queue IS NOT NULL THEN coalesce(partition, '') END, coalesce(priority, 0)
+        FROM admitted ORDER BY position
         ON CONFLICT DO NOTHING
         RETURNING id
-    ), first_inserted AS (
+    ), named AS (
+        SELECT queue, array_agg(DISTINCT name ORDER BY name) AS names FROM admitted WHERE queue IS NOT NULL
+        GROUP BY queue
+    ), {QUEUE_ROWS}, first_inserted AS (
         -- two starts of one explicit id in a batch: the first is the one inserted
         SELECT DISTINCT ON (s.id) s.position
         FROM incoming AS s JOIN inserted AS i ON i.id = s.id
         ORDER BY s.id, s.position
     )
     -- identical notifications of one transaction reach listeners once: one wake-up per batch
-    -- (none when :notify is false: the caller announces the batch later, instances_announce)
+    -- (none when :notify is false: the caller announces the batch later, instances_announce);
+    -- queues created or newly naming a workflow at once (storage/queue_rows.py)
     SELECT s.position,
            EXISTS (SELECT FROM first_inserted AS f WHERE f.position = s.position) AS inserted,
            EXISTS (SELECT FROM admitted AS a WHERE a.position = s.position) AS admitted,
-           (SELECT {notify(CHANNEL_INSTANCES)} FROM inserted WHERE CAST(:notify AS boolean) LIMIT 1) AS notified
+           (SELECT {notify(CHANNEL_INSTANCES)} FROM inserted WHERE CAST(:notify AS boolean) LIMIT 1) AS notified,
+           {QUEUES_NOTIFIED},
+           {QUEUES_UNSEEN}
     FROM incoming AS s
     """
 )
@@ -76,6 +88,10 @@ class NewInstance:
     # only if the workflow's first definition row is not younger (a cron tick: schedules.py)
     not_before: datetime | None = None
     trace_context: dict[str, str] | None = None  # the starter's (kenning.tracing)
+    # the queue it is claimed from under that queue's limits (kenning/queues.py), if any
+    queue_name: str | None = None
+    partition_key: str | None = None
+    priority: int = 0
 
 
 class StartOutcome(enum.Enum):
@@ -100,15 +116,22 @@ async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, noti
             "key": start.idempotency_key,
             "not_before": None if start.not_before is None else start.not_before.isoformat(),
             "trace": start.trace_context,
+            "queue": start.queue_name,
+            "partition": start.partition_key,
+            "priority": start.priority,
         }
         for position, start in enumerate(starts)
     ]
     outcomes = [StartOutcome.EXISTS] * len(starts)
-    for row in await conn.execute(_INSTANCES_INSERT, {"starts": json.dumps(payload), "notify": notify}):
+    rows = await conn.execute(_INSTANCES_INSERT, {"starts": json.dumps(payload), "notify": notify})
+    for row in rows:
         if row.inserted:
             outcomes[row.position] = StartOutcome.STARTED
         elif not row.admitted:
             outcomes[row.position] = StartOutcome.BEFORE_SCHEDULE
+    if any(row.queues_unseen for row in rows):
+        admitted = [starts[row.position] for row in rows if row.admitted]
+        await queues_name(conn, [(s.queue_name, s.workflow_name) for s in admitted if s.queue_name is not None])
     return outcomes
 
 
@@ -211,8 +234,23 @@ _CLAIM_SET = """
         updated_at = {now}"""
 
 
+@dataclass(frozen=True)
+class ClaimParts:
+    """What the plain claim and a queue's claim (``kenning/storage/queues.py``) share,
+    written around a CTE ``candidates`` (id, suspect, runs_without_progress, claimed_at,
+    available_at): ``chosen`` picks the rows to take, ``lease_filter`` narrows the
+    candidates, ``park`` says which chosen row is parked, ``set_clause`` is the UPDATE's
+    SET, ``returning`` the claimed rows' columns (``claimed_instances`` reads them)."""
+
+    chosen: str
+    lease_filter: str
+    park: str
+    set_clause: str
+    returning: str
+
+
 @functools.cache
-def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
+def claim_parts(max_runs: int, take_suspect: bool) -> ClaimParts:
     """The claim of a worker with this ``--max-runs`` that may (or may not, because it
     runs one already) take a suspect: an instance whose previous run did not end cleanly
     (its lease expired, or the run raised and ``instance_release_crashed`` handed it back).
@@ -253,31 +291,40 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
         reason=CRASH_LOOP,
         message=_crash_loop_format(max_runs),
     )
+    returning = f"""i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
+                  CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts, i.trace_context,
+                  c.suspect, i.runs_without_progress,
+                  -- a parked instance has finished: its awaiting clients are told
+                  CASE WHEN {park} THEN {notify_result("i.id")} ELSE false END AS park"""
+    return ClaimParts(chosen, lease_filter, park, set_clause, returning)
+
+
+@functools.cache
+def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
+    """The claim of instances in no queue: ``claim_parts`` around the claimable index's
+    range, which leaves queued instances out (their queue's claim takes them)."""
+    parts = claim_parts(max_runs, take_suspect)
     return statement(
         f"""
     WITH candidates AS (
         SELECT id, lease_token IS NOT NULL AS suspect, runs_without_progress, claimed_at, available_at
         FROM kenning_instances
-        WHERE status IN ('pending', 'running', 'compensating')
+        WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
           AND available_at <= {NOW}
           AND workflow_name = ANY(:names)
-          {lease_filter}
+          {parts.lease_filter}
         ORDER BY available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ), chosen AS MATERIALIZED (
         -- materialized: each row's count is computed once, not once per column using it
-        {chosen}
+        {parts.chosen}
     ), claimed AS (
         UPDATE kenning_instances AS i
-        SET {set_clause}
+        SET {parts.set_clause}
         FROM chosen AS c
         WHERE i.id = c.id
-        RETURNING i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
-                  CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts, i.trace_context,
-                  c.suspect, i.runs_without_progress,
-                  -- a parked instance has finished: its awaiting clients are told
-                  CASE WHEN {park} THEN {notify_result("i.id")} ELSE false END AS park
+        RETURNING {parts.returning}
     )
     SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
            suspect, park, runs_without_progress, trace_context, CAST(NULL AS float8) AS seconds_until_next
@@ -292,7 +339,8 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
            NULL AS runs_without_progress, NULL AS trace_context,
            (SELECT CAST(extract(epoch FROM min(available_at) - {NOW}) AS float8)
             FROM kenning_instances
-            WHERE status IN ('pending', 'running', 'compensating') AND workflow_name = ANY(:names))
+            WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
+              AND workflow_name = ANY(:names))
                AS seconds_until_next
     WHERE NOT EXISTS (SELECT FROM claimed)
     """
@@ -344,52 +392,61 @@ async def instance_claim(
             "now": now,
         },
     )
-    instances, parked, until = [], [], None
+    claim = Claim([], None)
     for row in result:
         if row.id is None:
-            until = seconds_or_none(row.seconds_until_next)
-            continue
-        if row.park:
-            parked.append(ParkedInstance(row.id, row.workflow_name, row.run_count, row.runs_without_progress))
-            continue
-        instances.append(
-            ClaimedInstance(
-                id=row.id,
-                workflow_name=row.workflow_name,
-                status=row.status,
-                input=row.input,
-                trace_context=row.trace_context,
-                cancel_requested=row.cancel_requested,
-                lease_token=row.lease_token,
-                run_count=row.run_count,
-                attempts=row.attempts,
-                suspect=row.suspect,
-            )
+            claim = Claim(claim.instances, seconds_or_none(row.seconds_until_next), claim.parked)
+        else:
+            claimed_row(claim, row)
+    return claim
+
+
+def claimed_row(claim: Claim, row: Any) -> None:
+    """Add a row of ``ClaimParts.returning`` to ``claim``: an instance handed out, or parked."""
+    if row.park:
+        claim.parked.append(ParkedInstance(row.id, row.workflow_name, row.run_count, row.runs_without_progress))
+        return
+    claim.instances.append(
+        ClaimedInstance(
+            id=row.id,
+            workflow_name=row.workflow_name,
+            status=row.status,
+            input=row.input,
+            trace_context=row.trace_context,
+            cancel_requested=row.cancel_requested,
+            lease_token=row.lease_token,
+            run_count=row.run_count,
+            attempts=row.attempts,
+            suspect=row.suspect,
         )
-    return Claim(instances, until, parked)
+    )
 
 
+# A lease renews only while it has not expired: an expired one is up for any claim (the
+# plain claim's takeover, and a queue's claim counts it as holding no slot and may have
+# admitted another in its place), so renewing it would let two hold what one may.
 _INSTANCE_HEARTBEAT = statement(
     """
     WITH mine AS (
         SELECT id FROM kenning_instances
-        WHERE lease_token = ANY(CAST(:tokens AS uuid[]))
+        WHERE lease_token = ANY(CAST(:tokens AS uuid[])) AND available_at > now()
         FOR UPDATE SKIP LOCKED
     )
     UPDATE kenning_instances AS i
     SET available_at = now() + make_interval(secs => :lease_seconds)
-    FROM mine WHERE i.id = mine.id
+    FROM mine WHERE i.id = mine.id AND i.available_at > now()
     RETURNING CAST(i.lease_token AS text) AS lease_token
     """
 )
 _INSTANCE_LEASES_HELD = statement(
     "SELECT CAST(lease_token AS text) AS lease_token FROM kenning_instances "
-    "WHERE lease_token = ANY(CAST(:tokens AS uuid[]))"
+    "WHERE lease_token = ANY(CAST(:tokens AS uuid[])) AND available_at > now()"
 )
 
 
 async def instance_heartbeat(conn: Executor, tokens: Sequence[str], lease_seconds: float) -> set[str]:
-    """Extend the leases still held; returns the tokens that are no longer held.
+    """Extend the leases still held; returns the tokens that are no longer held: taken
+    over, released, or expired (an expired lease is not renewed; its run must stop).
 
     Rows locked by an in-flight step write are skipped rather than waited for: that write
     holds the lease already, and the next heartbeat extends it.
@@ -416,9 +473,9 @@ _INSTANCE_COMPLETE = statement(
             available_at = NULL, attempts = '{{}}', finished_at = now(), updated_at = now()
         FROM fence
         WHERE i.id = fence.id
-        RETURNING i.id
-    )
-    SELECT id, {notify_results("completed")} AS results_notified FROM completed
+        RETURNING i.id, i.parent_id, i.status, i.result, i.error
+    ), {tell_parents("completed")}
+    SELECT id, {notify_results("completed")} AS results_notified, {TOLD} FROM completed
     """
 )
 
@@ -441,9 +498,9 @@ _INSTANCE_FINISH = statement(
         SET status = :status, error = coalesce(CAST(:error AS jsonb), error), lease_token = NULL, lease_owner = NULL,
             available_at = NULL, finished_at = now(), updated_at = now()
         WHERE id = :id AND lease_token = CAST(:token AS uuid)
-        RETURNING id
-    )
-    SELECT id, {notify_results("finished")} AS results_notified FROM finished
+        RETURNING id, parent_id, status, result, error
+    ), {tell_parents("finished")}
+    SELECT id, {notify_results("finished")} AS results_notified, {TOLD} FROM finished
     """
 )
 
@@ -609,7 +666,8 @@ _INSTANCE_REQUEST_CANCEL = statement(
             -- resumes as kenning instances retry would resume it (its saga's state, error
             -- and attempts as parked, its run count reset), to be compensated.
             status = CASE WHEN target.crash_loop THEN coalesce(i.error ->> 'resume_status', 'pending')
-                          WHEN i.status IN ('waiting_for_event', 'waiting_for_timer') THEN 'pending'
+                          WHEN i.status IN ('waiting_for_event', 'waiting_for_timer', 'waiting_for_message')
+                              THEN 'pending'
                           ELSE i.status END,
             error = CASE WHEN target.crash_loop THEN nullif(i.error -> 'previous_error', CAST('null' AS jsonb))
                          ELSE i.error END,
@@ -624,6 +682,8 @@ _INSTANCE_REQUEST_CANCEL = statement(
         DELETE FROM kenning_event_subscriptions WHERE instance_id IN (SELECT id FROM flagged) RETURNING 1
     ), untimed AS (
         DELETE FROM kenning_timers WHERE instance_id IN (SELECT id FROM flagged) RETURNING 1
+    ), unwaited AS (
+        DELETE FROM kenning_message_waits WHERE instance_id IN (SELECT id FROM flagged) RETURNING 1
     )
     SELECT target.status AS previous_status, (SELECT count(*) FROM flagged) > 0 AS flagged,
            {notify(CHANNEL_INSTANCES)} AS notified

@@ -6,10 +6,13 @@ singles out, so its cost follows the work in flight, not the tables' history:
 - claimable instances (pending, running, compensating): the claim's partial index
   ``kenning_instances_claimable``; "runnable" is what the claim would take now
   (``available_at`` due: new, woken, backed off, or a lease that expired);
-- waiting instances: ``kenning_instances_waiting``; instances the scheduler's stuck
-  check marked (``stuck_reason``): ``kenning_instances_stuck``;
+- waiting instances: ``kenning_instances_waiting``, ``kenning_instances_waiting_message``;
+  instances the scheduler's stuck check marked (``stuck_reason``): ``kenning_instances_stuck``;
 - timers due: ``kenning_timers_due``; the inbox backlog: ``kenning_inbox_pending``;
-  the outbox backlog: ``kenning_outbox_due``, its dead letters ``kenning_outbox_failed``.
+  the outbox backlog: ``kenning_outbox_due``, its dead letters ``kenning_outbox_failed``;
+- each queue (``kenning_queues``, one row per queue): its runnable instances from
+  ``kenning_instances_queued``, its unexpired leases from ``kenning_instances_queue_leased``,
+  both index-only reads (their columns are the indexes' own), one probe per queue.
 
 Parked inbox rows (``failed``) have no index of their own, so they are counted as they
 are parked (``kenning_inbox_parked_total``), not here.
@@ -21,14 +24,16 @@ from dataclasses import dataclass
 
 from kenning.db import Executor, statement
 
-# One row per figure group: ``area`` says which (instances, stuck, timers, inbox, outbox),
-# ``workflow`` and ``status`` label it; the timers, inbox and outbox rows are always there
-# (aggregates without GROUP BY), instances and stuck ones only for the groups that have
-# some (a stuck row's ``status`` is its reason).
-# ``total``: rows; ``due``: rows whose time has come (runnable, due, claimable);
-# ``oldest_seconds``: age of the oldest of those (instances: since it became runnable;
-# inbox: since received; outbox: since created); ``retrying``: rows with a failed
-# attempt behind them.
+# One row per figure group: ``area`` says which (instances, stuck, timers, inbox, outbox,
+# queues), ``workflow`` and ``status`` label it; the timers, inbox and outbox rows are always
+# there (aggregates without GROUP BY), a queue's as long as the queue exists, instances and
+# stuck ones only for the groups that have some (a stuck row's ``status`` is its reason; a
+# queue's ``workflow`` is its name, its ``status`` 'paused' or 'active').
+# ``total``: rows (a queue's: its depth, runnable and not leased); ``due``: rows whose time
+# has come (runnable, due, claimable); ``oldest_seconds``: age of the oldest of those
+# (instances and queues: since it became runnable; inbox: since received; outbox: since
+# created); ``retrying``: rows with a failed attempt behind them; ``leased``: a queue's
+# instances held by an unexpired lease (the slots its limits count).
 _METRICS_SNAPSHOT = statement(
     """
     SELECT 'instances' AS area, workflow_name AS workflow, status,
@@ -36,38 +41,67 @@ _METRICS_SNAPSHOT = statement(
            count(*) FILTER (WHERE available_at <= now()) AS due,
            CAST(extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())) AS float8)
                AS oldest_seconds,
-           0 AS retrying
-    FROM kenning_instances
-    WHERE status IN ('pending', 'running', 'compensating')
+           0 AS retrying, 0 AS leased
+    -- the claimable index holds the instances in no queue, kenning_instances_queued the rest
+    FROM (SELECT workflow_name, status, available_at FROM kenning_instances
+          WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
+          UNION ALL
+          SELECT workflow_name, status, available_at FROM kenning_instances
+          WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NOT NULL) AS runnable
     GROUP BY workflow_name, status
     UNION ALL
-    SELECT 'instances', workflow_name, status, count(*), 0, NULL, 0
-    FROM kenning_instances
-    WHERE status IN ('waiting_for_timer', 'waiting_for_event')
+    SELECT 'instances', workflow_name, status, count(*), 0, NULL, 0, 0
+    -- one branch per partial index: the planner cannot split one IN list over two of them,
+    -- and read the whole table instead
+    FROM (SELECT workflow_name, status FROM kenning_instances
+          WHERE status IN ('waiting_for_timer', 'waiting_for_event')
+          UNION ALL
+          SELECT workflow_name, status FROM kenning_instances
+          WHERE status = 'waiting_for_message') AS waiting
     GROUP BY workflow_name, status
     UNION ALL
-    SELECT 'stuck', workflow_name, stuck_reason, count(*), 0, NULL, 0
+    SELECT 'stuck', workflow_name, stuck_reason, count(*), 0, NULL, 0, 0
     FROM kenning_instances
     WHERE stuck_reason IS NOT NULL
     GROUP BY workflow_name, stuck_reason
     UNION ALL
     SELECT 'timers', '', 'waiting', count(*), count(*) FILTER (WHERE due_at <= now()),
-           CAST(extract(epoch FROM now() - min(due_at) FILTER (WHERE due_at <= now())) AS float8), 0
+           CAST(extract(epoch FROM now() - min(due_at) FILTER (WHERE due_at <= now())) AS float8), 0, 0
     FROM kenning_timers
     UNION ALL
     SELECT 'inbox', '', 'pending', count(*), count(*) FILTER (WHERE available_at <= now()),
-           CAST(extract(epoch FROM now() - min(received_at)) AS float8), count(*) FILTER (WHERE attempts > 0)
+           CAST(extract(epoch FROM now() - min(received_at)) AS float8), count(*) FILTER (WHERE attempts > 0), 0
     FROM kenning_inbox
     WHERE status = 'pending'
     UNION ALL
     SELECT 'outbox', '', 'pending', count(*), count(*) FILTER (WHERE available_at <= now()),
-           CAST(extract(epoch FROM now() - min(created_at)) AS float8), count(*) FILTER (WHERE attempts > 0)
+           CAST(extract(epoch FROM now() - min(created_at)) AS float8), count(*) FILTER (WHERE attempts > 0), 0
     FROM kenning_outbox
     WHERE status IN ('pending', 'publishing')
     UNION ALL
-    SELECT 'outbox', '', 'failed', count(*), 0, NULL, 0
+    SELECT 'outbox', '', 'failed', count(*), 0, NULL, 0, 0
     FROM kenning_outbox
     WHERE status = 'failed'
+    UNION ALL
+    -- a lease is only ever held by a runnable instance (every other status clears it), so
+    -- the queue's unexpired leases are among its runnable rows and the depth is the rest
+    SELECT 'queues', q.name, CASE WHEN q.paused THEN 'paused' ELSE 'active' END,
+           greatest(0, r.runnable - l.leased), r.due, r.oldest_seconds, 0, l.leased
+    FROM kenning_queues AS q
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS runnable, count(*) FILTER (WHERE i.available_at <= now()) AS due,
+               CAST(extract(epoch FROM now() - min(i.available_at) FILTER (WHERE i.available_at <= now()))
+                    AS float8) AS oldest_seconds
+        FROM kenning_instances AS i
+        WHERE i.queue_name = q.name AND i.queue_name IS NOT NULL
+          AND i.status IN ('pending', 'running', 'compensating')
+    ) AS r
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS leased
+        FROM kenning_instances AS i
+        WHERE i.queue_name = q.name AND i.queue_name IS NOT NULL AND i.lease_token IS NOT NULL
+          AND i.available_at > now()
+    ) AS l
     """
 )
 
@@ -83,6 +117,7 @@ class MetricsRow:
     due: int
     oldest_seconds: float | None
     retrying: int
+    leased: int
 
 
 async def metrics_snapshot(conn: Executor) -> list[MetricsRow]:
@@ -97,6 +132,7 @@ async def metrics_snapshot(conn: Executor) -> list[MetricsRow]:
             due=int(row.due),
             oldest_seconds=None if row.oldest_seconds is None else float(row.oldest_seconds),
             retrying=int(row.retrying),
+            leased=int(row.leased),
         )
         for row in rows
     ]

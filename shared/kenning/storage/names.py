@@ -14,6 +14,9 @@ CHANNEL_TIMERS = "kenning_timers"  # a timer or an event timeout was registered:
 CHANNEL_OUTBOX = "kenning_outbox"  # an outbox message is due: the relayer
 CHANNEL_SUBSCRIPTIONS = "kenning_subscriptions"  # a wait_event subscription was registered: the inbox processor
 CHANNEL_RESULTS = "kenning_results"  # instances finished (payload: their ids): clients awaiting results
+# a start created a queue or named a new workflow in one: workers read their queues again
+# (they claim only from the queues they know: kenning_worker/queues.py)
+CHANNEL_QUEUES = "kenning_queues"
 
 # The advisory locks (bigint keys from "KENNING" in ASCII on, unlikely to meet an
 # application's own) that each connection listening on CHANNEL_RESULTS holds shared for
@@ -82,7 +85,12 @@ EVENT_TIMEOUT = "EventTimeout"
 TIMER_EXPIRED = "TimerExpired"
 COMPENSATION_EXECUTED = "CompensationExecuted"
 COMPENSATION_FAILED = "CompensationFailed"
+MESSAGE_SENT = "MessageSent"  # send_message: the message went into its recipient's mailbox
+MESSAGE_RECEIVED = "MessageReceived"  # receive: the message it took from the mailbox
+MESSAGE_TIMEOUT = "MessageTimeout"  # receive: nothing came within its timeout
+CHANNEL_SUBSCRIBED = "ChannelSubscribed"  # subscribe: a publish on the channel reaches this instance
 PATCH_MARKER = "PatchMarker"  # ctx.patched took the new path here (never replayed as a step)
+CHILD_STARTED = "ChildStarted"  # start_child: the child's id, committed with the child's row
 HISTORY_KINDS = frozenset(
     {
         ACTIVITY_COMPLETED,
@@ -92,6 +100,11 @@ HISTORY_KINDS = frozenset(
         TIMER_EXPIRED,
         COMPENSATION_EXECUTED,
         COMPENSATION_FAILED,
+        MESSAGE_SENT,
+        MESSAGE_RECEIVED,
+        MESSAGE_TIMEOUT,
+        CHANNEL_SUBSCRIBED,
         PATCH_MARKER,
+        CHILD_STARTED,
     }
 )

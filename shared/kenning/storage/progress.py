@@ -3,7 +3,9 @@
 Every unfinished instance has a way forward (docs/architecture.md invariant 7): ``pending``,
 ``running`` and ``compensating`` ones a due or future ``available_at`` (a lease's expiry
 while leased, a compensation's next attempt while released), ``waiting_for_timer`` ones a
-timer, ``waiting_for_event`` ones a subscription. Kenning keeps it by construction; the
+timer, ``waiting_for_event`` ones a subscription, ``waiting_for_message`` ones a receive
+wait with an empty mailbox (a message for them must have woken them: kenning.storage.
+messages). Kenning keeps it by construction; the
 stuck check is the net under that: one statement finds instances without any (a bug, a
 hand-edited row, a restore of part of the tables) and repairs them, making them runnable
 now (a waiting one replays and registers its wait again), or marks them with the reason
@@ -18,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from kenning.db import Executor, statement
+from kenning.storage.children import CHILD_EVENT_SOURCE, CHILD_EVENT_TYPE
 from kenning.storage.names import CHANNEL_INSTANCES, notify
 
 UNKNOWN_WORKFLOW = "unknown_workflow"
@@ -25,13 +28,30 @@ REPAIR_FAILED = "repair_failed"
 
 # Non-terminal states whose way forward is the instance row's own available_at.
 _RUNNABLE = "('pending', 'running', 'compensating')"
-_WAITING = "('waiting_for_timer', 'waiting_for_event')"
+_WAITING = "('waiting_for_timer', 'waiting_for_event', 'waiting_for_message')"
+# a receive waiting while its mailbox holds a message (kenning.storage.messages): never
+# committed by the mailbox's lock; if it were, the message would wait for nothing
+_MESSAGE_WAITING_FOR_NOTHING = """EXISTS (
+    SELECT FROM kenning_message_waits AS w
+    JOIN kenning_messages AS m ON m.instance_id = w.instance_id AND m.topic = w.topic AND m.consumed_step_id IS NULL
+    WHERE w.instance_id = i.id)"""
+
+_CHILD_ENDED_UNTOLD = f"""SELECT s.instance_id AS id FROM kenning_event_subscriptions AS s
+        JOIN kenning_instances AS c ON c.id = s.match ->> 'child_id'
+        WHERE s.event_type = '{CHILD_EVENT_TYPE}' AND s.checked_at IS NOT NULL
+          AND c.status IN ('completed', 'failed', 'cancelled')
+          AND NOT EXISTS (SELECT FROM kenning_inbox AS x
+                          WHERE x.kind = 'event' AND x.source = '{CHILD_EVENT_SOURCE}' AND x.event_id = c.id
+                            AND x.status = 'pending')"""
 
 _STUCK_REPAIR = statement(
     f"""
     WITH candidates AS (
         -- no due time: the claimable index's NULL entries
-        SELECT id FROM kenning_instances WHERE status IN {_RUNNABLE} AND available_at IS NULL
+        SELECT id FROM kenning_instances WHERE status IN {_RUNNABLE} AND available_at IS NULL AND queue_name IS NULL
+        UNION ALL  -- queued ones: kenning_instances_queued_undue (empty unless something is wrong)
+        SELECT id FROM kenning_instances
+        WHERE status IN {_RUNNABLE} AND available_at IS NULL AND queue_name IS NOT NULL
         UNION ALL
         -- waiting with nothing to wake it: the waiting index against the waits' keys
         SELECT i.id FROM kenning_instances AS i
@@ -41,13 +61,26 @@ _STUCK_REPAIR = statement(
         SELECT i.id FROM kenning_instances AS i
         WHERE i.status = 'waiting_for_event'
           AND NOT EXISTS (SELECT FROM kenning_event_subscriptions AS s WHERE s.instance_id = i.id)
+        UNION ALL
+        -- a parent waiting for a child that ended with no event on its way to wake it (the
+        -- claim parks a crash-looping child without telling its parent): made runnable, it
+        -- takes the child's end itself (kenning.storage.children.child_wait_or_suspend)
+        {_CHILD_ENDED_UNTOLD}
+        UNION ALL
+        SELECT i.id FROM kenning_instances AS i
+        WHERE i.status = 'waiting_for_message'
+          AND (NOT EXISTS (SELECT FROM kenning_message_waits AS w WHERE w.instance_id = i.id)
+               OR {_MESSAGE_WAITING_FOR_NOTHING})
     ), stuck AS (
         -- only those a pass would change: a marked instance stays as it is until its
         -- workflow is registered (or an operator moves it), so marked ones never crowd
         -- the batch; the row's own conditions are re-checked on its latest version
         SELECT i.id, i.workflow_name, i.status, i.stuck_repairs,
                EXISTS (SELECT FROM kenning_workflow_definitions AS d WHERE d.workflow_name = i.workflow_name)
-                   AS known
+                   AS known,
+               CASE WHEN {_MESSAGE_WAITING_FOR_NOTHING}
+                    THEN 'waiting_for_message with a message for it in its mailbox'
+                    ELSE 'waiting_for_message without a receive wait' END AS message_missing
         FROM kenning_instances AS i
         -- = ANY(ARRAY(...)): one primary-key probe per candidate (they are few), never a
         -- join the planner might run along the whole primary key
@@ -63,7 +96,11 @@ _STUCK_REPAIR = statement(
     ), verdict AS (
         SELECT s.id, s.workflow_name, s.status, s.stuck_repairs,
                CASE s.status WHEN 'waiting_for_timer' THEN 'waiting_for_timer without a timer'
-                             WHEN 'waiting_for_event' THEN 'waiting_for_event without a subscription'
+                             WHEN 'waiting_for_event' THEN CASE
+                                 WHEN EXISTS (SELECT FROM kenning_event_subscriptions AS w WHERE w.instance_id = s.id)
+                                 THEN 'waiting_for_event for a child that ended, not woken'
+                                 ELSE 'waiting_for_event without a subscription' END
+                             WHEN 'waiting_for_message' THEN s.message_missing
                              ELSE s.status || ' without a due time or a lease' END AS missing,
                CASE WHEN NOT s.known THEN '{UNKNOWN_WORKFLOW}'
                     WHEN s.stuck_repairs >= :max_repairs THEN '{REPAIR_FAILED}' END AS cause
@@ -87,6 +124,12 @@ _STUCK_REPAIR = statement(
         WHERE i.id = v.id
         RETURNING i.id, i.workflow_name, v.status AS found_status, v.missing, v.cause, i.stuck_reason,
                   i.stuck_repairs
+    ), unwaited AS (
+        -- a repaired receive registers its wait again when it replays
+        DELETE FROM kenning_message_waits AS w
+        USING changed AS c
+        WHERE w.instance_id = c.id AND c.cause IS NULL
+        RETURNING w.instance_id
     ), settled AS (
         -- a marked instance that moved on since (cancelled, its workflow registered and
         -- repaired by another pass...) loses its reason: the tiny stuck index finds them
@@ -171,6 +214,12 @@ _INSTANCE_EXPLAIN = statement(
                        'match', s.match, 'since', coalesce(s.since, s.created_at),
                        'timeout_at', s.timeout_at) ORDER BY s.created_at), '[]')
             FROM kenning_event_subscriptions AS s WHERE s.instance_id = i.id) AS subscriptions,
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'step_id', w.step_id, 'topic', w.topic, 'since', w.created_at,
+                       'timeout_at', w.timeout_at) ORDER BY w.created_at), '[]')
+            FROM kenning_message_waits AS w WHERE w.instance_id = i.id) AS message_waits,
+           (SELECT count(*) FROM kenning_messages AS m
+            WHERE m.instance_id = i.id AND m.consumed_step_id IS NULL) AS unreceived_messages,
            (SELECT count(*) FROM kenning_history AS h WHERE h.instance_id = i.id) AS steps,
            (SELECT jsonb_build_object('kind', h.kind, 'step_id', h.step_id, 'step_name', h.step_name,
                                       'at', h.created_at)
@@ -188,7 +237,8 @@ _INSTANCE_EXPLAIN = statement(
 
 async def instance_explain(conn: Executor, instance_id: str) -> dict[str, Any] | None:
     """Everything ``kenning why`` says of one instance, read in one statement: its row, its
-    timers and subscriptions, its history's length and last step, its saga's size, the
-    definition rows of its workflow and the database's clock. None: no such instance."""
+    timers, subscriptions, receive waits and unreceived messages, its history's length and
+    last step, its saga's size, the definition rows of its workflow and the database's
+    clock. None: no such instance."""
     row = (await conn.execute(_INSTANCE_EXPLAIN, {"id": instance_id})).first()
     return None if row is None else dict(row._asdict())

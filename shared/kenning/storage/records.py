@@ -86,8 +86,21 @@ class InstanceRow:
     runs_without_progress: int = 0  # consecutive runs that died without a step (crash loop)
 
 
+# Every status an instance can have (the table's CHECK, migrations 0001 and 0005), in
+# the order of a run: what the CLI offers and the console lists and counts.
+INSTANCE_STATUSES = (
+    "pending",
+    "running",
+    "waiting_for_event",
+    "waiting_for_timer",
+    "waiting_for_message",
+    "compensating",
+    "completed",
+    "failed",
+    "cancelled",
+)
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
-WAITING_STATUSES = frozenset({"waiting_for_event", "waiting_for_timer"})
+WAITING_STATUSES = frozenset({"waiting_for_event", "waiting_for_timer", "waiting_for_message"})
 
 
 class SuspendOutcome(enum.Enum):

@@ -3,10 +3,11 @@
 A finished (``completed``, ``failed``, ``cancelled``) instance is kept for its workflow's
 retention (``@workflow(retention=...)``, the ``retention_seconds`` of the workflow's newest
 definition row) or, when it names none, the scheduler's default; then one short statement
-per batch deletes a batch of them with their history, compensations and any timer or
-subscription left behind. Rows are taken oldest first per workflow on the finished index
-with ``FOR UPDATE SKIP LOCKED``: an operator's ``retry`` of one of them (it locks the row)
-is never waited for, and no lock outlives the batch. An unfinished instance is never
+per batch deletes a batch of them with their history, compensations, mailboxes (every
+message sent to them) and any timer, subscription or receive wait left behind. Rows are
+taken oldest first per workflow on the finished index with ``FOR UPDATE SKIP LOCKED``: an
+operator's ``retry`` of one of them (it locks the row) is never waited for, and no lock
+outlives the batch. An unfinished instance is never
 taken: the status is part of the index's predicate and of the locked row's re-check.
 
 Processed inbox rows and published outbox rows expire by their own statements
@@ -44,6 +45,10 @@ _INSTANCES_EXPIRE = statement(
             WHERE i.workflow_name = p.workflow_name
               AND i.status IN ('completed', 'failed', 'cancelled')
               AND i.finished_at < p.cutoff
+              -- a child is kept while its parent is unfinished (it may still read its end)
+              AND (i.parent_id IS NULL OR NOT EXISTS (
+                  SELECT FROM kenning_instances AS up
+                  WHERE up.id = i.parent_id AND up.status NOT IN ('completed', 'failed', 'cancelled')))
             ORDER BY i.finished_at
             LIMIT :limit
             FOR UPDATE SKIP LOCKED
@@ -59,11 +64,19 @@ _INSTANCES_EXPIRE = statement(
         DELETE FROM kenning_event_subscriptions AS s USING instances AS g WHERE s.instance_id = g.id RETURNING 1
     ), timers AS (
         DELETE FROM kenning_timers AS t USING instances AS g WHERE t.instance_id = g.id RETURNING 1
+    ), mailboxes AS (
+        -- its mailboxes: what nobody received before it ended goes with it
+        DELETE FROM kenning_messages AS m USING instances AS g WHERE m.instance_id = g.id RETURNING 1
+    ), message_waits AS (
+        DELETE FROM kenning_message_waits AS w USING instances AS g WHERE w.instance_id = g.id RETURNING 1
+    ), channel_subscriptions AS (
+        DELETE FROM kenning_channel_subscriptions AS c USING instances AS g WHERE c.instance_id = g.id RETURNING 1
     )
     SELECT (SELECT count(*) FROM instances) AS instances,
            (SELECT count(*) FROM history) AS history,
            (SELECT count(*) FROM compensations) AS compensations,
-           (SELECT count(*) FROM subscriptions) + (SELECT count(*) FROM timers) AS waits
+           (SELECT count(*) FROM subscriptions) + (SELECT count(*) FROM timers)
+               + (SELECT count(*) FROM message_waits) + (SELECT count(*) FROM mailboxes) AS waits
     """
 )
 
@@ -75,7 +88,7 @@ class Expired:
     instances: int = 0
     history: int = 0
     compensations: int = 0
-    waits: int = 0  # timers and subscriptions left behind by finished instances
+    waits: int = 0  # timers, subscriptions, receive waits and mailboxes' messages of finished instances
 
     def __add__(self, other: Expired) -> Expired:
         return Expired(
@@ -109,13 +122,18 @@ _INSTANCES_EXPIRED_COUNT = statement(
         SELECT i.id FROM policy AS p
         JOIN kenning_instances AS i ON i.workflow_name = p.workflow_name
         WHERE i.status IN ('completed', 'failed', 'cancelled') AND i.finished_at < p.cutoff
+          AND (i.parent_id IS NULL OR NOT EXISTS (
+              SELECT FROM kenning_instances AS up
+              WHERE up.id = i.parent_id AND up.status NOT IN ('completed', 'failed', 'cancelled')))
     )
     SELECT (SELECT count(*) FROM doomed) AS instances,
            (SELECT count(*) FROM kenning_history AS h WHERE h.instance_id IN (SELECT id FROM doomed)) AS history,
            (SELECT count(*) FROM kenning_compensations AS c WHERE c.instance_id IN (SELECT id FROM doomed))
                AS compensations,
            (SELECT count(*) FROM kenning_event_subscriptions AS s WHERE s.instance_id IN (SELECT id FROM doomed))
-           + (SELECT count(*) FROM kenning_timers AS t WHERE t.instance_id IN (SELECT id FROM doomed)) AS waits
+           + (SELECT count(*) FROM kenning_timers AS t WHERE t.instance_id IN (SELECT id FROM doomed))
+           + (SELECT count(*) FROM kenning_message_waits AS w WHERE w.instance_id IN (SELECT id FROM doomed))
+           + (SELECT count(*) FROM kenning_messages AS m WHERE m.instance_id IN (SELECT id FROM doomed)) AS waits
     """
 )
 

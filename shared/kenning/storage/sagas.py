@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from kenning.db import Executor, statement
+from kenning.storage.children import TOLD, tell_parents
 from kenning.storage.names import CHANNEL_INSTANCES, COMPENSATION_FAILED, notify, notify_results
 
 _SAGA_FAIL = statement(
@@ -20,9 +21,9 @@ _SAGA_FAIL = statement(
         SET status = 'failed', error = CAST(:error AS jsonb) || jsonb_build_object('workflow_error', error),
             lease_token = NULL, lease_owner = NULL, available_at = NULL, finished_at = now(), updated_at = now()
         WHERE id = :id AND lease_token = CAST(:token AS uuid)
-        RETURNING id
-    )
-    SELECT id, {notify_results("failed")} AS results_notified FROM failed
+        RETURNING id, parent_id, status, result, error
+    ), {tell_parents("failed")}
+    SELECT id, {notify_results("failed")} AS results_notified, {TOLD} FROM failed
     """
 )
 

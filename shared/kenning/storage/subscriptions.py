@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from kenning.db import Executor, statement
+from kenning.storage.children import CHILD_EVENT_SOURCE, CHILD_EVENT_TYPE
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
 from kenning.storage.inbox import StoredEvent, stored_event
 from kenning.storage.names import CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS, CHANNEL_TIMERS, EVENT_RECEIVED, notify
@@ -194,6 +195,19 @@ async def subscription_deliver_event(
     return [_delivery(row) for row in result]
 
 
+# A subscription takes inbox row x (the rules above the delivery's statements).
+_TAKES = f"""x.event_type = fresh.event_type AND x.status <> 'failed'
+          AND x.received_at >= coalesce(fresh.since, fresh.created_at)
+          AND (x.instance_id IS NULL OR x.instance_id = fresh.instance_id)
+          AND (fresh.match IS NULL OR x.data @> fresh.match)
+          AND NOT EXISTS (
+              SELECT 1 FROM kenning_history AS h
+              WHERE h.instance_id = fresh.instance_id AND h.kind = '{EVENT_RECEIVED}'
+                AND h.payload ->> 'source' = x.source AND h.payload ->> 'id' = x.event_id)"""
+# A parent's wait for a child's end (kenning.storage.children.child_wait_or_suspend); it
+# reads only the subscription's columns, so the planner applies it before either scan.
+_IS_CHILD_WAIT = f"(fresh.event_type = '{CHILD_EVENT_TYPE}' AND fresh.match ->> 'child_id' IS NOT NULL)"
+
 _SUBSCRIPTION_CLAIM_UNCHECKED = statement(
     f"""
     WITH fresh AS (
@@ -211,17 +225,19 @@ _SUBSCRIPTION_CLAIM_UNCHECKED = statement(
            e.data_bytes, e.received_at
     FROM fresh
     LEFT JOIN LATERAL (
+        -- a parent waiting for a child (since -infinity): the child's end is one inbox row,
+        -- found by the unique key (kind, source, event_id), not by a walk over every
+        -- child's end in the inbox (291 ms with 300,000 of them)
         SELECT x.* FROM kenning_inbox AS x
-        WHERE x.kind = 'event' AND x.event_type = fresh.event_type AND x.status <> 'failed'
-          AND x.received_at >= coalesce(fresh.since, fresh.created_at)
-          AND (x.instance_id IS NULL OR x.instance_id = fresh.instance_id)
-          AND (fresh.match IS NULL OR x.data @> fresh.match)
-          AND NOT EXISTS (
-              SELECT 1 FROM kenning_history AS h
-              WHERE h.instance_id = fresh.instance_id AND h.kind = '{EVENT_RECEIVED}'
-                AND h.payload ->> 'source' = x.source AND h.payload ->> 'id' = x.event_id)
-        ORDER BY x.received_at, x.id
-        LIMIT 1
+        WHERE {_IS_CHILD_WAIT}
+          AND x.kind = 'event' AND x.source = '{CHILD_EVENT_SOURCE}' AND x.event_id = fresh.match ->> 'child_id'
+          AND {_TAKES}
+        UNION ALL
+        (SELECT x.* FROM kenning_inbox AS x
+         WHERE NOT {_IS_CHILD_WAIT}
+           AND x.kind = 'event' AND x.event_type = fresh.event_type AND {_TAKES}
+         ORDER BY x.received_at, x.id
+         LIMIT 1)
     ) AS e ON true
     """
 )

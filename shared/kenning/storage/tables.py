@@ -17,7 +17,7 @@ from sqlalchemy import (
     Table,
     Text,
 )
-from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB, UUID
 
 metadata = MetaData()
 
@@ -64,6 +64,31 @@ instances = Table(
     _ts("stuck_at"),
     Column("stuck_repairs", Integer, nullable=False),
     Column("trace_context", JSONB),  # migration 0004: kenning/tracing.py's carrier
+    # migration 0005: the queue it was started in (kenning/queues.py), NULL: none
+    Column("queue_name", Text),
+    Column("partition_key", Text),
+    Column("priority", Integer, nullable=False),
+    # migration 0005: a child workflow's parent (kenning/children.py), NULL at top level
+    Column("parent_id", Text),
+    Column("parent_step", Text),
+    Column("on_parent_cancel", Text),
+)
+
+queues = Table(
+    "kenning_queues",  # migration 0005: a queue's limits and its claim's state (storage/queues.py)
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("concurrency", Integer),
+    Column("worker_concurrency", Integer),
+    Column("rate_limit", Integer),
+    Column("rate_period_seconds", DOUBLE_PRECISION),
+    Column("partition_concurrency", Integer),
+    Column("paused", Boolean, nullable=False),
+    Column("claim_seq", BigInteger, nullable=False),
+    Column("partition_cursor", Text, nullable=False),
+    Column("workflow_names", ARRAY(Text), nullable=False),
+    _ts("declared_at"),
+    _ts("created_at", False),
 )
 
 history = Table(
@@ -113,6 +138,40 @@ timers = Table(
     Column("step_id", Text, primary_key=True),
     Column("step_name", Text, nullable=False),
     _ts("due_at", False),
+    _ts("created_at", False),
+)
+
+# migration 0005: an instance's mailboxes and a receive() waiting for one (kenning/storage/messages.py)
+messages = Table(
+    "kenning_messages",
+    metadata,
+    Column("seq", BigInteger, primary_key=True),
+    Column("instance_id", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("data", JSONB),
+    Column("sender_instance_id", Text),
+    _ts("sent_at", False),
+    Column("consumed_step_id", Text),
+    _ts("consumed_at"),
+)
+
+channel_subscriptions = Table(
+    "kenning_channel_subscriptions",
+    metadata,
+    Column("channel", Text, primary_key=True),
+    Column("instance_id", Text, primary_key=True),
+    _ts("created_at", False),
+)
+
+message_waits = Table(
+    "kenning_message_waits",
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("step_id", Text, primary_key=True),
+    Column("step_name", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    _ts("timeout_at"),
     _ts("created_at", False),
 )
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kenning.db import Executor, statement
+from kenning.storage.children import TOLD, tell_parents
 from kenning.storage.fencing import insert_steps
 from kenning.storage.names import notify_results
 
@@ -75,10 +76,10 @@ _WRITES_APPLY = statement(
             available_at = NULL, attempts = '{{}}', finished_at = now(), updated_at = now()
         FROM incoming AS w JOIN fence ON fence.position = w.position
         WHERE i.id = w.instance_id AND w.complete
-        RETURNING i.id
-    )
+        RETURNING i.id, i.parent_id, i.status, i.result, i.error
+    ), {tell_parents("completed")}
     -- the batch's completions wake the clients awaiting them: one NOTIFY per batch
-    SELECT w.position, fence.cancel_requested, {notify_results("completed")} AS results_notified
+    SELECT w.position, fence.cancel_requested, {notify_results("completed")} AS results_notified, {TOLD}
     FROM incoming AS w JOIN fence ON fence.position = w.position
     """
 )

@@ -1,0 +1,96 @@
+"""The console's Starlette app: routes gathered from the page modules, one line each.
+
+A page module exposes ``routes() -> list[BaseRoute]``; ``ROUTE_MODULES`` lists them. Every
+handler reaches the database, templates and settings through
+``kenning_console.state.console_of(request)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+
+import structlog
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from kenning.app import App
+from kenning.config import env_name
+from kenning.db import Database
+from kenning_console import actions, events, instances, live, login
+from kenning_console.pages import ErrorPageMiddleware, http_error, templates
+from kenning_console.security import SecurityMiddleware
+from kenning_console.settings import ConsoleSettings
+from kenning_console.state import Console
+
+_log = structlog.get_logger("kenning.console")
+
+# Each page module's routes, in order (the first match wins). Add a module here.
+ROUTE_MODULES = (login, actions, events, instances, live)  # actions before instances: its ids take any path
+
+
+async def healthz(request: Request) -> Response:
+    return PlainTextResponse("ok\n")
+
+
+def routes() -> list[BaseRoute]:
+    found: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
+    for module in ROUTE_MODULES:
+        found.extend(module.routes())
+    found.append(Mount("/static", StaticFiles(packages=[("kenning_console", "static")]), name="static"))
+    return found
+
+
+def database(settings: ConsoleSettings) -> Database:
+    """The console's connections: connecting and waiting for a free one are bounded by
+    ``--database-timeout`` (a page answers 503 then, not after the pool's 30 s)."""
+    timeout = settings.database_timeout
+    return Database(
+        url=settings.database_url,
+        # every statement runs on the psycopg pool: SQLAlchemy's engine is never built here
+        engine_pool_size=1,
+        engine_max_overflow=0,
+        engine_pool_timeout=timeout,
+        autocommit_pool_size=8,
+        connect_timeout=max(2, round(timeout)),
+        pool_timeout=timeout,
+        pgbouncer=settings.pgbouncer,
+        direct_url=os.environ.get(env_name("--direct-database-url"), ""),  # for LISTEN, as kenning.db.connect
+    )
+
+
+def create_app(settings: ConsoleSettings, app: App | None = None) -> Starlette:
+    console = Console(settings=settings, templates=templates(), app=app)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        console.database = database(settings)
+        async with live.listening(console):
+            _log.info("console.started", host=settings.host, port=settings.port)
+            try:
+                yield
+            finally:
+                await console.database.dispose()
+
+    starlette = Starlette(
+        routes=routes(),
+        middleware=[
+            Middleware(
+                SecurityMiddleware,
+                admin_token=settings.admin_token,
+                session_seconds=settings.session_hours * 3600,
+                allowed_hosts=settings.allowed_hosts,
+            ),
+            Middleware(ErrorPageMiddleware),  # inside: its pages get the security headers too
+        ],
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+    )
+    starlette.state.console = console
+    return starlette

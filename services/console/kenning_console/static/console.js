@@ -1,0 +1,111 @@
+// Kenning console: live regions without inline script (the page's CSP forbids it).
+// A page marks the part to refresh with data-live-region; the script fetches the page
+// again and swaps that part in. The instances list does so every data-refresh seconds
+// unless paused (remembered per browser); an instance page does so whenever its
+// server-sent event stream (data-live-stream) says the instance changed.
+(function () {
+  "use strict";
+  var region = document.querySelector("[data-live-region]");
+  if (!region) { return; }
+  var state = document.querySelector("[data-live-state]");
+  var busy = false;
+  var shown = region.innerHTML;  // what the page last showed, as the parser writes it
+  var pending = null;  // fresh content held back while the focus was on something it lacks
+
+  function say(text) { if (state) { state.textContent = text; } }
+
+  // What makes an element the same one after a swap: tag, id, link, name and text.
+  function same(el) {
+    return [el.tagName, el.id, el.getAttribute("href"), el.getAttribute("name"), el.textContent.trim()].join("\n");
+  }
+  // How many elements alike to `el` come before it in `root`.
+  function rank(el, root) {
+    var wanted = same(el), nth = 0, all = root.querySelectorAll(el.tagName);
+    for (var i = 0; i < all.length && all[i] !== el; i++) { if (same(all[i]) === wanted) { nth++; } }
+    return nth;
+  }
+  function find(key, root) {
+    var nth = key.nth, all = root.querySelectorAll(key.tag);
+    for (var i = 0; i < all.length; i++) {
+      if (same(all[i]) === key.wanted) { if (nth === 0) { return all[i]; } nth--; }
+    }
+    return null;
+  }
+
+  // Swap the fresh content in, keeping the keyboard focus where it was (a swap under the
+  // focus would drop it to the page's start). If the focused element is not in the fresh
+  // content, wait until the focus leaves the region.
+  function show(html) {
+    var focused = document.activeElement, key = null;
+    if (focused && focused !== region && region.contains(focused)) {
+      key = { tag: focused.tagName, wanted: same(focused), nth: rank(focused, region) };
+      var holder = document.createElement("div");
+      holder.innerHTML = html;
+      if (!find(key, holder)) { pending = html; return; }
+    }
+    pending = null;
+    shown = html;
+    region.innerHTML = html;
+    if (key) {
+      var again = find(key, region);
+      if (again) { again.focus({ preventScroll: true }); }
+    }
+    say("Updated " + new Date().toLocaleTimeString());
+  }
+  region.addEventListener("focusout", function (event) {
+    if (pending !== null && !region.contains(event.relatedTarget)) { show(pending); }
+  });
+
+  var again = false;  // a change reported while a fetch was in flight: fetch once more after it
+  function refresh() {
+    // the fetch in flight may have read the page before this change: fetch again when it ends,
+    // or the last change of a burst (compensating, then cancelled) would never be shown
+    if (busy) { again = true; return; }
+    busy = true;
+    again = false;
+    fetch(window.location.href, { headers: { "Accept": "text/html" }, credentials: "same-origin" })
+      .then(function (response) {
+        if (!response.ok) { throw new Error("HTTP " + response.status); }
+        return response.text();
+      })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("[data-live-region]");
+        // nothing changed: no swap and nothing announced (a screen reader would say
+        // "Updated" every few seconds)
+        if (fresh && fresh.innerHTML !== shown) { show(fresh.innerHTML); }
+      })
+      .catch(function (error) { say("Update failed (" + error.message + "); retrying"); })
+      .then(function () { busy = false; if (again) { refresh(); } });
+  }
+
+  var toggle = document.querySelector("[data-refresh-toggle]");
+  var seconds = parseFloat(region.getAttribute("data-refresh") || "0");
+  if (toggle && seconds > 0) {
+    var key = "kenning-console-refresh-paused";
+    var timer = null;
+    function apply(paused) {
+      if (timer) { clearInterval(timer); timer = null; }
+      if (!paused) { timer = setInterval(refresh, seconds * 1000); }
+      toggle.textContent = paused ? "Resume auto-refresh" : "Pause auto-refresh";
+      toggle.setAttribute("aria-pressed", paused ? "true" : "false");
+      say(paused ? "Auto-refresh paused" : "Auto-refresh every " + seconds + " s");
+    }
+    var paused = window.localStorage.getItem(key) === "1";
+    toggle.hidden = false;
+    toggle.addEventListener("click", function () {
+      paused = !paused;
+      window.localStorage.setItem(key, paused ? "1" : "0");
+      apply(paused);
+    });
+    apply(paused);
+  }
+
+  var stream = region.getAttribute("data-live-stream");
+  if (stream && window.EventSource) {
+    var source = new EventSource(stream);
+    source.addEventListener("hello", function () { say("Live: updates as they happen"); });
+    source.addEventListener("changed", refresh);
+    source.addEventListener("gone", function () { say("This instance was deleted"); source.close(); });
+    source.onerror = function () { say("Live updates interrupted; reconnecting"); };
+  }
+})();

@@ -1,0 +1,168 @@
+"""One instance's history as a timeline: each recorded step with its start (the record
+before it: a step starts when the one before it ended), duration, attempts and outcome;
+the waits and timers it is on now (with their ``match`` and due time); the CloudEvents it
+received (their attributes, from the ``EventReceived`` record) and sent (its outbox rows);
+its compensations. Pure: rows in, items out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kenning.storage.names import (
+    ACTIVITY_COMPLETED,
+    ACTIVITY_FAILED,
+    COMPENSATION_EXECUTED,
+    COMPENSATION_FAILED,
+    EVENT_RECEIVED,
+    EVENT_TIMEOUT,
+    PATCH_MARKER,
+    TIMER_EXPIRED,
+)
+
+# outcome -> the marker's class: ok (green), bad (red), wait (amber), "" (grey)
+TONE = {
+    "completed": "ok",
+    "received": "ok",
+    "fired": "ok",
+    "compensated": "ok",
+    "sent": "ok",
+    "published": "ok",
+    "failed": "bad",
+    "timed out": "bad",
+    "compensation failed": "bad",
+    "dead": "bad",
+    "waiting": "wait",
+    "pending": "wait",
+    "retrying": "wait",
+}
+CLOUDEVENT_ATTRIBUTES = ("id", "source", "type", "subject", "time", "datacontenttype")
+
+
+@dataclass
+class Item:
+    kind: str  # activity, event, timer, timeout, compensation, wait, sent, marker
+    name: str
+    outcome: str
+    at: datetime | None  # recorded (or, for what is pending, registered)
+    step_id: str = ""
+    started: datetime | None = None
+    attempts: int | None = None
+    last_error: str = ""
+    details: dict[str, Any] = field(default_factory=dict)  # shown as JSON
+    attributes: dict[str, Any] = field(default_factory=dict)  # a CloudEvent's
+    match: Any = None
+    due_at: Any = None
+    fired_at: Any = None
+    error: dict[str, Any] | None = None
+
+    @property
+    def tone(self) -> str:
+        return TONE.get(self.outcome, "")
+
+    @property
+    def duration(self) -> float | None:
+        if self.started is None or self.at is None:
+            return None
+        return max(0.0, (self.at - self.started).total_seconds())
+
+
+def _attempts(instance: Any, step_id: str) -> tuple[int | None, str]:
+    entry = (instance.attempts or {}).get(step_id)
+    if not isinstance(entry, dict):
+        return None, ""
+    count = entry.get("attempts")
+    return (int(count) if isinstance(count, int) else None), str(entry.get("last_error") or "")
+
+
+def _history_item(row: Any, instance: Any) -> Item:
+    payload = row.payload if isinstance(row.payload, dict) else {}
+    attempts, last_error = _attempts(instance, row.step_id)
+    base = {"step_id": row.step_id, "at": row.created_at, "attempts": attempts, "last_error": last_error}
+    if row.kind == ACTIVITY_COMPLETED:
+        return Item("activity", row.step_name, "completed", details={"result": payload.get("result")}, **base)
+    if row.kind == ACTIVITY_FAILED:
+        return Item("activity", row.step_name, "failed", error=payload, **base)
+    if row.kind == EVENT_RECEIVED:
+        attributes = {name: payload.get(name) for name in CLOUDEVENT_ATTRIBUTES if payload.get(name) is not None}
+        attributes.update(payload.get("extensions") or {})
+        return Item(
+            "event", row.step_name, "received", attributes=attributes, details={"data": payload.get("data")}, **base
+        )
+    if row.kind == EVENT_TIMEOUT:
+        return Item("timeout", row.step_name, "timed out", details=payload, **base)
+    if row.kind == TIMER_EXPIRED:
+        return Item(
+            "timer", row.step_name, "fired", due_at=payload.get("due_at"), fired_at=payload.get("fired_at"), **base
+        )
+    if row.kind == COMPENSATION_EXECUTED:
+        return Item("compensation", row.step_name, "compensated", details=payload, **base)
+    if row.kind == COMPENSATION_FAILED:
+        return Item("compensation", row.step_name, "compensation failed", error=payload, **base)
+    if row.kind == PATCH_MARKER:
+        return Item("marker", row.step_name, "patched", details=payload, **base)
+    return Item(row.kind, row.step_name, row.kind, details=payload, **base)  # a kind this console predates
+
+
+def timeline(
+    *, instance: Any, history: list[Any], compensations: list[Any], waits: list[Any], timers: list[Any], sent: list[Any]
+) -> list[Item]:
+    """Everything that happened to ``instance`` and what it waits on, in time order."""
+    items = [_history_item(row, instance) for row in history]
+    previous = instance.started_at or instance.created_at
+    for item in items:  # a step starts when the record before it was written
+        item.started = previous if previous is not None and item.at is not None and previous <= item.at else None
+        previous = item.at or previous
+    for row in sent:
+        items.append(
+            Item(
+                "sent",
+                row.event_type,
+                {"published": "published", "pending": "pending", "failed": "retrying"}.get(row.status, row.status),
+                row.created_at,
+                attempts=row.attempts or None,
+                last_error=row.last_error or "",
+                attributes={
+                    "id": row.id,
+                    "source": row.source,
+                    "type": row.event_type,
+                    **({"subject": row.subject} if row.subject else {}),
+                    **({"datacontenttype": row.content_type} if row.content_type else {}),
+                    **(row.extensions or {}),
+                },
+                details={"data": row.data} if not row.binary else {"data": "(binary)"},
+                fired_at=row.published_at,
+            )
+        )
+    for row in waits:
+        items.append(
+            Item(
+                "wait",
+                row.step_name,
+                "waiting",
+                row.created_at,
+                step_id=row.step_id,
+                match=row.match,
+                due_at=row.timeout_at,
+                details={"event type": row.event_type},
+            )
+        )
+    for row in timers:
+        items.append(Item("timer", row.step_name, "waiting", row.created_at, step_id=row.step_id, due_at=row.due_at))
+    done = {item.step_id for item in items if item.kind == "compensation"}
+    for row in compensations:  # registered but not run (yet, or ever: the instance succeeded)
+        if f"compensation:{row.comp_id}" not in done:
+            items.append(
+                Item(
+                    "compensation",
+                    row.function_name,
+                    "registered",
+                    row.created_at,
+                    step_id=row.comp_id,
+                    details={"args": row.args, "kwargs": row.kwargs},
+                )
+            )
+    far = datetime.max.replace(tzinfo=instance.created_at.tzinfo)
+    items.sort(key=lambda item: item.at or far)
+    return items

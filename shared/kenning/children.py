@@ -1,0 +1,96 @@
+"""Child workflows: ``start_child`` and ``ChildHandle.result``, after Temporal's.
+
+``await start_child(ctx, wf, **kwargs)`` starts ``wf`` as a child of the running workflow
+and returns its handle; the start is a step, recorded in the transaction that inserts the
+child, so a replay returns the same child and a crash never starts two.
+``await handle.result()`` waits for the child's end without holding a worker (the child's
+end wakes the parent, kenning.storage.children) and returns its result; a child that
+failed or was cancelled raises ``ChildWorkflowFailed`` here, so the parent's own
+compensations apply unless it catches it.
+
+``on_parent_cancel``: what the parent's end does to the child while it is unfinished,
+despite its name not only a cancellation: it applies however the parent ends (cancelled,
+failed, or completed without waiting for the child), as Temporal's parent close policy
+does. ``"cancel"`` (the default) requests the child's cancellation, so its compensations
+run; ``"abandon"`` leaves it running. The request is written by the statement that ends
+the parent, so after the parent's own compensations have run. A crash loop the claim parks
+is not an end (``kenning instances retry`` resumes it): a parked parent's children keep
+running, and a parked child's end reaches its waiting parent through the stuck check.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from kenning import serialization
+from kenning.context import WorkflowContext
+from kenning.engine.runtime import ChildOptions
+from kenning.errors import ChildStartRefused, ChildWorkflowFailed
+from kenning.storage.children import ON_PARENT_CANCEL
+from kenning.workflow import Workflow
+
+T = TypeVar("T")
+
+__all__ = ["ChildHandle", "ChildStartRefused", "ChildWorkflowFailed", "start_child"]
+
+
+@dataclass(frozen=True)
+class ChildHandle(Generic[T]):
+    """A started child: its instance id, and ``result()`` to wait for its end."""
+
+    ctx: WorkflowContext
+    workflow: Workflow[T]
+    child_id: str
+    step_id: str  # the parent's step that started it
+
+    async def result(self) -> T:
+        """The child's result once it completed; raises ``ChildWorkflowFailed`` if it
+        failed or was cancelled."""
+        record = await self.ctx.runtime.wait_child(self.step_id, self.child_id, self.workflow.name)
+        data = (record.payload or {}).get("data") or {}
+        status = str(data.get("status"))
+        if status != "completed":
+            # the child's traceback stays on the child: the parent's error has its own
+            error = data.get("error")
+            if isinstance(error, dict):
+                error = {k: v for k, v in error.items() if k != "traceback"}
+            raise ChildWorkflowFailed(self.child_id, status, error, self.workflow.name)
+        annotation = serialization.type_hints(self.workflow.func).get("return", inspect.Parameter.empty)
+        result: T = serialization.from_json(data.get("result"), annotation)
+        return result
+
+
+async def start_child(
+    ctx: WorkflowContext,
+    workflow: Workflow[T],
+    *,
+    child_id: str | None = None,
+    on_parent_cancel: str = "cancel",
+    queue: str | None = None,
+    partition_key: str | None = None,
+    priority: int | None = None,
+    **kwargs: Any,
+) -> ChildHandle[T]:
+    """Start ``workflow(**kwargs)`` as a child of this workflow and return its handle.
+
+    ``child_id``: the child's instance id (default: a new one, fixed by the recorded
+    step); starting with an id this parent's child already has returns that child, an
+    id some other instance has raises ``ChildStartRefused``. ``on_parent_cancel``:
+    ``"cancel"`` or ``"abandon"`` (the module's docstring). ``queue``, ``partition_key``
+    and ``priority`` as in ``Client.start``: a child runs in its workflow's
+    ``@workflow(queue=...)`` (or ``queue``) under that queue's limits, as any start does."""
+    if on_parent_cancel not in ON_PARENT_CANCEL:
+        raise ValueError(f"on_parent_cancel must be one of {', '.join(ON_PARENT_CANCEL)}, got {on_parent_cancel!r}")
+    if not isinstance(workflow, Workflow):
+        raise TypeError(f"start_child takes a @workflow, got {workflow!r}")
+    options = ChildOptions(
+        child_id=child_id,
+        on_parent_cancel=on_parent_cancel,
+        queue=queue,
+        partition_key=partition_key,
+        priority=priority,
+    )
+    child, step_id = await ctx.runtime.start_child(workflow, kwargs, options)
+    return ChildHandle(ctx, workflow, child, step_id)

@@ -1,0 +1,207 @@
+"""SQL for the console's events pages and the one action no other command had: the inbox
+and the outbox a page at a time (newest first, keyset pagination), how many rows each
+status holds, and a parked inbox row made deliverable again.
+
+Cancel, retry and the outbox's retry reuse the statements the CLI runs
+(``instances.instance_request_cancel``, ``instances.instance_retry``,
+``sagas.saga_retry``, ``outbox.outbox_retry_failed``); a start from the console goes
+through ``kenning.starting`` and an event it sends through ``inbox.inbox_insert_events``,
+as every other start and event does.
+
+Keyset pagination: a page is the rows older than the last one shown (``before``: an inbox
+id, an outbox ``created_seq``), so a page costs the same on the thousandth page as on the
+first and rows arriving meanwhile never shift it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kenning.db import Executor, statement
+from kenning.storage.names import CHANNEL_INBOX, notify
+
+# what the console calls each inbox status: the worker's words are pending/processed/failed
+INBOX_STATUSES = {"pending": "received", "processed": "delivered", "failed": "parked"}
+OUTBOX_STATUSES = {"pending": "pending", "publishing": "publishing", "published": "published", "failed": "dead letter"}
+# counts stop here: a status with more rows shows "10000+" (a count never scans a million rows)
+COUNT_CAP = 10_000
+
+
+@dataclass(frozen=True)
+class InboxEntry:
+    id: int
+    kind: str  # 'event' or 'cancel'
+    source: str
+    event_id: str
+    event_type: str
+    instance_id: str | None
+    attributes: dict[str, Any]
+    data: Any
+    data_size: int | None  # bytes of binary data, None when the data is JSON or absent
+    status: str
+    attempts: int
+    available_at: datetime
+    last_error: str | None
+    received_at: datetime
+    processed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    id: str
+    instance_id: str | None
+    event_type: str
+    source: str
+    subject: str | None
+    data: Any
+    data_size: int | None
+    extensions: dict[str, Any]
+    status: str
+    attempts: int
+    available_at: datetime
+    lease_owner: str | None
+    last_error: str | None  # the broker's answer to the last attempt
+    last_attempt_at: datetime | None
+    created_seq: int
+    created_at: datetime
+    published_at: datetime | None
+
+
+_INBOX_PAGE = statement(
+    """
+    SELECT id, kind, source, event_id, event_type, instance_id, attributes, data,
+           octet_length(data_bytes) AS data_size, status, attempts, available_at, last_error,
+           received_at, processed_at
+    FROM kenning_inbox
+    WHERE (CAST(:status AS text) IS NULL OR status = :status)
+      AND (CAST(:event_type AS text) IS NULL OR event_type = :event_type)
+      AND (CAST(:before AS bigint) IS NULL OR id < :before)
+    ORDER BY id DESC
+    LIMIT :limit
+    """
+)
+
+
+async def inbox_page(
+    conn: Executor, *, status: str | None = None, event_type: str | None = None, before: int | None = None, limit: int
+) -> list[InboxEntry]:
+    """Inbox rows newest first, older than the row id ``before`` if given."""
+    params = {"status": status, "event_type": event_type, "before": before, "limit": limit}
+    return [
+        InboxEntry(**{**row._asdict(), "attributes": dict(row.attributes or {})})
+        for row in await conn.execute(_INBOX_PAGE, params)
+    ]
+
+
+_INBOX_EVENT = statement(
+    """
+    SELECT id, kind, source, event_id, event_type, instance_id, attributes, data,
+           octet_length(data_bytes) AS data_size, status, attempts, available_at, last_error,
+           received_at, processed_at
+    FROM kenning_inbox WHERE id = :id
+    """
+)
+
+
+async def inbox_event(conn: Executor, inbox_id: int) -> InboxEntry | None:
+    row = (await conn.execute(_INBOX_EVENT, {"id": inbox_id})).first()
+    return None if row is None else InboxEntry(**{**row._asdict(), "attributes": dict(row.attributes or {})})
+
+
+_INBOX_COUNTS = statement(
+    """
+    SELECT (SELECT count(*) FROM (SELECT FROM kenning_inbox WHERE status = 'pending' LIMIT :cap) AS p) AS pending,
+           (SELECT count(*) FROM (SELECT FROM kenning_inbox WHERE status = 'processed' LIMIT :cap) AS d) AS processed,
+           (SELECT count(*) FROM (SELECT FROM kenning_inbox WHERE status = 'failed' LIMIT :cap) AS f) AS failed
+    """
+)
+
+
+async def inbox_counts(conn: Executor) -> dict[str, int]:
+    """Rows per inbox status, each count stopping at ``COUNT_CAP``."""
+    row = (await conn.execute(_INBOX_COUNTS, {"cap": COUNT_CAP})).one()
+    return {"pending": int(row.pending), "processed": int(row.processed), "failed": int(row.failed)}
+
+
+_INBOX_RETRY_PARKED = statement(
+    f"""
+    WITH retried AS (
+        UPDATE kenning_inbox
+        SET status = 'pending', attempts = 0, available_at = now(), processed_at = NULL, claim_token = NULL
+        WHERE status = 'failed' AND id = ANY(CAST(:ids AS bigint[]))
+        RETURNING id
+    )
+    SELECT id, {notify(CHANNEL_INBOX)} AS notified FROM retried
+    """
+)
+
+
+async def inbox_retry_parked(conn: Executor, ids: Sequence[int]) -> list[int]:
+    """Make parked (``failed``) inbox rows deliverable again, due now with a fresh attempt
+    count, and wake the workers; ``last_error`` stays until the next attempt writes its
+    own. Returns the ids retried (a row not parked any more is left as it is)."""
+    if not ids:
+        return []
+    return sorted(int(row.id) for row in await conn.execute(_INBOX_RETRY_PARKED, {"ids": list(ids)}))
+
+
+_OUTBOX_PAGE = statement(
+    """
+    SELECT CAST(id AS text) AS id, instance_id, event_type, source, subject, data,
+           octet_length(data_bytes) AS data_size, extensions, status, attempts, available_at, lease_owner,
+           last_error, last_attempt_at, created_seq, created_at, published_at
+    FROM kenning_outbox
+    WHERE (CAST(:status AS text) IS NULL OR status = :status)
+      AND (CAST(:event_type AS text) IS NULL OR event_type = :event_type)
+      AND (CAST(:before AS bigint) IS NULL OR created_seq < :before)
+    ORDER BY created_seq DESC
+    LIMIT :limit
+    """
+)
+
+
+async def outbox_page(
+    conn: Executor, *, status: str | None = None, event_type: str | None = None, before: int | None = None, limit: int
+) -> list[OutboxEntry]:
+    """Outbox events newest first, older than the ``created_seq`` ``before`` if given."""
+    params = {"status": status, "event_type": event_type, "before": before, "limit": limit}
+    return [
+        OutboxEntry(**{**row._asdict(), "extensions": dict(row.extensions or {})})
+        for row in await conn.execute(_OUTBOX_PAGE, params)
+    ]
+
+
+_OUTBOX_EVENT = statement(
+    """
+    SELECT CAST(id AS text) AS id, instance_id, event_type, source, subject, data,
+           octet_length(data_bytes) AS data_size, extensions, status, attempts, available_at, lease_owner,
+           last_error, last_attempt_at, created_seq, created_at, published_at
+    FROM kenning_outbox WHERE id = CAST(:id AS uuid)
+    """
+)
+
+
+async def outbox_event(conn: Executor, event_id: str) -> OutboxEntry | None:
+    """One outbox event by its id (a UUID: the caller checks the form)."""
+    row = (await conn.execute(_OUTBOX_EVENT, {"id": event_id})).first()
+    return None if row is None else OutboxEntry(**{**row._asdict(), "extensions": dict(row.extensions or {})})
+
+
+_OUTBOX_COUNTS = statement(
+    """
+    SELECT (SELECT count(*) FROM (SELECT FROM kenning_outbox WHERE status = 'pending' LIMIT :cap) AS p) AS pending,
+           (SELECT count(*) FROM (SELECT FROM kenning_outbox WHERE status = 'publishing' LIMIT :cap) AS l)
+               AS publishing,
+           (SELECT count(*) FROM (SELECT FROM kenning_outbox WHERE status = 'published' LIMIT :cap) AS d) AS published,
+           (SELECT count(*) FROM (SELECT FROM kenning_outbox WHERE status = 'failed' LIMIT :cap) AS f) AS failed
+    """
+)
+
+
+async def outbox_counts(conn: Executor) -> dict[str, int]:
+    """Events per outbox status, each count stopping at ``COUNT_CAP``."""
+    row = (await conn.execute(_OUTBOX_COUNTS, {"cap": COUNT_CAP})).one()
+    return {name: int(getattr(row, name)) for name in OUTBOX_STATUSES}

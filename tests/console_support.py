@@ -1,0 +1,72 @@
+"""Helpers for the console's tests: a real ``kenning console`` process, and its forms
+posted as a browser posts them (with the CSRF cookie's token)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import psycopg
+import pytest
+
+from tests.support import ProcessPool, eventually, free_port, until_answering
+
+
+def spawn_console(
+    processes: ProcessPool, database_url: str, *, app: str = "", token: str = "", env: dict[str, str] | None = None
+) -> tuple[str, psutil.Popen]:
+    """Start ``kenning console`` on a free port; returns its base URL and process."""
+    port = free_port()
+    args = ["console", "--port", str(port), "--no-migrate"]
+    if app:
+        args += ["--app", app]
+    proc = processes.spawn(
+        args,
+        env={"KENNING_DATABASE_URL": database_url, "KENNING_ADMIN_TOKEN": token, **(env or {})},
+        name="console",
+    )
+    return f"http://127.0.0.1:{port}", proc
+
+
+async def console_ready(url: str, proc: psutil.Popen) -> None:
+    await until_answering(f"{url}/healthz", proc, "the console")
+
+
+def block_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A path: while that file exists, tests.apps.console's ``deliver`` and its
+    ``audit.recorded`` handler fail (``CONSOLE_TEST_BLOCKER``, read by the processes started after)."""
+    path = tmp_path / "blocked"
+    monkeypatch.setenv("CONSOLE_TEST_BLOCKER", str(path))
+    return path
+
+
+def instance_status(sql: psycopg.Connection[tuple[object, ...]], instance_id: str) -> str | None:
+    row = sql.execute("SELECT status FROM kenning_instances WHERE id = %s", [instance_id]).fetchone()
+    return None if row is None else str(row[0])
+
+
+async def became(sql: psycopg.Connection[tuple[object, ...]], instance_id: str, status: str) -> None:
+    await eventually(
+        lambda: instance_status(sql, instance_id) == status, timeout=20, message=f"{instance_id} is {status}"
+    )
+
+
+async def post_form(client: httpx.AsyncClient, path: str, fields: dict[str, str]) -> httpx.Response:
+    """POST a console form with this client's CSRF token (a GET first gives it one)."""
+    if "kenning_csrf" not in client.cookies:
+        await client.get("/healthz")
+    return await client.post(path, data={"csrf_token": client.cookies["kenning_csrf"], **fields})
+
+
+def action_lines(log: str, action: str) -> list[dict[str, Any]]:
+    """The console's ``console.action`` log lines of one action."""
+    found = []
+    for line in log.splitlines():
+        if line.startswith("{") and '"console.action"' in line:
+            entry = json.loads(line)
+            if entry.get("event") == "console.action" and entry.get("action") == action:
+                found.append(entry)
+    return found
