@@ -330,7 +330,16 @@ async def test_up_with_a_database_url_runs_the_saga_restarts_a_crashed_worker_an
             assert answer["status"] == "completed" and answer["result"] == {"order_id": "u-1", "tracking": "trk-u-1"}
 
         # kill -9 a worker: reported, restarted after 1 s; again: after 2 s
+        worker_log = up.data_dir / "logs" / "worker-1.log"
+
+        def worker_runs() -> int:
+            return worker_log.read_text().count('"worker.started"')
+
         for attempt, backoff in ((1, 1), (2, 2)):
+            # "ready" means the health file exists, which a worker touches as it starts,
+            # before it connects and logs worker.started: a kill right after "ready" could
+            # end a run before that line (CI once counted 2 of 3)
+            await eventually(lambda: worker_runs() == attempt, timeout=10)  # noqa: B023 - awaited here
             victim = up.child("worker-1.ok")
             mark = len(up.lines)
             victim.kill()
@@ -345,10 +354,7 @@ async def test_up_with_a_database_url_runs_the_saga_restarts_a_crashed_worker_an
             assert restarted.pid != victim.pid and restarted.ppid() == up.proc.pid
             assert any("worker-1.ok" in part for part in restarted.cmdline())
         assert all(child.is_running() for pid, child in children.items() if pid != ready["worker-1"])
-        worker_log = up.data_dir / "logs" / "worker-1.log"
-        # "ready" comes from the worker's ready file, which may be written before its
-        # worker.started line reaches the log (a full run saw 2 of 3)
-        await eventually(lambda: worker_log.read_text().count('"worker.started"') == 3, timeout=10)
+        await eventually(lambda: worker_runs() == 3, timeout=10)
 
         child_pids = [c.pid for c in up.children()]
         assert len(child_pids) == len(CHILDREN)
