@@ -111,10 +111,66 @@ def kenning_command(*args: str, url: str = "", pythonpath: str = "") -> subproce
     return run_kenning(args, env)
 
 
-def free_port() -> int:
+# Ports for the servers a test starts. bind(0) would pick one from the kernel's ephemeral
+# range, which every outgoing connection also draws its local port from: between the pick
+# and the server's bind, a client socket of any process on the machine could take it
+# ("address already in use": a full run once lost a console's port so). Below that range,
+# each pytest-xdist worker has a block of its own and hands each port out once per pass.
+_FIRST_PORT = 10_000
+_PORTS_PER_PROCESS = 400
+
+
+def _ephemeral_ports_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
+
+
+def _port_block() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...; unset without xdist
+    index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
+    start = _FIRST_PORT + index * _PORTS_PER_PROCESS
+    end = min(start + _PORTS_PER_PROCESS, _ephemeral_ports_start())
+    if end <= start:
+        raise RuntimeError(f"no ports below the ephemeral range for pytest-xdist worker {worker}")
+    return range(start, end)
+
+
+def _ports() -> Iterator[int]:
+    while True:
+        yield from _port_block()
+
+
+_next_port = _ports()
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:  # a server of the machine's, or one a test started earlier
+            return False
+    return True
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports that nothing listens on (``kenning up
+    --metrics-port`` takes such a run)."""
+    block = _port_block()
+    for _ in range(len(block)):
+        first = next(_next_port)
+        run = range(first, first + count)
+        if run[-1] in block and all(_bindable(port) for port in run):
+            for _ in range(count - 1):
+                next(_next_port)
+            return first
+    raise RuntimeError(f"no {count} free consecutive ports in {block}")
+
+
+def free_port() -> int:
+    """A port that nothing listens on, for a server a test starts."""
+    return free_ports(1)
 
 
 async def workers_started(processes: ProcessPool, workers: Sequence[psutil.Popen], timeout: float = 60) -> None:

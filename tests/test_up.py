@@ -29,7 +29,7 @@ import psycopg
 from tests import logguard
 from tests.ingress_support import binary, cloud_event, structured
 from tests.logguard import expect_log
-from tests.support import REPO_ROOT, check_invariants, eventually, free_port
+from tests.support import REPO_ROOT, check_invariants, eventually, free_port, free_ports
 
 Sql = psycopg.Connection[tuple[object, ...]]
 READY = re.compile(r"^kenning up: (\S+)\s+ready \(pid (\d+)(?:, restart (\d+))?\)(.*)$")
@@ -58,6 +58,9 @@ class Up:
         with open(self.stderr_path, "wb") as stderr:
             argv = ["up", "--port", str(self.port), "--sink-port", str(self.sink_port), "--workers", "2"]
             argv += ["--console-port", str(self.console_port)]
+            # the scheduler's, relayer's and two workers' /metrics: up's own choice (bind(0))
+            # draws from the ports outgoing connections take
+            argv += ["--metrics-port", str(free_ports(4))]
             argv += ["--app", app] if app else []
             self.proc = psutil.Popen(
                 [sys.executable, "-m", "kenning", *argv, "--data-dir", str(self.data_dir)],
