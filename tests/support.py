@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import psutil
 from kenning.app import App
 from kenning.db import Database
 from kenning.storage.server import server_backend_pid
+from kenning_devtools import ports
 from kenning_worker import Worker, WorkerSettings
 from tests import logguard
 from tests.invariants import check_invariants as check_invariants  # its callers import it from here
@@ -111,65 +111,41 @@ def kenning_command(*args: str, url: str = "", pythonpath: str = "") -> subproce
     return run_kenning(args, env)
 
 
-# Ports for the servers a test starts. bind(0) would pick one from the kernel's ephemeral
-# range, which every outgoing connection also draws its local port from: between the pick
-# and the server's bind, a client socket of any process on the machine could take it
-# ("address already in use": a full run once lost a console's port so). Below that range,
-# each pytest-xdist worker has a block of its own and hands each port out once per pass.
-_FIRST_PORT = 10_000
+# Ports for the servers a test starts (why not bind(0): kenning_devtools.ports): each
+# pytest-xdist worker takes them from a block of its own and hands each out once per pass
+# through it, so two tests never get the same port while both may still be starting.
 _PORTS_PER_PROCESS = 400
-
-
-def _ephemeral_ports_start() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32_768  # Linux's default
 
 
 def _port_block() -> range:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...; unset without xdist
     index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
-    start = _FIRST_PORT + index * _PORTS_PER_PROCESS
-    end = min(start + _PORTS_PER_PROCESS, _ephemeral_ports_start())
-    if end <= start:
-        raise RuntimeError(f"no ports below the ephemeral range for pytest-xdist worker {worker}")
-    return range(start, end)
+    start = ports.TEST_PORTS.start + index * _PORTS_PER_PROCESS
+    if start + _PORTS_PER_PROCESS > ports.TEST_PORTS.stop:
+        raise RuntimeError(f"pytest-xdist worker {worker} has no block of ports: run fewer workers")
+    return range(start, start + _PORTS_PER_PROCESS)
 
 
-def _ports() -> Iterator[int]:
+def _block_ports() -> Iterator[int]:
     while True:
         yield from _port_block()
 
 
-_next_port = _ports()
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:  # a server of the machine's, or one a test started earlier
-            return False
-    return True
+_next_port = _block_ports()
 
 
 def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive ports that nothing listens on (``kenning up
-    --metrics-port`` takes such a run)."""
+    """The first of ``count`` consecutive free ports (``kenning up --metrics-port`` takes
+    such a run); none of them is handed out again this pass."""
     block = _port_block()
-    for _ in range(len(block)):
-        first = next(_next_port)
-        run = range(first, first + count)
-        if run[-1] in block and all(_bindable(port) for port in run):
-            for _ in range(count - 1):
-                next(_next_port)
-            return first
-    raise RuntimeError(f"no {count} free consecutive ports in {block}")
+    first = ports.free_ports(count, (p for p in _next_port if p + count - 1 in block), tries=len(block))
+    for _ in range(count - 1):
+        next(_next_port)
+    return first
 
 
 def free_port() -> int:
-    """A port that nothing listens on, for a server a test starts."""
+    """A free port, for a server a test starts."""
     return free_ports(1)
 
 

@@ -4,7 +4,6 @@ the official SDK (``to_binary`` with the JSON format)."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import time
 import uuid
 from collections.abc import Sequence
@@ -17,15 +16,10 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
 from kenning_devtools.bench.processes import Fleet
+from kenning_devtools.ports import free_port
 
 SOURCE = "/kenning/bench"
 _FORMAT = JSONFormat()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def binary_event(event_type: str, data: Any, event_id: str | None = None) -> tuple[dict[str, str], bytes]:

@@ -9,7 +9,6 @@ import contextlib
 import os
 import shlex
 import signal
-import socket
 import sys
 import warnings
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from kenning.appload import broker_url, database_url, load_app
 from kenning.config import add_logging_options, add_option, env_name, port_number, positive_int
 from kenning.embedded import embedded_postgres, with_database
 from kenning.migrate import migrate
+from kenning_devtools.ports import free_port
 from kenning_devtools.up.hints import hints
 from kenning_devtools.up.supervisor import ChildSpec, Supervisor, wait_all_ready
 from kenning_ingress.main import check_exposure
@@ -124,19 +124,13 @@ def _public(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _metrics_ports(args: argparse.Namespace) -> dict[str, int]:
     """The metrics port of each child but the ingress (which serves ``/metrics`` itself):
     from ``--metrics-port`` on, or free ports."""
     names = ["scheduler", "relayer", *(f"worker-{n}" for n in range(1, args.workers + 1))]
     if args.metrics_port:
         return {name: args.metrics_port + i for i, name in enumerate(names)}
-    return {name: _free_port() for name in names}
+    return {name: free_port() for name in names}
 
 
 def _metrics_urls(ingress_url: str, ports: dict[str, int]) -> list[str]:
