@@ -21,7 +21,7 @@ from kenning.appload import broker_url, database_url, load_app
 from kenning.config import add_logging_options, add_option, env_name, port_number, positive_int
 from kenning.embedded import embedded_postgres, with_database
 from kenning.migrate import migrate
-from kenning_devtools.ports import free_port
+from kenning_devtools.ports import free_ports
 from kenning_devtools.up.hints import hints
 from kenning_devtools.up.supervisor import ChildSpec, Supervisor, wait_all_ready
 from kenning_ingress.main import check_exposure
@@ -126,11 +126,10 @@ def _public(host: str) -> str:
 
 def _metrics_ports(args: argparse.Namespace) -> dict[str, int]:
     """The metrics port of each child but the ingress (which serves ``/metrics`` itself):
-    from ``--metrics-port`` on, or free ports."""
+    consecutive, from ``--metrics-port`` on or from a free run."""
     names = ["scheduler", "relayer", *(f"worker-{n}" for n in range(1, args.workers + 1))]
-    if args.metrics_port:
-        return {name: args.metrics_port + i for i, name in enumerate(names)}
-    return {name: free_port() for name in names}
+    first = args.metrics_port or free_ports(len(names))
+    return {name: first + i for i, name in enumerate(names)}
 
 
 def _metrics_urls(ingress_url: str, ports: dict[str, int]) -> list[str]:
