@@ -13,14 +13,12 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import psutil
 import psycopg
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from kenning import App, Client
 from kenning.db import Database
@@ -29,48 +27,12 @@ from kenning.storage.queues import queues_overview
 from kenning_devtools.up import main as up
 from tests.ingress_support import batch, binary, cloud_event, start_ingress
 from tests.logguard import expect_log
+from tests.metrics_support import figures, scrape, scrape_until, value
 from tests.relayer_support import insert_events, relayer_process
 from tests.support import ProcessPool, free_port, run_kenning
 
 CORE = "tests.apps.core"
 TIMERS = "tests.apps.timers"
-
-
-Figures = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def figures(text: str) -> Figures:
-    """Every sample of a scrape, by name and labels."""
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(found: Figures, name: str, **labels: str) -> float:
-    """The sum of the samples named ``name`` whose labels include ``labels`` (0 if none)."""
-    wanted = set(labels.items())
-    return sum(v for (n, ls), v in found.items() if n == name and wanted <= ls)
-
-
-async def scrape(url: str) -> Figures:
-    async with httpx.AsyncClient(timeout=10) as client:
-        response = await client.get(url)
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/plain")
-    return figures(response.text)
-
-
-async def scrape_until(url: str, condition: Callable[[Figures], bool], message: str, timeout: float = 30) -> Figures:
-    """The first scrape that meets ``condition``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = await scrape(url)
-        if condition(found):
-            return found
-        assert time.monotonic() < deadline, f"not within {timeout} s: {message}"
-        await asyncio.sleep(0.1)
 
 
 async def metrics_of(port: int, process: psutil.Popen, timeout: float = 60) -> str:

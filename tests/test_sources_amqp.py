@@ -26,6 +26,7 @@ import pytest
 from cloudevents.core.bindings import rabbitmq
 from cloudevents.core.formats.json import JSONFormat
 
+from kenning_ingress.sources.addresses import parse_source
 from tests.brokers import (
     RabbitVhost,
     amqp_channel,
@@ -38,6 +39,7 @@ from tests.brokers import (
     with_query,
 )
 from tests.ingress_support import Ingress, cloned_database, cloud_event
+from tests.metrics_support import scrape, value
 from tests.sources_support import consuming, http_answer, log_events, start_consuming_ingress
 from tests.support import ProcessPool, check_invariants, eventually
 
@@ -284,6 +286,13 @@ async def test_a_malformed_message_is_dead_lettered_with_the_http_error_and_the_
     assert sorted((r["error"], r["error_type"]) for r in rejected()) == sorted(answered)
     assert "missing required attribute 'id'" in [error for error, _ in answered]
     assert await queue_depth(vhost, queue) == 0
+
+    # the ingress's /metrics counts both outcomes, by source
+    source = parse_source(source_url(vhost, queue)).name
+    found = await scrape(f"{shared.ingress.url}/metrics")
+    assert value(found, "kenning_source_messages_total", source=source, outcome="rejected") == len(MALFORMED)
+    assert value(found, "kenning_source_messages_total", source=source, outcome="stored") == 1
+    assert value(found, "kenning_source_settle_failures_total", source=source) == 0
 
 
 async def test_the_ingress_holds_at_most_prefetch_messages_while_the_inbox_cannot_take_them(

@@ -18,8 +18,10 @@ import psycopg
 from cloudevents.core.bindings import http as ce_http
 from cloudevents.core.formats.json import JSONFormat
 
+from kenning_ingress.sources.addresses import parse_source
 from tests.brokers import JetStreamStream, jetstream_stream, nats_connection, with_query
 from tests.ingress_support import TcpProxy, cloud_event, inbox_count
+from tests.metrics_support import scrape, value
 from tests.sources_support import consuming, http_answer, log_events, start_consuming_ingress
 from tests.support import ProcessPool, check_invariants, eventually
 
@@ -170,6 +172,13 @@ async def test_a_malformed_message_is_terminated_with_the_http_error_and_the_nex
         assert sorted((r["error"], r["error_type"]) for r in rejected) == sorted(answered)
         assert "header ce-source holds an invalid percent-encoding" in [error for error, _ in answered]
 
+        # the ingress's /metrics counts both outcomes, by source
+        source = parse_source(source_url(stream, "kenning")).name
+        found = await scrape(f"{ingress.url}/metrics")
+        assert value(found, "kenning_source_messages_total", source=source, outcome="rejected") == len(MALFORMED)
+        assert value(found, "kenning_source_messages_total", source=source, outcome="stored") == 1
+        assert value(found, "kenning_source_settle_failures_total", source=source) == 0
+
 
 async def test_a_consumer_the_source_creates_holds_at_most_prefetch_messages_unacked(
     processes: ProcessPool, database_url: str, sql: Sql
@@ -223,5 +232,9 @@ async def test_a_database_outage_hands_the_messages_back_and_they_are_stored_aft
             acked: bool = await eventually(all_acked, timeout=30, message="all acked")
             assert acked
             assert log_events(processes, ingress.process, "source.database_back")
+            source = parse_source(source_url(stream, "kenning")).name
+            found = await scrape(f"{ingress.url}/metrics")
+            assert value(found, "kenning_source_messages_total", source=source, outcome="released") >= 1
+            assert value(found, "kenning_source_messages_total", source=source, outcome="stored") == 5
         finally:
             await proxy.stop()

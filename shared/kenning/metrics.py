@@ -102,6 +102,18 @@ INGRESS_REQUEST_DURATION = Histogram(
     ["route"],
     buckets=FAST_BUCKETS,
 )
+SOURCE_MESSAGES = Counter(
+    "kenning_source_messages_total",
+    "Messages a broker source (kenning ingress --source) took, by outcome (stored: written to the inbox, "
+    "a duplicate included, then acked; rejected: malformed, to the broker's dead letters; released: handed "
+    "back for redelivery, the database away or an internal error)",
+    ["source", "outcome"],
+)
+SOURCE_SETTLE_FAILURES = Counter(
+    "kenning_source_settle_failures_total",
+    "Acks, rejections and releases a broker did not take (its connection gone): it delivers the message again",
+    ["source", "action"],
+)
 GROUP_COMMIT_BATCH_SIZE = Histogram(
     "kenning_group_commit_batch_size",
     "Items written by one group-commit statement (writer: ingress inbox, worker steps, starts)",

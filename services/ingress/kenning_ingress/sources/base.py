@@ -31,6 +31,7 @@ import structlog
 
 from kenning import tracing
 from kenning.faults import fault_point
+from kenning.metrics import SOURCE_MESSAGES, SOURCE_SETTLE_FAILURES
 from kenning.storage.inbox import NewEvent
 from kenning_ingress import responses
 from kenning_ingress.parsing import EventLimits, InvalidEventError
@@ -102,12 +103,14 @@ class Intake:
         tracing.end_spans(spans)
         self._database_back()
         self.stored += 1
+        SOURCE_MESSAGES.labels(self.name, "stored").inc()
         # the crash a test provokes here: the row committed, the broker not yet told
         fault_point("source.after_commit")
         await self._settle("ack", delivery.ack, delivery)
         _log.debug("source.event_stored", source=self.name, event_source=event.source, id=event.event_id, new=stored)
 
     async def _reject(self, delivery: Delivery, error: str, error_type: str) -> None:
+        SOURCE_MESSAGES.labels(self.name, "rejected").inc()
         _log.warning(
             "source.message_rejected", source=self.name, error=error, error_type=error_type, **delivery.describe()
         )
@@ -126,6 +129,7 @@ class Intake:
         else:
             self._database_away(answer["error"], exc)
         # held this long, then handed back: the broker keeps it and nothing spins
+        SOURCE_MESSAGES.labels(self.name, "released").inc()
         await asyncio.sleep(RETRY_SECONDS)
         await self._settle("release", delivery.release, delivery)
 
@@ -137,6 +141,7 @@ class Intake:
         try:
             await settle()
         except Exception as exc:
+            SOURCE_SETTLE_FAILURES.labels(self.name, action).inc()
             _log.warning(
                 "source.ack_failed",
                 source=self.name,
