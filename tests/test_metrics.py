@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import re
 import socket
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from tests.ingress_support import batch, binary, cloud_event, start_ingress
 from tests.logguard import expect_log
 from tests.metrics_support import figures, scrape, scrape_until, value
 from tests.relayer_support import insert_events, relayer_process
-from tests.support import ProcessPool, free_port, run_kenning
+from tests.support import REPO_ROOT, ProcessPool, free_port, run_kenning
 
 CORE = "tests.apps.core"
 TIMERS = "tests.apps.timers"
@@ -297,3 +298,11 @@ async def test_the_queue_gauges_show_each_queues_depth_leases_oldest_age_and_pau
     async with database.connection() as conn:
         busy = (await queues_overview(conn, "busy"))[0]
     assert (busy.depth, busy.running) == (3, 1)
+
+
+def test_every_metric_is_in_the_operations_guide() -> None:
+    """docs/operations.md's tables name every metric ``kenning.metrics`` defines."""
+    defined = set(re.findall(r'"(kenning_[a-z_]+)"', (REPO_ROOT / "shared/kenning/metrics.py").read_text()))
+    guide = (REPO_ROOT / "docs/operations.md").read_text()
+    assert len(defined) > 20, defined  # the pattern still finds them
+    assert sorted(name for name in defined if f"`{name}`" not in guide) == []
