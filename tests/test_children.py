@@ -250,6 +250,22 @@ async def test_a_failed_child_fails_its_parent_whose_saga_undoes(
     check_invariants(sql)
 
 
+async def test_children_results_awaited_together_in_one_gather_come_back_in_order(
+    shared: Shared, shared_database: Database, shared_sql: Sql
+) -> None:
+    # asyncio.gather over several result() calls: the first that must wait suspends the
+    # parent while the others are still in flight; each later run replays them all
+    async with Client(database=shared_database) as client:
+        parent = (await client.start("gather_children", count=8)).instance_id
+        assert await client.result(parent, timeout=60) == [n * n for n in range(1, 9)]
+    children = _children(shared_sql, parent)
+    assert [status for _, status, _ in children] == ["completed"] * 8
+    ran = executions(shared.side_channel)
+    assert [ran[f"square {child}"] for child, _, _ in children] == [1] * 8  # each child's step once
+    await _inbox_drained(shared_sql)
+    check_invariants(shared_sql)
+
+
 def _row(sql: Sql, instance_id: str, workflow: str, status: str, **columns: object) -> None:
     names = ["id", "workflow_name", "source_hash", "status", "input", *columns]
     values = [instance_id, workflow, "h", status, "{}", *columns.values()]

@@ -5,6 +5,7 @@ in the parent and its saga undoes, a parent's end cancels its ``cancel`` childre
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -84,6 +85,12 @@ async def parent_sum(ctx: WorkflowContext, count: int) -> int:
     return sum([await h.result() for h in handles])
 
 
+@workflow(name="engine_parent_gathers")
+async def parent_gathers(ctx: WorkflowContext, count: int) -> list[int]:
+    handles = [await start_child(ctx, square, n=n) for n in range(1, count + 1)]
+    return list(await asyncio.gather(*(h.result() for h in handles)))
+
+
 @workflow(name="engine_parent_of_failure")
 async def parent_of_failure(ctx: WorkflowContext, catch: bool) -> str:
     await reserve(ctx, "parent")
@@ -129,6 +136,15 @@ async def test_children_results_are_gathered_and_replay_starts_none_again() -> N
     assert [r.payload["data"]["result"] for r in results] == [1, 4, 9]
     assert parent.run_count >= 2  # it suspended on a child at least once
     assert sorted(RAN) == ["square:1", "square:2", "square:3"]  # each child's step ran once
+
+
+async def test_children_results_awaited_together_in_gather_come_back_in_order() -> None:
+    parent = _instance("engine_parent_gathers", count=4)
+    await run_family(app, parent)
+    assert (parent.status, parent.result) == ("completed", {"result": [1, 4, 9, 16]})
+    assert parent.run_count >= 2  # the gather suspended it on a child at least once
+    assert len(parent.children) == 4 and all(c.status == "completed" for c in parent.children)
+    assert sorted(RAN) == [f"square:{n}" for n in (1, 2, 3, 4)]
 
 
 async def test_a_waiting_parent_holds_no_lease_until_its_child_ends() -> None:

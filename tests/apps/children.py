@@ -56,6 +56,13 @@ async def fan_out_children(ctx: WorkflowContext, count: int) -> int:
 
 
 @workflow
+async def gather_children(ctx: WorkflowContext, count: int) -> list[int]:
+    """Starts ``count`` children, then awaits their results together in one gather."""
+    handles = [await start_child(ctx, child_square, n=n) for n in range(1, count + 1)]
+    return list(await asyncio.gather(*(h.result() for h in handles)))
+
+
+@workflow
 async def child_waiting(ctx: WorkflowContext, n: int) -> int:
     """Reserves (undone by its compensation), then waits for an event nobody sends."""
     await reserve(ctx, f"child{n}")
