@@ -58,8 +58,8 @@ class Up:
         with open(self.stderr_path, "wb") as stderr:
             argv = ["up", "--port", str(self.port), "--sink-port", str(self.sink_port), "--workers", "2"]
             argv += ["--console-port", str(self.console_port)]
-            # the scheduler's, relayer's and two workers' /metrics: up's own choice (bind(0))
-            # draws from the ports outgoing connections take
+            # the scheduler's, relayer's and two workers' /metrics, from this xdist worker's
+            # block like every port of the test (tests/support.free_ports)
             argv += ["--metrics-port", str(free_ports(4))]
             argv += ["--app", app] if app else []
             self.proc = psutil.Popen(
@@ -340,8 +340,8 @@ async def test_up_with_a_database_url_runs_the_saga_restarts_a_crashed_worker_an
 
         for attempt, backoff in ((1, 1), (2, 2)):
             # "ready" means the health file exists, which a worker touches as it starts,
-            # before it connects and logs worker.started: a kill right after "ready" could
-            # end a run before that line (CI once counted 2 of 3)
+            # before it logs worker.started: a kill right after "ready" could end a run
+            # before that line (CI once counted 2 of 3)
             await eventually(lambda: worker_runs() == attempt, timeout=10)  # noqa: B023 - awaited here
             victim = up.child("worker-1.ok")
             mark = len(up.lines)
