@@ -29,10 +29,10 @@ from cloudevents.core.formats.json import JSONFormat
 
 from kenning import amqp
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
-from kenning.urls import hide_credentials
+from kenning.urls import hide_credentials, query_options, split_url
 from kenning_relayer.publish import RetrySchedule, error_text, failed_attempt, to_cloudevent
 from kenning_relayer.settings import ContentMode, RelayerSettings
-from kenning_relayer.targets import Connecting, Template, parse_url, url_options
+from kenning_relayer.targets import BROKER_URL, Connecting, Template
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
@@ -57,8 +57,8 @@ class AmqpAddress:
 
     @classmethod
     def parse(cls, url: str) -> AmqpAddress:
-        parsed = parse_url(url)
-        options = url_options(parsed, (*_OPTIONS, *amqp.CONNECTION_OPTIONS), url)
+        parsed = split_url(url, BROKER_URL)
+        options = query_options(url, (*_OPTIONS, *amqp.CONNECTION_OPTIONS), BROKER_URL)
         return cls(
             connect_url=amqp.connection_url(parsed, options),
             exchange=options.get("exchange", ""),

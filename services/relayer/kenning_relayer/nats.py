@@ -32,10 +32,10 @@ from cloudevents.core.bindings import http
 from cloudevents.core.formats.json import JSONFormat
 
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
-from kenning.urls import hide_credentials
+from kenning.urls import hide_credentials, query_options, split_url
 from kenning_relayer.publish import RetrySchedule, error_text, failed_attempt, to_cloudevent
 from kenning_relayer.settings import ContentMode, RelayerSettings
-from kenning_relayer.targets import Connecting, Template, parse_url, url_options
+from kenning_relayer.targets import BROKER_URL, Connecting, Template
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -58,8 +58,8 @@ class NatsAddress:
 
     @classmethod
     def parse(cls, url: str) -> NatsAddress:
-        parsed = parse_url(url)
-        options = url_options(parsed, _OPTIONS, url)
+        parsed = split_url(url, BROKER_URL)
+        options = query_options(url, _OPTIONS, BROKER_URL)
         return cls(
             server=parsed._replace(path="", query="", fragment="").geturl(),
             subject=Template(options.get("subject", "{type}"), "subject"),

@@ -17,15 +17,15 @@ import asyncio
 import contextlib
 import importlib
 import string
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Generic, Protocol, TypeVar
-from urllib.parse import SplitResult, parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 
 from kenning.errors import ConfigurationError
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
-from kenning.urls import hide_credentials
+from kenning.urls import hide_credentials, split_url
 from kenning_relayer.publish import HttpTarget, RetrySchedule
 from kenning_relayer.settings import RelayerSettings
 
@@ -33,6 +33,7 @@ HTTP_SCHEMES = ("http", "https")
 AMQP_SCHEMES = ("amqp", "amqps")
 NATS_SCHEMES = ("nats", "tls")  # tls://: nats-py's form for a server that requires TLS
 SCHEMES = (*HTTP_SCHEMES, *AMQP_SCHEMES, *NATS_SCHEMES)
+BROKER_URL = "broker URL"  # what its configuration errors call a relayer's target URL
 
 T = TypeVar("T")
 
@@ -106,32 +107,6 @@ class Connecting(Generic[T]):
                 await self._task
 
 
-def parse_url(url: str) -> SplitResult:
-    try:
-        parsed = urlsplit(url)
-        _ = parsed.port  # raises ValueError for a malformed port
-    except ValueError as error:
-        # the URL as hide_credentials() shows it: the error must not carry its password or token
-        raise ConfigurationError(f"broker URL {hide_credentials(url)!r} is invalid: {error}") from None
-    return parsed
-
-
-def url_options(parsed: SplitResult, allowed: Collection[str], url: str) -> dict[str, str]:
-    """The URL's query as options; an unknown or repeated one is a configuration error."""
-    pairs = parse_qsl(parsed.query, keep_blank_values=True)
-    options: dict[str, str] = {}
-    for key, value in pairs:
-        if key not in allowed:
-            raise ConfigurationError(
-                f"broker URL {hide_credentials(url)!r} has unknown option {key!r}; "
-                f"{parsed.scheme}:// takes {', '.join(allowed)}"
-            )
-        if key in options:
-            raise ConfigurationError(f"broker URL {hide_credentials(url)!r} gives {key!r} twice")
-        options[key] = value
-    return options
-
-
 def require_extra(module: str, distribution: str, extra: str, scheme: str) -> None:
     """Import ``module`` or refuse to start, naming the extra that installs it."""
     try:
@@ -148,7 +123,7 @@ def check_url(url: str) -> str:
         raise ConfigurationError(
             "no broker URL: pass --broker-url or set KENNING_BROKER_URL (or --app, an App with broker_url)"
         )
-    parsed = parse_url(url)
+    parsed = split_url(url, BROKER_URL)
     if parsed.scheme not in SCHEMES or not parsed.hostname:
         raise ConfigurationError(
             "broker URL must be http://host/... or https://host/..., amqp(s)://user:pass@host/vhost?exchange=... "

@@ -15,34 +15,18 @@ not its extra is installed, and ``require_client`` names the extra that is missi
 from __future__ import annotations
 
 import importlib
-from collections.abc import Collection
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from kenning import amqp
 from kenning.errors import ConfigurationError
-from kenning.urls import hide_credentials
+from kenning.urls import hide_credentials, query_options, split_url
 
 AMQP_SCHEMES = ("amqp", "amqps")
 NATS_SCHEMES = ("nats", "tls")
 DEFAULT_PREFETCH = 32
 MAX_PREFETCH = 65535  # basic.qos's prefetch-count is 16 bits
 FORMS = "amqp(s)://user:pass@host/vhost?queue=NAME or nats://host:4222?stream=NAME&consumer=NAME"
-
-
-def _options(url: str, allowed: Collection[str]) -> dict[str, str]:
-    parsed = urlsplit(url)
-    found: dict[str, str] = {}
-    for key, value in parse_qsl(parsed.query, keep_blank_values=True):
-        if key not in allowed:
-            raise ConfigurationError(
-                f"source {hide_credentials(url)!r} has unknown option {key!r}; "
-                f"{parsed.scheme}:// takes {', '.join(allowed)}"
-            )
-        if key in found:
-            raise ConfigurationError(f"source {hide_credentials(url)!r} gives {key!r} twice")
-        found[key] = value
-    return found
 
 
 def _required(url: str, options: dict[str, str], name: str) -> str:
@@ -75,7 +59,7 @@ class AmqpSourceAddress:
 
     @classmethod
     def parse(cls, url: str) -> AmqpSourceAddress:
-        options = _options(url, ("queue", "prefetch", *amqp.CONNECTION_OPTIONS))
+        options = query_options(url, ("queue", "prefetch", *amqp.CONNECTION_OPTIONS), "source")
         parsed = urlsplit(url)
         return cls(
             url=url,
@@ -100,7 +84,7 @@ class NatsSourceAddress:
 
     @classmethod
     def parse(cls, url: str) -> NatsSourceAddress:
-        options = _options(url, ("stream", "consumer", "prefetch"))
+        options = query_options(url, ("stream", "consumer", "prefetch"), "source")
         parsed = urlsplit(url)
         if parsed.path not in ("", "/"):
             raise ConfigurationError(f"source {hide_credentials(url)!r}: a nats:// URL has no path ({FORMS})")
@@ -118,11 +102,7 @@ SourceAddress = AmqpSourceAddress | NatsSourceAddress
 
 def parse_source(url: str) -> SourceAddress:
     """The source ``url`` names; ``ConfigurationError`` (one line) if it names none."""
-    try:
-        parsed = urlsplit(url)
-        _ = parsed.port  # raises ValueError for a malformed port
-    except ValueError as error:
-        raise ConfigurationError(f"source {hide_credentials(url)!r} is invalid: {error}") from None
+    parsed = split_url(url, "source")
     if parsed.scheme in AMQP_SCHEMES and parsed.hostname:
         return AmqpSourceAddress.parse(url)
     if parsed.scheme in NATS_SCHEMES and parsed.hostname:
