@@ -27,6 +27,8 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 
+from tests.support import free_port
+
 AMQP_URL = os.environ.get("KENNING_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 NATS_URL = os.environ.get("KENNING_TEST_NATS_URL", "nats://127.0.0.1:4222")
 _RABBITMQCTL_TIMEOUT = 30.0
@@ -45,14 +47,6 @@ def tcp_reachable(url: str, default_port: int, timeout: float = 1.0) -> bool:
             return True
     except OSError:
         return False
-
-
-def closed_port() -> int:
-    """A local port nothing listens on (bound, then released): a broker that is down."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def _where(url: str) -> str:
@@ -130,7 +124,7 @@ class TcpProxy:
     def __init__(self, upstream_url: str, default_port: int) -> None:
         parts = urlsplit(upstream_url)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or default_port)
-        self.port = closed_port()
+        self.port = free_port()  # the same port again after stop(): one no connection takes
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task[None]] = set()

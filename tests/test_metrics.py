@@ -141,9 +141,7 @@ async def test_ingress_counts_every_workers_requests_and_sees_the_inbox(
 async def test_relayer_shows_the_outbox_backlog_retries_and_dead_letters(
     database: Database, database_url: str, processes: ProcessPool
 ) -> None:
-    with socket.socket() as closed:  # a broker that refuses every connection
-        closed.bind(("127.0.0.1", 0))
-        broker = f"http://127.0.0.1:{closed.getsockname()[1]}/events"
+    broker = f"http://127.0.0.1:{free_port()}/events"  # a broker that refuses every connection
     port = free_port()
     await insert_events(database, 1)
     relayer = relayer_process(

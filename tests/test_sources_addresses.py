@@ -13,9 +13,8 @@ import pytest
 from kenning.errors import ConfigurationError
 from kenning.urls import hide_credentials
 from kenning_ingress.sources.addresses import parse_source
-from tests.brokers import closed_port
 from tests.sources_support import log_events, start_consuming_ingress
-from tests.support import REPO_ROOT, ProcessPool, eventually
+from tests.support import REPO_ROOT, ProcessPool, eventually, free_port
 
 SECRET = "S3CRETpw"
 
@@ -67,7 +66,7 @@ def test_redacted_hides_a_password_a_token_and_a_url_it_cannot_parse() -> None:
 
 async def test_a_nats_token_is_hidden_in_the_ingress_log(processes: ProcessPool, database_url: str) -> None:
     # a server that is down: the source reports it (with its name) and tries again
-    url = f"nats://{SECRET}@127.0.0.1:{closed_port()}?stream=S&consumer=c"
+    url = f"nats://{SECRET}@127.0.0.1:{free_port()}?stream=S&consumer=c"
     ingress = start_consuming_ingress(processes, database_url, url)
 
     def reported() -> list[dict[str, object]]:
