@@ -27,7 +27,7 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 
-from tests.support import free_port
+from tests.tcp_proxy import TcpForwarder
 
 AMQP_URL = os.environ.get("KENNING_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 NATS_URL = os.environ.get("KENNING_TEST_NATS_URL", "nats://127.0.0.1:4222")
@@ -115,19 +115,14 @@ def require_rabbitmqctl() -> None:
         pytest.skip("rabbitmqctl is not available to this user (it manages vhosts and connections)")
 
 
-class TcpProxy:
-    """The network between a process and a real broker, which the test can cut: a TCP
-    forwarder on a fixed local port. ``stop()`` refuses new connections and cuts the open
-    ones (as a broker restart or a network failure does to its clients), ``start()`` brings
-    it back on the same port."""
+class TcpProxy(TcpForwarder):
+    """The network between a process and a real broker, which the test can cut
+    (``tests.tcp_proxy``): a forwarder to ``upstream_url``'s host and port."""
 
     def __init__(self, upstream_url: str, default_port: int) -> None:
         parts = urlsplit(upstream_url)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or default_port)
-        self.port = free_port()  # the same port again after stop(): one no connection takes
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._handlers: set[asyncio.Task[None]] = set()
+        super().__init__(lambda: asyncio.open_connection(*self.upstream))
 
     def url(self, url: str) -> str:
         """``url`` (same scheme, credentials, path and query) through this proxy."""
@@ -135,44 +130,6 @@ class TcpProxy:
         credentials = parts.netloc.rpartition("@")[0]
         netloc = f"{credentials}@127.0.0.1:{self.port}" if credentials else f"127.0.0.1:{self.port}"
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-    async def start(self) -> None:
-        if self._server is None:
-            self._server = await asyncio.start_server(self._connected, "127.0.0.1", self.port, reuse_address=True)
-
-    async def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-        # the connections' handlers end once their sockets are cut: wait for them, or the
-        # loop would close on pending tasks (and asyncio log an error for each)
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-
-    async def _connected(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        handler = asyncio.current_task()
-        assert handler is not None
-        self._handlers.add(handler)
-        handler.add_done_callback(self._handlers.discard)
-        try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(*self.upstream)
-        except OSError:
-            client_writer.transport.abort()
-            return
-        self._writers.update((client_writer, upstream_writer))
-
-        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, asyncio.CancelledError):
-                while chunk := await reader.read(65536):
-                    writer.write(chunk)
-                    await writer.drain()
-            writer.transport.abort()
-
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(pipe(client_reader, upstream_writer), pipe(upstream_reader, client_writer))
-        self._writers.difference_update((client_writer, upstream_writer))
 
 
 @contextlib.asynccontextmanager

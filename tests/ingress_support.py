@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 
 from kenning.embedded import with_database
 from tests.support import ProcessPool, free_port
+from tests.tcp_proxy import TcpForwarder
 
 FORMAT = JSONFormat()
 BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
@@ -123,9 +124,9 @@ def cloned_database(pg_server_url: str, template: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-class TcpProxy:
-    """Forwards a local port to PostgreSQL; ``stop()`` cuts every connection and refuses
-    new ones, as an unreachable database would, without touching the shared server.
+class TcpProxy(TcpForwarder):
+    """The way to PostgreSQL, which the test can cut (``tests.tcp_proxy``): ``stop()`` is an
+    unreachable database, without touching the shared server.
 
     The server may listen on TCP or only on a Unix socket (the embedded server does):
     the proxy listens on TCP either way, so the URL it hands out works from any process."""
@@ -138,60 +139,17 @@ class TcpProxy:
         else:
             self.unix_path = None
         self.target = (target.host or "127.0.0.1", target.port or 5432)
-        self.port = free_port()
+        super().__init__(self._postgres)
         self.url = (
             target.difference_update_query(["host"])
             .set(host="127.0.0.1", port=self.port)
             .render_as_string(hide_password=False)
         )
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._handlers: set[asyncio.Task[None]] = set()
 
-    async def _upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _postgres(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self.unix_path is not None:
             return await asyncio.open_unix_connection(self.unix_path)
         return await asyncio.open_connection(*self.target)
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-        # the connections' handlers end once their sockets are cut: wait for them, or the
-        # loop would close on pending tasks
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handler = asyncio.current_task()
-        assert handler is not None
-        self._handlers.add(handler)
-        handler.add_done_callback(self._handlers.discard)
-        try:
-            upstream_reader, upstream_writer = await self._upstream()
-        except OSError:
-            writer.transport.abort()
-            return
-        self._writers.update({writer, upstream_writer})
-
-        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, asyncio.CancelledError):
-                while chunk := await source.read(65536):
-                    sink.write(chunk)
-                    await sink.drain()
-            sink.transport.abort()
-
-        # A handler cancelled when the test's loop closes would make asyncio's stream
-        # callback log an error (Python 3.11 reads the task's exception unguarded).
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
-        self._writers.discard(writer)
-        self._writers.discard(upstream_writer)
 
 
 def inbox_count(sql: psycopg.Connection[tuple[object, ...]]) -> int:
