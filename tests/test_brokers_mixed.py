@@ -53,7 +53,9 @@ async def test_a_workflow_woken_by_amqp_answers_through_the_outbox_to_jetstream(
         await channel.declare_queue(queue, durable=True)
     async with jetstream_stream() as stream:
         start_consuming_ingress(processes, database_url, with_query(vhost.url, queue=queue))
-        processes.worker(database_url, "tests.apps.brokers")
+        # each step's commit stalls the worker a second: the relayer publishes the answer while
+        # the instance is still running, every time (as a slow CI machine did once)
+        processes.worker(database_url, "tests.apps.brokers", env={"KENNING_FAULTS": "step.after_commit=stall:1"})
         relayer_process(processes, database_url, stream.relayer_url(subject=f"{stream.prefix}.{{type}}"))
 
         async with amqp_channel(vhost.url) as channel:
@@ -75,8 +77,14 @@ async def test_a_workflow_woken_by_amqp_answers_through_the_outbox_to_jetstream(
         assert answer.subject == f"{stream.prefix}.{ANSWER_TYPE}"
         event: NewEvent = nats_event(answer.headers, answer.data)  # read back as the ingress's NATS source reads it
         assert (event.event_type, event.data) == (ANSWER_TYPE, {"order_id": "m-1", "amount": 99})
-        row = sql.execute("SELECT status, result FROM kenning_instances").fetchone()
-        assert row is not None and row[0] == "completed"
+        # the answer's outbox row commits with its step; the instance completes in a later
+        # transaction, so the relayer may publish the answer before the instance is done
+        row = await eventually(
+            lambda: sql.execute("SELECT status, result FROM kenning_instances WHERE status = 'completed'").fetchone(),
+            timeout=30,
+            message="the instance completed",
+        )
+        assert row is not None
         result = row[1]
         assert isinstance(result, dict)
         assert result["result"]["answer_id"] == event.event_id == answer.headers["Nats-Msg-Id"]
