@@ -294,13 +294,21 @@ async def test_the_order_saga_through_the_stack_as_compose_runs_it(
         assert body["error"]["message"] == f"no payment for order {late_order} within {PAYMENT_TIMEOUT} s"
         assert [kind for kind, _ in _history(sql, late)][2:] == ["EventTimeout", "CompensationExecuted"]
 
-    requested = {o: _payment_requests(receiver, o) for o in (late_order, paid_order, declined_order, cancelled_order)}
-    assert all(requested.values()), requested
-    assert sql.execute(
-        "SELECT count(*), count(*) FILTER (WHERE status = 'published') FROM kenning_outbox"
-    ).fetchone() == (
-        4,
-        4,
+    # The relayer publishes each order's payment.requested, then marks its row, in transactions
+    # of its own: the orders can settle before both (the cancelled one was never waited for).
+    orders = (late_order, paid_order, declined_order, cancelled_order)
+    await eventually(
+        lambda: all(_payment_requests(receiver, o) for o in orders),
+        timeout=30,
+        message="every order's payment.requested at the receiver",
+    )
+    await eventually(
+        lambda: (
+            sql.execute("SELECT count(*), count(*) FILTER (WHERE status = 'published') FROM kenning_outbox").fetchone()
+            == (4, 4)
+        ),
+        timeout=30,
+        message="the four outbox rows published",
     )
     assert all(p.is_running() for p in started.values()), "a service crashed during the run"
     logs = {replica: processes.log_of(proc) for replica, proc in started.items()}

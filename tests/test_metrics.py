@@ -104,7 +104,10 @@ async def test_scheduler_shows_the_backlog_while_no_worker_runs_and_times_the_ti
         processes.worker(database_url, TIMERS)
         for started in naps:
             await client.result(started.instance_id, timeout=60)
-    drained = await scrape(url)
+    # the scheduler times a fire after its commit, which the worker may have acted on first
+    drained = await scrape_until(
+        url, lambda f: value(f, "kenning_timer_lateness_seconds_count") == 3, "the three fires timed"
+    )
     assert value(drained, "kenning_runnable_instances", workflow="nap") == 0  # 0, not gone
     assert value(drained, "kenning_instances", workflow="nap") == 0
     assert value(drained, "kenning_timer_lateness_seconds_count", kind="timer") == 3
@@ -125,6 +128,12 @@ async def test_ingress_counts_every_workers_requests_and_sees_the_inbox(
     async with httpx.AsyncClient(timeout=10) as client:
         assert (await client.post(f"{ingress.url}/", headers=headers, content=body)).status_code == 202
         assert (await client.get(f"{ingress.url}/instances/nobody")).status_code == 404
+    # a request is counted after its response is sent: the first scrape may come before the last count
+    await scrape_until(
+        f"{ingress.url}/metrics",
+        lambda f: value(f, "kenning_ingress_requests_total", route="instances", status="404") == 1,
+        "the last request counted",
+    )
     # whichever worker answers, it reports both workers' requests
     for _ in range(4):
         found = await scrape(f"{ingress.url}/metrics")
@@ -167,7 +176,15 @@ async def test_relayer_shows_the_outbox_backlog_retries_and_dead_letters(
     assert value(pending, "kenning_outbox_oldest_age_seconds") > 0
     assert value(pending, "kenning_outbox_dead_letters") == 0
 
-    gone = await scrape_until(url, lambda f: value(f, "kenning_outbox_dead_letters") == 1, "the event is a dead letter")
+    # the gauge reads the table; the counter counts after the commit, so wait for both
+    gone = await scrape_until(
+        url,
+        lambda f: (
+            value(f, "kenning_outbox_dead_letters") == 1
+            and value(f, "kenning_outbox_deliveries_total", outcome="dead_letter") > 0
+        ),
+        "the event is a dead letter",
+    )
     assert value(gone, "kenning_outbox_deliveries_total", outcome="dead_letter") == 1
     assert value(gone, "kenning_outbox_backlog") == 0
 

@@ -39,7 +39,7 @@ from tests.brokers import (
     with_query,
 )
 from tests.ingress_support import Ingress, cloned_database, cloud_event
-from tests.metrics_support import scrape, value
+from tests.metrics_support import scrape_until, value
 from tests.sources_support import consuming, http_answer, log_events, start_consuming_ingress
 from tests.support import ProcessPool, check_invariants, eventually
 
@@ -289,7 +289,12 @@ async def test_a_malformed_message_is_dead_lettered_with_the_http_error_and_the_
 
     # the ingress's /metrics counts both outcomes, by source
     source = parse_source(source_url(vhost, queue)).name
-    found = await scrape(f"{shared.ingress.url}/metrics")
+    # the source counts a stored message just after its commit, which is what we saw
+    found = await scrape_until(
+        f"{shared.ingress.url}/metrics",
+        lambda f: value(f, "kenning_source_messages_total", source=source, outcome="stored") > 0,
+        "the stored message counted",
+    )
     assert value(found, "kenning_source_messages_total", source=source, outcome="rejected") == len(MALFORMED)
     assert value(found, "kenning_source_messages_total", source=source, outcome="stored") == 1
     assert value(found, "kenning_source_settle_failures_total", source=source) == 0
