@@ -9,7 +9,9 @@ fail or an event park, then removes the file and retries from the console.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections import Counter
 
 from kenning import (
     App,
@@ -56,6 +58,27 @@ async def shop_order(ctx: WorkflowContext, order_id: str, quantity: int = 1) -> 
     await reserve_stock(ctx, order_id, quantity)
     await wait_event(ctx, "payment.received", match={"order_id": order_id}, timeout_seconds=3600)
     return f"paid {order_id}"
+
+
+# ------------------------------------------------------------------ a step that needs three tries
+
+_tries: Counter[str] = Counter()  # per instance, in this worker process: the retries are inline
+WEIGH_SECONDS = 0.3  # what the last attempt takes
+
+
+@activity(retry_policy=RetryPolicy(initial_interval=0.05, max_interval=0.05, max_attempts=3))
+async def weigh(ctx: WorkflowContext, parcel: str) -> int:
+    _tries[ctx.instance_id] += 1
+    if _tries[ctx.instance_id] < 3:
+        raise RuntimeError(f"the scale has not settled for {parcel}")
+    await asyncio.sleep(WEIGH_SECONDS)
+    return 7
+
+
+@workflow(name="shop.weigh")
+async def weigh_parcel(ctx: WorkflowContext, parcel: str) -> int:
+    """One step, its third attempt the one that succeeds (the console's timeline shows it)."""
+    return await weigh(ctx, parcel)
 
 
 # ------------------------------------------------------------------ a failure to retry

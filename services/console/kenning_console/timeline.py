@@ -1,5 +1,7 @@
-"""One instance's history as a timeline: each recorded step with its start (the record
-before it: a step starts when the one before it ended), duration, attempts and outcome;
+"""One instance's history as a timeline: each recorded step with its start, duration,
+attempts and outcome (as its worker measured them for a step that ran, migration 0007;
+else, and for steps recorded before it, the start is the record before it and the
+duration runs to the step's record);
 the waits and timers it is on now (with their ``match`` and due time); the CloudEvents it
 received (their attributes, from the ``EventReceived`` record) and sent (its outbox rows);
 its compensations. Pure: rows in, items out."""
@@ -48,6 +50,7 @@ class Item:
     at: datetime | None  # recorded (or, for what is pending, registered)
     step_id: str = ""
     started: datetime | None = None
+    run_seconds: float | None = None  # measured by the worker; else the duration is at - started
     attempts: int | None = None
     last_error: str = ""
     details: dict[str, Any] = field(default_factory=dict)  # shown as JSON
@@ -63,6 +66,8 @@ class Item:
 
     @property
     def duration(self) -> float | None:
+        if self.run_seconds is not None:
+            return self.run_seconds
         if self.started is None or self.at is None:
             return None
         return max(0.0, (self.at - self.started).total_seconds())
@@ -79,7 +84,14 @@ def _attempts(instance: Any, step_id: str) -> tuple[int | None, str]:
 def _history_item(row: Any, instance: Any) -> Item:
     payload = row.payload if isinstance(row.payload, dict) else {}
     attempts, last_error = _attempts(instance, row.step_id)
-    base = {"step_id": row.step_id, "at": row.created_at, "attempts": attempts, "last_error": last_error}
+    base = {
+        "step_id": row.step_id,
+        "at": row.created_at,
+        "attempts": row.attempts or attempts,  # the record's; else the failed ones counted so far
+        "last_error": last_error,
+        "started": row.started_at,
+        "run_seconds": row.run_seconds,
+    }
     if row.kind == ACTIVITY_COMPLETED:
         return Item("activity", row.step_name, "completed", details={"result": payload.get("result")}, **base)
     if row.kind == ACTIVITY_FAILED:
@@ -111,8 +123,9 @@ def timeline(
     """Everything that happened to ``instance`` and what it waits on, in time order."""
     items = [_history_item(row, instance) for row in history]
     previous = instance.started_at or instance.created_at
-    for item in items:  # a step starts when the record before it was written
-        item.started = previous if previous is not None and item.at is not None and previous <= item.at else None
+    for item in items:  # not measured: a step starts when the record before it was written
+        if item.started is None:
+            item.started = previous if previous is not None and item.at is not None and previous <= item.at else None
         previous = item.at or previous
     for row in sent:
         items.append(

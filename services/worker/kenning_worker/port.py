@@ -269,6 +269,7 @@ class PgInstancePort:
             payload_bytes=record.payload_bytes,
             compensations=self._unsaved[:saved],
             clear_attempts=record.clear_attempts,
+            timing=record.timing.as_json() if record.timing else None,
         )
         self._recorded(record, flag, saved)
 

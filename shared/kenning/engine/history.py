@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from kenning.errors import NonDeterminismError
@@ -47,6 +48,21 @@ def compensation_step_id(comp_id: str) -> str:
 
 
 @dataclass(frozen=True)
+class StepTiming:
+    """How a step that ran got its outcome: its attempts (the last included, earlier
+    claims' counted too), and the last attempt's start (wall clock, UTC) and run time
+    (monotonic clock, seconds)."""
+
+    attempts: int
+    started_at: datetime
+    seconds: float
+
+    def as_json(self) -> dict[str, Any]:
+        """The history row's columns (migration 0007), as the step insert reads them."""
+        return {"attempts": self.attempts, "started_at": self.started_at.isoformat(), "run_seconds": self.seconds}
+
+
+@dataclass(frozen=True)
 class StepRecord:
     """One history row the engine asks the port to record."""
 
@@ -57,6 +73,8 @@ class StepRecord:
     payload_bytes: bytes | None = None
     # the step had failed attempts counted on the instance: the record clears them
     clear_attempts: bool = False
+    # a step that ran (an activity, a compensation): how often, and its last attempt's time
+    timing: StepTiming | None = None
 
     @property
     def foldable(self) -> bool:
@@ -64,7 +82,11 @@ class StepRecord:
         return self.payload_bytes is None and not self.clear_attempts
 
     def as_json(self) -> dict[str, Any]:
-        return {"step_id": self.step_id, "kind": self.kind, "step_name": self.step_name, "payload": self.payload}
+        """As the storage's step insert reads it (``kenning.storage.fencing.step_json``)."""
+        step = {"step_id": self.step_id, "kind": self.kind, "step_name": self.step_name, "payload": self.payload}
+        if self.timing is not None:
+            step.update(self.timing.as_json())
+        return step
 
 
 class HistoryCursor:

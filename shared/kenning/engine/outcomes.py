@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from kenning.engine.history import StepTiming
 from kenning.engine.port import StepScope
 from kenning.engine.retries import GiveUpReason
 
@@ -28,6 +29,7 @@ class Attempted:
     step: StepScope
     # failed attempts were counted on the instance: the record clears them
     counted: bool
+    timing: StepTiming
 
 
 @dataclass(frozen=True)
@@ -38,3 +40,4 @@ class GaveUp:
     attempt: int
     reason: GiveUpReason
     counted: bool
+    timing: StepTiming

@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import structlog
@@ -34,7 +35,7 @@ from kenning.engine.commands import (
     SuspendOnEvent,
     SuspendOnTimer,
 )
-from kenning.engine.history import HistoryCursor, StepRecord
+from kenning.engine.history import HistoryCursor, StepRecord, StepTiming
 from kenning.engine.messages import publish, receive_message, send_message, subscribe
 from kenning.engine.outcomes import Attempted, GaveUp, RunOutcome
 from kenning.engine.port import InstancePort, OutboxEvent, StepScope
@@ -150,18 +151,23 @@ class WorkflowRun:
         outcome = await self.attempts(step_id, act.name, policy, attempt, activity=True, timeout=timeout)
         if isinstance(outcome, GaveUp):
             final = _activity_error(act.name, outcome)
-            await self._record_failure(act.name, step_id, final)
+            await self._record_failure(act.name, step_id, final, outcome.timing)
             raise final
         fault_point("activity.after_effect")
         result, payload, payload_bytes = outcome.result
-        record_step = RecordStep(
-            StepRecord(step_id, ACTIVITY_COMPLETED, act.name, payload, payload_bytes, clear_attempts=outcome.counted),
-            what=f"step {step_id}",
+        completed = StepRecord(
+            step_id,
+            ACTIVITY_COMPLETED,
+            act.name,
+            payload,
+            payload_bytes,
+            clear_attempts=outcome.counted,
+            timing=outcome.timing,
         )
         try:
-            await self.port.record_step(record_step, outcome.step)
+            await self.port.record_step(RecordStep(completed, what=f"step {step_id}"), outcome.step)
         except UnstorableValueError as error:  # its ctx.session writes were refused
-            await self._record_failure(act.name, step_id, error)
+            await self._record_failure(act.name, step_id, error, outcome.timing)
             raise
         self.log.debug("activity.completed", step=step_id)
         await self.hook("on_activity_complete", step_id, act.name, result, False)
@@ -328,7 +334,7 @@ class WorkflowRun:
                 await self.hook("on_activity_start", step_id, name, False)
             step = self.port.open_step()
             token = current_step.set(step)
-            started = time.perf_counter()
+            started, began = time.perf_counter(), datetime.now(UTC)
             span = tracing.start_attempt(step_id, name, attempt, activity=activity)
             try:
                 result = await attempt_once(step)
@@ -349,7 +355,8 @@ class WorkflowRun:
                         policy, attempt, answer.seconds_since_first_failure, self.inline_retry_seconds
                     )
                 if isinstance(verdict, GiveUp):
-                    return GaveUp(error, attempt, verdict.reason, counted)
+                    timing = StepTiming(attempt, began, time.perf_counter() - started)
+                    return GaveUp(error, attempt, verdict.reason, counted, timing)
                 metrics.STEP_RETRIES.labels(name).inc()
                 if activity:
                     self.raise_if_cancelled()
@@ -369,11 +376,16 @@ class WorkflowRun:
             finally:
                 current_step.reset(token)
             tracing.end_attempt(span)
-            metrics.STEP_DURATION.labels(name, "completed").observe(time.perf_counter() - started)
-            return Attempted(result, step, counted)
+            seconds = time.perf_counter() - started
+            metrics.STEP_DURATION.labels(name, "completed").observe(seconds)
+            return Attempted(result, step, counted, StepTiming(attempt, began, seconds))
 
-    async def _record_failure(self, name: str, step_id: str, error: BaseException) -> None:
-        record = StepRecord(step_id, ACTIVITY_FAILED, name, serialization.encode_error(error), clear_attempts=True)
+    async def _record_failure(
+        self, name: str, step_id: str, error: BaseException, timing: StepTiming | None = None
+    ) -> None:
+        record = StepRecord(
+            step_id, ACTIVITY_FAILED, name, serialization.encode_error(error), clear_attempts=True, timing=timing
+        )
         await self.port.record_step(RecordStep(record, defer=False, what=f"step {step_id}"))
 
     def _register_on_failure(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kenning import serialization
 from kenning.compensation import ON_FAILURE_PREFIX, CompensationFailedError, bind_on_failure
 from kenning.engine.commands import BeginCompensating, DroppedCompensation, FailSaga, FinalStatus, Finish, RecordStep
-from kenning.engine.history import StepRecord, compensation_step_id
+from kenning.engine.history import StepRecord, StepTiming, compensation_step_id
 from kenning.engine.outcomes import GaveUp, RunOutcome
 from kenning.engine.port import StepScope
 from kenning.errors import KenningError, UnstorableValueError
@@ -52,13 +52,14 @@ async def undo_saga(run: WorkflowRun, *, error: BaseException | None, cancelled:
         if failure is None:
             run.log.info("compensation.executed", compensation=comp.function_name, comp_id=comp.comp_id)
             continue
-        error_record, counted = failure
+        error_record, counted, timing = failure
         record = StepRecord(
             step_id,
             COMPENSATION_FAILED,
             comp.function_name,
             serialization.encode_error(error_record),
             clear_attempts=counted,
+            timing=timing,
         )
         await run.port.record_step(RecordStep(record, defer=False, what=f"compensation {comp.comp_id}"))
         run.log.error(
@@ -107,15 +108,18 @@ async def _begin(run: WorkflowRun, encoded: dict[str, Any] | None) -> list[Dropp
     return dropped
 
 
-async def _run_one(run: WorkflowRun, comp: CompensationRecord, step_id: str) -> tuple[BaseException, bool] | None:
+async def _run_one(
+    run: WorkflowRun, comp: CompensationRecord, step_id: str
+) -> tuple[BaseException, bool, StepTiming | None] | None:
     """Run one compensation with its retry policy and record it; None when it succeeded,
-    else its final error and whether attempts were counted for it."""
+    else its final error, whether attempts were counted for it and its timing (None when
+    it never ran)."""
     target = run.app.registry.compensation(comp.function_name)
     if target is None:
         missing = LookupError(
             f"compensation {comp.function_name} is not registered in this worker; import its module with --app"
         )
-        return missing, False
+        return missing, False, None
     func = getattr(target, "func", target)  # an @activity used as a compensation runs its function
     policy = (
         RetryPolicy.from_json(comp.retry_policy)
@@ -125,7 +129,7 @@ async def _run_one(run: WorkflowRun, comp: CompensationRecord, step_id: str) -> 
     try:
         args, kwargs = _arguments(func, comp)
     except TypeError as error:  # no attempt can succeed on this code: not retried
-        return error, False
+        return error, False, None
 
     async def attempt(_: StepScope) -> None:
         if inspect.iscoroutinefunction(func):
@@ -135,7 +139,7 @@ async def _run_one(run: WorkflowRun, comp: CompensationRecord, step_id: str) -> 
 
     outcome = await run.attempts(step_id, comp.function_name, policy, attempt, activity=False)
     if isinstance(outcome, GaveUp):
-        return outcome.error, outcome.counted
+        return outcome.error, outcome.counted, outcome.timing
     # Recorded in the compensation's own transaction: its ctx.session writes and the
     # record commit together, so a crash can never run it twice.
     record = StepRecord(
@@ -144,11 +148,12 @@ async def _run_one(run: WorkflowRun, comp: CompensationRecord, step_id: str) -> 
         comp.function_name,
         {"args": comp.args, "kwargs": comp.kwargs},
         clear_attempts=outcome.counted,
+        timing=outcome.timing,
     )
     try:
         await run.port.record_step(RecordStep(record, defer=False, what=f"compensation {comp.comp_id}"), outcome.step)
     except UnstorableValueError as refused:  # its ctx.session writes: refused on every try
-        return refused, outcome.counted
+        return refused, outcome.counted, outcome.timing
     return None
 
 

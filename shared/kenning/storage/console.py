@@ -255,7 +255,8 @@ async def instance(conn: Executor, instance_id: str) -> Any | None:
 
 _HISTORY = statement(
     """
-    SELECT seq, step_id, kind, step_name, payload, payload_bytes IS NOT NULL AS binary, created_at
+    SELECT seq, step_id, kind, step_name, payload, payload_bytes IS NOT NULL AS binary, created_at,
+           attempts, started_at, run_seconds
     FROM kenning_history WHERE instance_id = :id ORDER BY seq
     """
 )

@@ -27,21 +27,33 @@ def insert_steps(cte: str, *, instance: str, source: str, steps: str, order_by: 
     and the group-committed writes all use it."""
     order = f"\n        ORDER BY {order_by}" if order_by else ""
     return f"""{cte} AS (
-        INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload, payload_bytes)
-        SELECT {instance}, s.step_id, s.kind, s.step_name, s.payload, decode(s.payload_bytes, 'base64')
+        INSERT INTO kenning_history
+            (instance_id, step_id, kind, step_name, payload, payload_bytes, attempts, started_at, run_seconds)
+        SELECT {instance}, s.step_id, s.kind, s.step_name, s.payload, decode(s.payload_bytes, 'base64'),
+               s.attempts, s.started_at, s.run_seconds
         FROM {source}, jsonb_to_recordset({steps}) AS s(
-            n integer, step_id text, kind text, step_name text, payload jsonb, payload_bytes text){order}
+            n integer, step_id text, kind text, step_name text, payload jsonb, payload_bytes text,
+            attempts integer, started_at timestamptz, run_seconds double precision){order}
         RETURNING 1
     )"""
 
 
 def step_json(
-    step_id: str, kind: str, step_name: str, payload: Any, payload_bytes: bytes | None = None
+    step_id: str,
+    kind: str,
+    step_name: str,
+    payload: Any,
+    payload_bytes: bytes | None = None,
+    *,
+    timing: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One step as ``insert_steps`` reads it (bytes travel as base64 inside the JSON)."""
+    """One step as ``insert_steps`` reads it (bytes travel as base64 inside the JSON; the
+    ``timing`` of a step that ran, ``StepTiming.as_json``: a key left out is NULL)."""
     step: dict[str, Any] = {"step_id": step_id, "kind": kind, "step_name": step_name, "payload": payload}
     if payload_bytes is not None:
         step["payload_bytes"] = base64.b64encode(payload_bytes).decode("ascii")
+    if timing is not None:
+        step.update(timing)
     return step
 
 

@@ -72,6 +72,7 @@ async def history_record_step(
     payload_bytes: bytes | None = None,
     compensations: Sequence[CompensationRecord] = (),
     clear_attempts: bool = False,
+    timing: dict[str, Any] | None = None,
 ) -> bool | None:
     """Record a step if the lease is still ours. Returns the instance's cancellation flag,
     or None when the lease was lost (nothing was written)."""
@@ -81,7 +82,7 @@ async def history_record_step(
             {
                 "id": instance_id,
                 "token": token,
-                "steps": json.dumps([step_json(step_id, kind, step_name, payload, payload_bytes)]),
+                "steps": json.dumps([step_json(step_id, kind, step_name, payload, payload_bytes, timing=timing)]),
                 "compensations": json.dumps([c.to_json() for c in compensations]) if compensations else "[]",
             },
         )

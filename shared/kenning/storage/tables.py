@@ -102,6 +102,9 @@ history = Table(
     Column("payload", JSONB),
     Column("payload_bytes", LargeBinary),
     _ts("created_at", False),
+    Column("attempts", Integer),  # 0007: the step's runs, the last included (NULL: not a run)
+    _ts("started_at"),  # 0007: the last attempt's start, on the worker's clock
+    Column("run_seconds", DOUBLE_PRECISION),  # 0007: the last attempt's run time
 )
 
 compensations = Table(

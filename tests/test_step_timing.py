@@ -1,0 +1,116 @@
+"""A step's attempts, start and run time (migration 0007): recorded with the step by a real
+worker, for activities that succeed or give up and for compensations, and shown by the
+console's timeline; steps that do not run (a received event, a timer) have none, and a
+row recorded before 0007 falls back to the record before it."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from kenning import Client
+from kenning_console.timeline import timeline
+from tests.apps.console import WEIGH_SECONDS
+from tests.console_support import became, block_failures, console_ready, spawn_console
+from tests.logguard import expect_log
+from tests.support import ProcessPool, eventually
+
+APP = "tests.apps.console"
+
+Sql = psycopg.Connection[tuple[object, ...]]
+
+
+def timing(sql: Sql, instance_id: str) -> dict[str, tuple[Any, ...]]:
+    """Each history row's ``(kind, attempts, started_at, run_seconds, created_at)``, by step id."""
+    rows = sql.execute(
+        "SELECT step_id, kind, attempts, started_at, run_seconds, created_at FROM kenning_history "
+        "WHERE instance_id = %s ORDER BY seq",
+        [instance_id],
+    ).fetchall()
+    return {str(row[0]): tuple(row[1:]) for row in rows}
+
+
+@pytest.fixture
+def blocker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return block_failures(tmp_path, monkeypatch)
+
+
+async def test_a_worker_records_each_runs_attempts_start_and_time_and_the_console_shows_them(
+    processes: ProcessPool, database_url: str, sql: Sql, blocker: Path
+) -> None:
+    expect_log("instance.failed", workflow="shop.fulfil")
+    blocker.touch()  # deliver fails both of its attempts
+    processes.worker(database_url, APP)
+    url, console = spawn_console(processes, database_url, app=APP)
+    await console_ready(url, console)
+    async with Client(database_url) as kenning:
+        weighed = (await kenning.start("shop.weigh", parcel="p-1")).instance_id
+        failed = (await kenning.start("shop.fulfil", order_id="o-1")).instance_id
+        ordered = (await kenning.start("shop.order", order_id="o-2", quantity=1)).instance_id
+        await became(sql, weighed, "completed")
+        await became(sql, failed, "failed")
+        await eventually(lambda: "reserve_stock:1" in timing(sql, ordered), message="the stock reserved")
+        assert await kenning.cancel(ordered)
+        await became(sql, ordered, "cancelled")
+
+    # the third attempt succeeded: three counted, its own start and run time
+    kind, attempts, started_at, run_seconds, created_at = timing(sql, weighed)["weigh:1"]
+    assert (kind, attempts) == ("ActivityCompleted", 3)
+    assert WEIGH_SECONDS - 0.01 <= run_seconds < WEIGH_SECONDS + 5  # the loop may wake a hair early
+    # recorded after it ended (same machine, so one clock; microseconds of rounding allowed)
+    assert started_at + timedelta(seconds=run_seconds) <= created_at + timedelta(milliseconds=1)
+
+    steps = timing(sql, failed)
+    assert steps["prepare:1"][:2] == ("ActivityCompleted", 1)
+    assert steps["deliver:1"][:2] == ("ActivityFailed", 2)  # gave up after its two
+    assert steps["deliver:1"][2] is not None and steps["deliver:1"][3] is not None
+
+    steps = timing(sql, ordered)
+    assert steps["reserve_stock:1"][:2] == ("ActivityCompleted", 1)
+    (compensation,) = [row for step, row in steps.items() if step.startswith("compensation:")]
+    assert compensation[:2] == ("CompensationExecuted", 1)
+    assert compensation[2] is not None and compensation[3] is not None
+
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        page = (await client.get(f"/instances/{weighed}")).text
+    item = page[page.index("<strong>weigh</strong>") :]
+    item = item[: item.index("</li>")]
+    assert "3 attempts" in item
+    shown = float(item.split("took ", 1)[1].split(" s", 1)[0])
+    assert shown == pytest.approx(run_seconds, abs=0.001)
+    shown_start = re.search(r'started <time datetime="([^"]+)"', item)
+    assert shown_start is not None and datetime.fromisoformat(shown_start[1]) == started_at
+
+
+def _row(kind: str, at: datetime, **timed: Any) -> SimpleNamespace:
+    values = {"attempts": None, "started_at": None, "run_seconds": None, **timed}
+    return SimpleNamespace(
+        seq=0, step_id=f"{kind}:1", kind=kind, step_name=kind, payload={}, binary=False, created_at=at, **values
+    )
+
+
+def test_the_timeline_takes_a_measured_step_as_measured_and_falls_back_for_the_rest() -> None:
+    began = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+    instance = SimpleNamespace(started_at=began, created_at=began, attempts={})
+    measured = _row(
+        "ActivityCompleted",
+        began + timedelta(seconds=10),  # written late (a deferred record): the record time is not the end
+        attempts=3,
+        started_at=began + timedelta(seconds=2),
+        run_seconds=0.25,
+    )
+    old = _row("ActivityCompleted", began + timedelta(seconds=12))  # recorded before 0007
+    event = _row("EventReceived", began + timedelta(seconds=15))
+    items = timeline(instance=instance, history=[measured, old, event], compensations=[], waits=[], timers=[], sent=[])
+    assert [(i.started, i.duration, i.attempts) for i in items] == [
+        (began + timedelta(seconds=2), 0.25, 3),
+        (began + timedelta(seconds=10), 2.0, None),  # from the record before it
+        (began + timedelta(seconds=12), 3.0, None),
+    ]
