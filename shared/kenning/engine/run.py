@@ -12,7 +12,6 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import structlog
@@ -334,7 +333,7 @@ class WorkflowRun:
                 await self.hook("on_activity_start", step_id, name, False)
             step = self.port.open_step()
             token = current_step.set(step)
-            started, began = time.perf_counter(), datetime.now(UTC)
+            started, began = time.perf_counter(), time.time()
             span = tracing.start_attempt(step_id, name, attempt, activity=activity)
             try:
                 result = await attempt_once(step)
