@@ -87,7 +87,9 @@ def _history_item(row: Any, instance: Any) -> Item:
     base = {
         "step_id": row.step_id,
         "at": row.created_at,
-        "attempts": row.attempts or attempts,  # the record's; else the failed ones counted so far
+        # the record's (0007); an older row's step only if it still has attempts counted
+        # on the instance (a record clears them, so this is rarely anything)
+        "attempts": row.attempts or attempts,
         "last_error": last_error,
         "started": row.started_at,
         "run_seconds": row.run_seconds,

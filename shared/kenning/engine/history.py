@@ -48,21 +48,23 @@ def compensation_step_id(comp_id: str) -> str:
 
 @dataclass(frozen=True)
 class StepTiming:
-    """How a step that ran got its outcome: its attempts (the last included, earlier
-    claims' counted too), and the last attempt's start (``time.time()``: seconds since
-    the epoch on the worker's wall clock) and run time (monotonic clock, seconds).
+    """How a step that ran got its outcome: its attempt number (the failed attempts
+    counted on the instance, earlier claims' too, plus this last one; an attempt cut
+    short by a crash or a lost lease was never counted), and the last attempt's start
+    (``time.time()``: seconds since the epoch on the worker's wall clock) and run time
+    (monotonic clock, seconds).
 
     The start travels as a float, not a ``datetime``, because this is on every step's
     path: ``datetime.now(UTC).isoformat()`` cost a 2-worker throughput run about 6% of
     its workflows/s; the step insert turns the float into a ``timestamptz``."""
 
     attempts: int
-    started: float
+    started_epoch: float
     seconds: float
 
     def as_json(self) -> dict[str, Any]:
         """The history row's columns (migration 0007), as the step insert reads them."""
-        return {"attempts": self.attempts, "started": self.started, "run_seconds": self.seconds}
+        return {"attempts": self.attempts, "started_epoch": self.started_epoch, "run_seconds": self.seconds}
 
 
 @dataclass(frozen=True)

@@ -333,13 +333,15 @@ class WorkflowRun:
                 await self.hook("on_activity_start", step_id, name, False)
             step = self.port.open_step()
             token = current_step.set(step)
-            started, began = time.perf_counter(), time.time()
+            monotonic_start, wall_start = time.perf_counter(), time.time()
             span = tracing.start_attempt(step_id, name, attempt, activity=activity)
             try:
                 result = await attempt_once(step)
             except Exception as error:
+                # the attempt's time, not the rollback's, the hook's or the counting's after it
+                timing = StepTiming(attempt, wall_start, time.perf_counter() - monotonic_start)
                 tracing.end_attempt(span, error)
-                metrics.STEP_DURATION.labels(name, "failed").observe(time.perf_counter() - started)
+                metrics.STEP_DURATION.labels(name, "failed").observe(timing.seconds)
                 await step.rollback()
                 if isinstance(error, ActivityTimeoutError):
                     self.log.warning("activity.timed_out", step=step_id, attempt=attempt, timeout=timeout)
@@ -354,7 +356,6 @@ class WorkflowRun:
                         policy, attempt, answer.seconds_since_first_failure, self.inline_retry_seconds
                     )
                 if isinstance(verdict, GiveUp):
-                    timing = StepTiming(attempt, began, time.perf_counter() - started)
                     return GaveUp(error, attempt, verdict.reason, counted, timing)
                 metrics.STEP_RETRIES.labels(name).inc()
                 if activity:
@@ -375,9 +376,9 @@ class WorkflowRun:
             finally:
                 current_step.reset(token)
             tracing.end_attempt(span)
-            seconds = time.perf_counter() - started
-            metrics.STEP_DURATION.labels(name, "completed").observe(seconds)
-            return Attempted(result, step, counted, StepTiming(attempt, began, seconds))
+            timing = StepTiming(attempt, wall_start, time.perf_counter() - monotonic_start)
+            metrics.STEP_DURATION.labels(name, "completed").observe(timing.seconds)
+            return Attempted(result, step, counted, timing)
 
     async def _record_failure(
         self, name: str, step_id: str, error: BaseException, timing: StepTiming | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kenning import serialization
@@ -52,14 +53,14 @@ async def undo_saga(run: WorkflowRun, *, error: BaseException | None, cancelled:
         if failure is None:
             run.log.info("compensation.executed", compensation=comp.function_name, comp_id=comp.comp_id)
             continue
-        error_record, counted, timing = failure
+        error_record = failure.error
         record = StepRecord(
             step_id,
             COMPENSATION_FAILED,
             comp.function_name,
             serialization.encode_error(error_record),
-            clear_attempts=counted,
-            timing=timing,
+            clear_attempts=failure.counted,
+            timing=failure.timing,
         )
         await run.port.record_step(RecordStep(record, defer=False, what=f"compensation {comp.comp_id}"))
         run.log.error(
@@ -108,18 +109,23 @@ async def _begin(run: WorkflowRun, encoded: dict[str, Any] | None) -> list[Dropp
     return dropped
 
 
-async def _run_one(
-    run: WorkflowRun, comp: CompensationRecord, step_id: str
-) -> tuple[BaseException, bool, StepTiming | None] | None:
-    """Run one compensation with its retry policy and record it; None when it succeeded,
-    else its final error, whether attempts were counted for it and its timing (None when
-    it never ran)."""
+@dataclass(frozen=True)
+class _Failure:
+    """How one compensation ended when it did not succeed."""
+
+    error: BaseException
+    counted: bool  # attempts were counted for it: its record clears them
+    timing: StepTiming | None  # None: it never ran (not registered, arguments refused)
+
+
+async def _run_one(run: WorkflowRun, comp: CompensationRecord, step_id: str) -> _Failure | None:
+    """Run one compensation with its retry policy and record it; None when it succeeded."""
     target = run.app.registry.compensation(comp.function_name)
     if target is None:
         missing = LookupError(
             f"compensation {comp.function_name} is not registered in this worker; import its module with --app"
         )
-        return missing, False, None
+        return _Failure(missing, False, None)
     func = getattr(target, "func", target)  # an @activity used as a compensation runs its function
     policy = (
         RetryPolicy.from_json(comp.retry_policy)
@@ -129,7 +135,7 @@ async def _run_one(
     try:
         args, kwargs = _arguments(func, comp)
     except TypeError as error:  # no attempt can succeed on this code: not retried
-        return error, False, None
+        return _Failure(error, False, None)
 
     async def attempt(_: StepScope) -> None:
         if inspect.iscoroutinefunction(func):
@@ -139,7 +145,7 @@ async def _run_one(
 
     outcome = await run.attempts(step_id, comp.function_name, policy, attempt, activity=False)
     if isinstance(outcome, GaveUp):
-        return outcome.error, outcome.counted, outcome.timing
+        return _Failure(outcome.error, outcome.counted, outcome.timing)
     # Recorded in the compensation's own transaction: its ctx.session writes and the
     # record commit together, so a crash can never run it twice.
     record = StepRecord(
@@ -153,7 +159,7 @@ async def _run_one(
     try:
         await run.port.record_step(RecordStep(record, defer=False, what=f"compensation {comp.comp_id}"), outcome.step)
     except UnstorableValueError as refused:  # its ctx.session writes: refused on every try
-        return refused, outcome.counted, outcome.timing
+        return _Failure(refused, outcome.counted, outcome.timing)
     return None
 
 

@@ -30,10 +30,10 @@ def insert_steps(cte: str, *, instance: str, source: str, steps: str, order_by: 
         INSERT INTO kenning_history
             (instance_id, step_id, kind, step_name, payload, payload_bytes, attempts, started_at, run_seconds)
         SELECT {instance}, s.step_id, s.kind, s.step_name, s.payload, decode(s.payload_bytes, 'base64'),
-               s.attempts, to_timestamp(s.started), s.run_seconds
+               s.attempts, to_timestamp(s.started_epoch), s.run_seconds
         FROM {source}, jsonb_to_recordset({steps}) AS s(
             n integer, step_id text, kind text, step_name text, payload jsonb, payload_bytes text,
-            attempts integer, started double precision, run_seconds double precision){order}
+            attempts integer, started_epoch double precision, run_seconds double precision){order}
         RETURNING 1
     )"""
 

@@ -1,8 +1,9 @@
 """A step's attempts, start and run time, on its history row: the console's timeline
 shows each step's start, duration and attempts (issue 18) without guessing them.
 
-- ``attempts``: how many times the step ran, the last one included (failed attempts
-  counted on the instance before, in this claim or an earlier one, plus the last).
+- ``attempts``: the last attempt's number: the failed attempts counted on the instance
+  before it (in this claim or an earlier one) plus one. An attempt a crash or a lost
+  lease cut short was never counted, so it can be fewer than the times the code ran.
 - ``started_at``: when the last attempt began, on the worker's clock. Not derived from
   ``created_at`` (the database's clock): a record can be written well after its step
   ended (a deferred record goes with the next statement), and an activity's
