@@ -1,10 +1,11 @@
 """A step's attempts, start and run time (migration 0007): recorded with the step by a real
 worker, for activities that succeed or give up and for compensations, and shown by the
-console's timeline; steps that do not run (a received event, a timer) have none, and a
+console's timeline and ``kenning instances show``; steps that do not run (a received event, a timer) have none, and a
 row recorded before 0007 falls back to the record before it."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +21,7 @@ from kenning_console.timeline import timeline
 from tests.apps.console import WEIGH_SECONDS
 from tests.console_support import became, block_failures, console_ready, spawn_console
 from tests.logguard import expect_log
-from tests.support import ProcessPool, eventually
+from tests.support import ProcessPool, eventually, kenning_command
 
 APP = "tests.apps.console"
 
@@ -77,6 +78,14 @@ async def test_a_worker_records_each_runs_attempts_start_and_time_and_the_consol
     (compensation,) = [row for step, row in steps.items() if step.startswith("compensation:")]
     assert compensation[:2] == ("CompensationExecuted", 1)
     assert compensation[2] is not None and compensation[3] is not None
+
+    # the operator's command shows the same, in its table and in its JSON
+    human = kenning_command("instances", "show", weighed, url=database_url).stdout
+    (weigh_line,) = [line for line in human.splitlines() if "weigh:1" in line]
+    assert weigh_line.split()[-3:] == ["3", f"{run_seconds:.3f}", "s"]
+    (detail,) = json.loads(kenning_command("instances", "show", weighed, "--json", url=database_url).stdout)["history"]
+    assert (detail["attempts"], detail["run_seconds"]) == (3, run_seconds)
+    assert datetime.fromisoformat(detail["started_at"]) == started_at
 
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:
         page = (await client.get(f"/instances/{weighed}")).text

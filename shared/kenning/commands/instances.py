@@ -22,6 +22,8 @@ from kenning.storage.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED
 from kenning.storage.records import INSTANCE_STATUSES, InstanceRow
 
 HELP = "list, show, cancel and retry workflow instances"
+# a step that did not run (an event, a timer) or was recorded before migration 0007
+_UNTIMED: dict[str, Any] = {"attempts": None, "started_at": None, "run_seconds": None}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,13 +69,15 @@ async def _run(args: argparse.Namespace) -> int:
                 raise WorkflowNotFoundError(f"no workflow instance {args.instance_id!r}")
             if args.action == "show":
                 history = (await history_sql.history_load(conn, [row.id])).get(row.id, [])
+                timings = await history_sql.step_timings(conn, row.id)
                 compensations = (await history_sql.compensations_load(conn, [row.id])).get(row.id, [])
                 stuck_mark = await progress_sql.instance_stuck(conn, row.id)
                 shown = {**asdict(row), "stuck_reason": stuck_mark.reason if stuck_mark else None}
                 parent = await children_sql.parent_of(conn, row.id)
                 children = await children_sql.children_of(conn, row.id)
                 shown["parent_id"] = None if parent is None else parent[0]
-                _show(args, shown, [asdict(h) for h in history], [asdict(c) for c in compensations], children)
+                steps = [{**asdict(h), **timings.get(h.step_id, _UNTIMED)} for h in history]
+                _show(args, shown, steps, [asdict(c) for c in compensations], children)
                 known = row.status != "pending" or await definitions_sql.definition_known(conn, row.workflow_name)
                 if not known and not args.json:
                     emit(f"\nno worker has this workflow: no process ever registered {row.workflow_name!r}")
@@ -154,8 +158,11 @@ def _show(
     emit("")
     emit(
         table(
-            ["time", "kind", "step", "name"],
-            [(h["created_at"], h["kind"], h["step_id"], h["step_name"]) for h in history],
+            ["time", "kind", "step", "name", "attempts", "took"],
+            [
+                (h["created_at"], h["kind"], h["step_id"], h["step_name"], h["attempts"], _took(h["run_seconds"]))
+                for h in history
+            ],
         )
         if history
         else "no steps recorded yet"
@@ -179,6 +186,11 @@ def _show(
         for c in compensations:  # in full: the table cuts long cells
             if c["error"]:
                 emit(f"compensation #{c['position']} {c['function_name']} failed: {c['error']}")
+
+
+def _took(seconds: float | None) -> str | None:
+    """A step's last attempt's run time, as the console shows it."""
+    return None if seconds is None else f"{seconds:.3f} s"
 
 
 def _runs(row: dict[str, Any]) -> str:

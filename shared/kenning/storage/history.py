@@ -120,3 +120,22 @@ async def compensations_load(conn: Executor, instance_ids: Sequence[str]) -> dic
             )
         )
     return loaded
+
+
+_STEP_TIMINGS = statement(
+    """
+    SELECT step_id, attempts, started_at, run_seconds
+    FROM kenning_history
+    WHERE instance_id = :id AND attempts IS NOT NULL
+    """
+)
+
+
+async def step_timings(conn: Executor, instance_id: str) -> dict[str, dict[str, Any]]:
+    """The steps of one instance that ran, by step id: ``attempts``, ``started_at`` and
+    ``run_seconds`` (migration 0007; for operators, not replay, which never reads them)."""
+    rows = await conn.execute(_STEP_TIMINGS, {"id": instance_id})
+    return {
+        row.step_id: {"attempts": row.attempts, "started_at": row.started_at, "run_seconds": row.run_seconds}
+        for row in rows
+    }
