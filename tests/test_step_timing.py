@@ -38,6 +38,15 @@ def timing(sql: Sql, instance_id: str) -> dict[str, tuple[Any, ...]]:
     return {str(row[0]): tuple(row[1:]) for row in rows}
 
 
+def backing_off(sql: Sql, instance_id: str) -> bool:
+    row = sql.execute(
+        "SELECT status = 'pending' AND attempts ? 'charge:1' AND available_at > now() + interval '1 minute' "
+        "FROM kenning_instances WHERE id = %s",
+        [instance_id],
+    ).fetchone()
+    return row == (True,)
+
+
 @pytest.fixture
 def blocker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return block_failures(tmp_path, monkeypatch)
@@ -55,11 +64,13 @@ async def test_a_worker_records_each_runs_attempts_start_and_time_and_the_consol
         weighed = (await kenning.start("shop.weigh", parcel="p-1")).instance_id
         failed = (await kenning.start("shop.fulfil", order_id="o-1")).instance_id
         ordered = (await kenning.start("shop.order", order_id="o-2", quantity=1)).instance_id
+        charging = (await kenning.start("shop.charge", order_id="o-3")).instance_id
         await became(sql, weighed, "completed")
         await became(sql, failed, "failed")
         await eventually(lambda: "reserve_stock:1" in timing(sql, ordered), message="the stock reserved")
         assert await kenning.cancel(ordered)
         await became(sql, ordered, "cancelled")
+        await eventually(lambda: backing_off(sql, charging), message="the charge released for its back-off")
 
     # the third attempt succeeded: three counted, its own start and run time
     kind, attempts, started_at, run_seconds, created_at = timing(sql, weighed)["weigh:1"]
@@ -92,10 +103,23 @@ async def test_a_worker_records_each_runs_attempts_start_and_time_and_the_consol
     item = page[page.index("<strong>weigh</strong>") :]
     item = item[: item.index("</li>")]
     assert "3 attempts" in item
+    assert "retrying" not in page  # its failed attempts were cleared by its record
+
     shown = float(item.split("took ", 1)[1].split(" s", 1)[0])
     assert shown == pytest.approx(run_seconds, abs=0.001)
     shown_start = re.search(r'started <time datetime="([^"]+)"', item)
     assert shown_start is not None and datetime.fromisoformat(shown_start[1]) == started_at
+
+    # a step between attempts has no record yet: the timeline shows it retrying, and when next
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        page = (await client.get(f"/instances/{charging}")).text
+    item = page[page.index("<strong>charge</strong>") :]
+    item = item[: item.index("</li>")]
+    assert "retrying" in item and "1 attempt " in item and "failing since" in item
+    assert "last error: RuntimeError(&#39;the card for o-3 was declined&#39;)" in item
+    due = sql.execute("SELECT available_at FROM kenning_instances WHERE id = %s", [charging]).fetchone()
+    next_attempt = re.search(r'next attempt <time datetime="([^"]+)"', item)
+    assert due is not None and next_attempt is not None and datetime.fromisoformat(next_attempt[1]) == due[0]
 
 
 def _row(kind: str, at: datetime, **timed: Any) -> SimpleNamespace:
@@ -123,3 +147,37 @@ def test_the_timeline_takes_a_measured_step_as_measured_and_falls_back_for_the_r
         (began + timedelta(seconds=10), 2.0, None),  # from the record before it
         (began + timedelta(seconds=12), 3.0, None),
     ]
+
+
+def test_a_step_being_retried_is_shown_with_its_count_error_and_next_attempt() -> None:
+    began = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+    failing = {"attempts": 2, "first_failed_at": "2026-12-03T12:00:05+00:00", "last_error": "RuntimeError('no')"}
+    done = _row("ActivityCompleted", began + timedelta(seconds=1), attempts=1, started_at=began, run_seconds=0.5)
+    done.step_id = "reserve:1"
+    compensation = SimpleNamespace(comp_id="c-1", function_name="refund", args=[], kwargs={}, created_at=began)
+    instance = SimpleNamespace(
+        started_at=began,
+        created_at=began,
+        status="pending",
+        available_at=began + timedelta(minutes=5),
+        attempts={"charge:1": failing, "reserve:1": {"attempts": 9}},  # a recorded step's entry: not retrying
+    )
+    items = timeline(instance=instance, history=[done], compensations=[], waits=[], timers=[], sent=[])
+    assert [(i.kind, i.name, i.outcome, i.attempts, i.last_error, i.at, i.due_at) for i in items] == [
+        ("activity", "ActivityCompleted", "completed", 1, "", began + timedelta(seconds=1), None),
+        (
+            "activity",
+            "charge",
+            "retrying",
+            2,
+            "RuntimeError('no')",
+            began + timedelta(seconds=5),
+            began + timedelta(minutes=5),
+        ),
+    ]
+    # a compensation retried inline while the saga runs: named by its function, no next attempt known
+    instance.status, instance.attempts = "compensating", {"compensation:c-1": failing}
+    items = timeline(instance=instance, history=[], compensations=[compensation], waits=[], timers=[], sent=[])
+    retrying = [i for i in items if i.outcome == "retrying"]
+    assert [(i.kind, i.name, i.attempts, i.due_at) for i in retrying] == [("compensation", "refund", 2, None)]
+    assert [i.outcome for i in items] == ["retrying"]  # not also listed as registered, not run

@@ -81,6 +81,20 @@ async def weigh_parcel(ctx: WorkflowContext, parcel: str) -> int:
     return await weigh(ctx, parcel)
 
 
+# ------------------------------------------------------------------ a step on a long back-off
+
+
+@activity(retry_policy=RetryPolicy(initial_interval=3600, max_interval=3600, max_attempts=3))
+async def charge(ctx: WorkflowContext, order_id: str) -> str:
+    raise RuntimeError(f"the card for {order_id} was declined")
+
+
+@workflow(name="shop.charge")
+async def charge_order(ctx: WorkflowContext, order_id: str) -> str:
+    """Its step fails once, then waits an hour for its next attempt (the worker let it go)."""
+    return await charge(ctx, order_id)
+
+
 # ------------------------------------------------------------------ a failure to retry
 
 

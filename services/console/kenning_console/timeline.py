@@ -2,7 +2,9 @@
 attempts and outcome (as its worker measured them for a step that ran, migration 0007;
 else, and for steps recorded before it, the start is the record before it and the
 duration runs to the step's record);
-the waits and timers it is on now (with their ``match`` and due time); the CloudEvents it
+the steps it is retrying now (failed attempts counted, no record yet: how many, since
+when, the last error, and when the next attempt is due if the back-off released it); the
+waits and timers it is on now (with their ``match`` and due time); the CloudEvents it
 received (their attributes, from the ``EventReceived`` record) and sent (its outbox rows);
 its compensations. Pure: rows in, items out."""
 
@@ -119,6 +121,32 @@ def _history_item(row: Any, instance: Any) -> Item:
     return Item(row.kind, row.step_name, row.kind, details=payload, **base)  # a kind this console predates
 
 
+def _retrying(instance: Any, recorded: set[str], compensations: list[Any]) -> list[Item]:
+    """Steps with failed attempts counted on the instance and no record yet: being retried
+    (inline by a worker, or released for a back-off: then ``due_at`` is the next attempt)."""
+    functions = {f"compensation:{row.comp_id}": row.function_name for row in compensations}
+    items = []
+    for step_id, entry in (instance.attempts or {}).items():
+        if step_id in recorded or not isinstance(entry, dict):
+            continue
+        compensation = step_id in functions
+        first = entry.get("first_failed_at")
+        items.append(
+            Item(
+                "compensation" if compensation else "activity",
+                # a step id is "<name>:<n>" unless the code named it
+                functions[step_id] if compensation else step_id.rpartition(":")[0] or step_id,
+                "retrying",
+                datetime.fromisoformat(first) if isinstance(first, str) else None,
+                step_id=step_id,
+                attempts=entry.get("attempts") if isinstance(entry.get("attempts"), int) else None,
+                last_error=str(entry.get("last_error") or ""),
+                due_at=instance.available_at if instance.status == "pending" else None,
+            )
+        )
+    return items
+
+
 def timeline(
     *, instance: Any, history: list[Any], compensations: list[Any], waits: list[Any], timers: list[Any], sent: list[Any]
 ) -> list[Item]:
@@ -129,6 +157,7 @@ def timeline(
         if item.started is None:
             item.started = previous if previous is not None and item.at is not None and previous <= item.at else None
         previous = item.at or previous
+    items += _retrying(instance, {row.step_id for row in history}, compensations)
     for row in sent:
         items.append(
             Item(
