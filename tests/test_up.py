@@ -230,7 +230,8 @@ def _stable_facts(text: str) -> dict[str, list[Any]]:
         "send": re.findall(r"^(\d{3}) \{", text, flags=re.M),
         "json": _json_objects(text),
         "fields": re.findall(r"^(workflow|status|result|error|error type)  +(.+)$", text, flags=re.M),
-        "timeline": re.findall(rf"^\S+\s+({KINDS})\s+\S+\s+(\S+)$", text, flags=re.M),
+        # kind, name and attempts; not the run time ("-" for what does not run)
+        "timeline": re.findall(rf"^\S+\s+({KINDS})\s+\S+\s+(\S+)\s+(\d+|-)\s+(?:\d+\.\d{{3}} s|-)$", text, flags=re.M),
     }
 
 
