@@ -160,6 +160,15 @@ def side_channel(tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.fixture
+def blocker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A path: while that file exists, tests.apps.console's ``deliver`` and its
+    ``audit.recorded`` handler fail (``CONSOLE_TEST_BLOCKER``, read by the processes started after)."""
+    path = tmp_path / "blocked"
+    monkeypatch.setenv("CONSOLE_TEST_BLOCKER", str(path))
+    return path
+
+
+@pytest.fixture
 def processes(tmp_path: os.PathLike[str], log_guard: logguard.LogGuard) -> Iterator[ProcessPool]:
     pool = ProcessPool(os.fspath(tmp_path), log_guard)
     yield pool

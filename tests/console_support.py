@@ -4,13 +4,11 @@ posted as a browser posts them (with the CSRF cookie's token)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 import psycopg
-import pytest
 
 from tests.support import ProcessPool, eventually, free_port, until_answering
 
@@ -33,14 +31,6 @@ def spawn_console(
 
 async def console_ready(url: str, proc: psutil.Popen) -> None:
     await until_answering(f"{url}/healthz", proc, "the console")
-
-
-def block_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A path: while that file exists, tests.apps.console's ``deliver`` and its
-    ``audit.recorded`` handler fail (``CONSOLE_TEST_BLOCKER``, read by the processes started after)."""
-    path = tmp_path / "blocked"
-    monkeypatch.setenv("CONSOLE_TEST_BLOCKER", str(path))
-    return path
 
 
 def instance_status(sql: psycopg.Connection[tuple[object, ...]], instance_id: str) -> str | None:

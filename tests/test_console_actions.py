@@ -10,7 +10,6 @@ from pathlib import Path
 
 import httpx
 import psycopg
-import pytest
 
 from kenning.db import Database
 from kenning.storage import console_actions as console_sql
@@ -18,7 +17,6 @@ from kenning.storage.inbox import NewEvent, inbox_insert_events
 from tests.console_support import (
     action_lines,
     became,
-    block_failures,
     console_ready,
     instance_status,
     post_form,
@@ -101,12 +99,6 @@ async def test_outbox_pages_by_keyset_and_counts_dead_letters(database: Database
 
 
 # ------------------------------------------------------------------ the actions, on a real console
-
-
-@pytest.fixture
-def blocker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """While this file exists, the test app's ``deliver`` and ``audit.recorded`` fail."""
-    return block_failures(tmp_path, monkeypatch)
 
 
 async def _start(client: httpx.AsyncClient, workflow: str, arguments: dict[str, object]) -> str:

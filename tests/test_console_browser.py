@@ -29,7 +29,7 @@ from playwright.async_api import Browser, Page, ViewportSize, async_playwright
 from kenning.client import Client
 from kenning.db import Database
 from kenning.storage.inbox import NewEvent, inbox_insert_events
-from tests.console_support import action_lines, became, block_failures, console_ready, spawn_console
+from tests.console_support import action_lines, became, console_ready, spawn_console
 from tests.logguard import expect_log
 from tests.support import ProcessPool, eventually, executions
 
@@ -59,11 +59,6 @@ def screenshots(tmp_path: Path) -> Path:
     folder = Path(os.environ.get("KENNING_SCREENSHOTS_DIR") or tmp_path / "screenshots")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-@pytest.fixture
-def blocker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return block_failures(tmp_path, monkeypatch)
 
 
 async def _until_shown(page: Page, predicate: Callable[[], Awaitable[bool]], message: str) -> None:

@@ -19,7 +19,7 @@ import pytest
 from kenning import Client
 from kenning_console.timeline import timeline
 from tests.apps.console import WEIGH_SECONDS
-from tests.console_support import became, block_failures, console_ready, spawn_console
+from tests.console_support import became, console_ready, spawn_console
 from tests.logguard import expect_log
 from tests.support import ProcessPool, eventually, kenning_command
 
@@ -45,11 +45,6 @@ def backing_off(sql: Sql, instance_id: str) -> bool:
         [instance_id],
     ).fetchone()
     return row == (True,)
-
-
-@pytest.fixture
-def blocker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return block_failures(tmp_path, monkeypatch)
 
 
 async def test_a_worker_records_each_runs_attempts_start_and_time_and_the_console_shows_them(
