@@ -75,8 +75,8 @@ class Item:
         return max(0.0, (self.at - self.started).total_seconds())
 
 
-def _attempts(instance: Any, step_id: str) -> tuple[int | None, str]:
-    entry = (instance.attempts or {}).get(step_id)
+def _counted(entry: Any) -> tuple[int | None, str]:
+    """A step's entry in the instance's ``attempts``: its failed attempts and last error."""
     if not isinstance(entry, dict):
         return None, ""
     count = entry.get("attempts")
@@ -85,7 +85,7 @@ def _attempts(instance: Any, step_id: str) -> tuple[int | None, str]:
 
 def _history_item(row: Any, instance: Any) -> Item:
     payload = row.payload if isinstance(row.payload, dict) else {}
-    attempts, last_error = _attempts(instance, row.step_id)
+    attempts, last_error = _counted((instance.attempts or {}).get(row.step_id))
     base = {
         "step_id": row.step_id,
         "at": row.created_at,
@@ -130,6 +130,7 @@ def _retrying(instance: Any, recorded: set[str], compensations: list[Any]) -> li
         if step_id in recorded or not isinstance(entry, dict):
             continue
         compensation = step_id in functions
+        attempts, last_error = _counted(entry)
         first = entry.get("first_failed_at")
         items.append(
             Item(
@@ -139,8 +140,8 @@ def _retrying(instance: Any, recorded: set[str], compensations: list[Any]) -> li
                 "retrying",
                 datetime.fromisoformat(first) if isinstance(first, str) else None,
                 step_id=step_id,
-                attempts=entry.get("attempts") if isinstance(entry.get("attempts"), int) else None,
-                last_error=str(entry.get("last_error") or ""),
+                attempts=attempts,
+                last_error=last_error,
                 due_at=instance.available_at if instance.status == "pending" else None,
             )
         )
