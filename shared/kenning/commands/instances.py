@@ -22,8 +22,6 @@ from kenning.storage.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED
 from kenning.storage.records import INSTANCE_STATUSES, InstanceRow
 
 HELP = "list, show, cancel and retry workflow instances"
-# a step that did not run (an event, a timer) or was recorded before migration 0007
-_UNTIMED: dict[str, Any] = {"attempts": None, "started_at": None, "run_seconds": None}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,16 +66,14 @@ async def _run(args: argparse.Namespace) -> int:
             if row is None:
                 raise WorkflowNotFoundError(f"no workflow instance {args.instance_id!r}")
             if args.action == "show":
-                history = (await history_sql.history_load(conn, [row.id])).get(row.id, [])
-                timings = await history_sql.step_timings(conn, row.id)
+                history = await history_sql.history_shown(conn, row.id)
                 compensations = (await history_sql.compensations_load(conn, [row.id])).get(row.id, [])
                 stuck_mark = await progress_sql.instance_stuck(conn, row.id)
                 shown = {**asdict(row), "stuck_reason": stuck_mark.reason if stuck_mark else None}
                 parent = await children_sql.parent_of(conn, row.id)
                 children = await children_sql.children_of(conn, row.id)
                 shown["parent_id"] = None if parent is None else parent[0]
-                steps = [{**asdict(h), **timings.get(h.step_id, _UNTIMED)} for h in history]
-                _show(args, shown, steps, [asdict(c) for c in compensations], children)
+                _show(args, shown, history, [asdict(c) for c in compensations], children)
                 known = row.status != "pending" or await definitions_sql.definition_known(conn, row.workflow_name)
                 if not known and not args.json:
                     emit(f"\nno worker has this workflow: no process ever registered {row.workflow_name!r}")

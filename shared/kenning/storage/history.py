@@ -122,20 +122,31 @@ async def compensations_load(conn: Executor, instance_ids: Sequence[str]) -> dic
     return loaded
 
 
-_STEP_TIMINGS = statement(
+_HISTORY_SHOWN = statement(
     """
-    SELECT step_id, attempts, started_at, run_seconds
+    SELECT step_id, kind, step_name, payload, payload_bytes, created_at, attempts, started_at, run_seconds
     FROM kenning_history
-    WHERE instance_id = :id AND attempts IS NOT NULL
+    WHERE instance_id = :id
+    ORDER BY seq
     """
 )
 
 
-async def step_timings(conn: Executor, instance_id: str) -> dict[str, dict[str, Any]]:
-    """The steps of one instance that ran, by step id: ``attempts``, ``started_at`` and
-    ``run_seconds`` (migration 0007; for operators, not replay, which never reads them)."""
-    rows = await conn.execute(_STEP_TIMINGS, {"id": instance_id})
-    return {
-        row.step_id: {"attempts": row.attempts, "started_at": row.started_at, "run_seconds": row.run_seconds}
-        for row in rows
-    }
+async def history_shown(conn: Executor, instance_id: str) -> list[dict[str, Any]]:
+    """One instance's history for operators, oldest step first: what replay loads
+    (``history_load``) and, for a step that ran, its ``attempts``, ``started_at`` and
+    ``run_seconds`` (migration 0007; NULL otherwise), which replay never reads."""
+    return [
+        {
+            "step_id": row.step_id,
+            "kind": row.kind,
+            "step_name": row.step_name,
+            "payload": row.payload,
+            "payload_bytes": row.payload_bytes,
+            "created_at": row.created_at,
+            "attempts": row.attempts,
+            "started_at": row.started_at,
+            "run_seconds": row.run_seconds,
+        }
+        for row in await conn.execute(_HISTORY_SHOWN, {"id": instance_id})
+    ]
