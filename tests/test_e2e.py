@@ -24,6 +24,7 @@ import yaml
 from tests.ingress_support import binary, cloud_event, structured
 from tests.logguard import expect_log
 from tests.relayer_support import Receiver, start_receiver
+from tests.relayer_support import statuses as outbox_statuses
 from tests.support import REPO_ROOT, ProcessPool, check_invariants, eventually, free_port, run_kenning
 
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -303,12 +304,7 @@ async def test_the_order_saga_through_the_stack_as_compose_runs_it(
         message="every order's payment.requested at the receiver",
     )
     await eventually(
-        lambda: (
-            sql.execute("SELECT count(*), count(*) FILTER (WHERE status = 'published') FROM kenning_outbox").fetchone()
-            == (4, 4)
-        ),
-        timeout=30,
-        message="the four outbox rows published",
+        lambda: outbox_statuses(sql) == {"published": 4}, timeout=30, message="the four outbox rows published"
     )
     assert all(p.is_running() for p in started.values()), "a service crashed during the run"
     logs = {replica: processes.log_of(proc) for replica, proc in started.items()}

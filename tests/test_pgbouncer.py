@@ -35,6 +35,7 @@ from kenning.client import Client
 from kenning.db import Database, connect, executor_of, statement
 from tests.ingress_support import cloud_event, start_ingress, structured
 from tests.relayer_support import relayer_process, start_receiver
+from tests.relayer_support import statuses as outbox_statuses
 from tests.support import ProcessPool, check_invariants, eventually, free_port
 
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -270,14 +271,7 @@ async def test_the_core_flows_run_through_pgbouncer_in_transaction_mode(
     with psycopg.connect(direct, autocommit=True) as sql:
         # the receiver has each event before the relayer marks its row, in a transaction of its own
         await eventually(
-            lambda: (
-                sql.execute(
-                    "SELECT count(*), count(*) FILTER (WHERE status = 'published') FROM kenning_outbox"
-                ).fetchone()
-                == (ORDERS, ORDERS)
-            ),
-            timeout=30,
-            message="every outbox row published",
+            lambda: outbox_statuses(sql) == {"published": ORDERS}, timeout=30, message="every outbox row published"
         )
         timers = sql.execute("SELECT count(*) FROM kenning_history WHERE kind = 'TimerExpired'").fetchone()
         assert timers == (ORDERS,)
