@@ -38,6 +38,12 @@ def timing(sql: Sql, instance_id: str) -> dict[str, tuple[Any, ...]]:
     return {str(row[0]): tuple(row[1:]) for row in rows}
 
 
+def timeline_item(page: str, name: str) -> str:
+    """The markup of the step ``name`` in an instance page's timeline."""
+    item = page[page.index(f"<strong>{name}</strong>") :]
+    return item[: item.index("</li>")]
+
+
 def backing_off(sql: Sql, instance_id: str) -> bool:
     row = sql.execute(
         "SELECT status = 'pending' AND attempts ? 'charge:1' AND available_at > now() + interval '1 minute' "
@@ -95,8 +101,7 @@ async def test_a_worker_records_each_runs_attempts_start_and_time_and_the_consol
 
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:
         page = (await client.get(f"/instances/{weighed}")).text
-    item = page[page.index("<strong>weigh</strong>") :]
-    item = item[: item.index("</li>")]
+    item = timeline_item(page, "weigh")
     assert "3 attempts" in item
     assert "retrying" not in page  # its failed attempts were cleared by its record
 
@@ -108,8 +113,7 @@ async def test_a_worker_records_each_runs_attempts_start_and_time_and_the_consol
     # a step between attempts has no record yet: the timeline shows it retrying, and when next
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:
         page = (await client.get(f"/instances/{charging}")).text
-    item = page[page.index("<strong>charge</strong>") :]
-    item = item[: item.index("</li>")]
+    item = timeline_item(page, "charge")
     assert "retrying" in item and "1 attempt " in item and "failing since" in item
     assert "last error: RuntimeError(&#39;the card for o-3 was declined&#39;)" in item
     due = sql.execute("SELECT available_at FROM kenning_instances WHERE id = %s", [charging]).fetchone()
