@@ -477,8 +477,10 @@ class PgInstancePort:
             return HistoryRecord(command.step_id, EVENT_RECEIVED, command.step_name, waited.ended)
         return SuspendOutcome.SUSPENDED
 
-    async def complete(self, command: Complete) -> None:
-        """The completion, with the last step's record, in one group-committed statement."""
+    async def complete(self, command: Complete) -> bool:
+        """The completion, with the last step's record, in one group-committed statement;
+        False when a cancel committed first: the record and compensations are written, the
+        instance is left to be compensated."""
         fault_point("instance.before_release")
         async with self._lock:
             folded = await self._take_folded()
@@ -491,8 +493,12 @@ class PgInstancePort:
                 result=command.result,
             )
             stored = await self._storage(self.writes.store([write]), command.what or "the completion")
+            if stored[0] is not None:
+                self._unsaved = []
         if stored[0] is None:
             raise self._lost("completion")
+        self._cancel = self._cancel or stored[0]
+        return not stored[0]
 
     async def begin_compensating(self, command: BeginCompensating) -> list[DroppedCompensation]:
         unsaved = list(self._unsaved)

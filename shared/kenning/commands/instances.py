@@ -82,11 +82,14 @@ async def _run(args: argparse.Namespace) -> int:
                 return 0
             if args.action == "cancel":
                 outcome = await instances_sql.instance_request_cancel(conn, row.id)
-                accepted = bool(outcome and outcome[1])
+                # the status the cancel met under its row lock, not the one read before it
+                before, accepted = outcome if outcome is not None else (row.status, False)
                 if args.json:
-                    emit_json({"instance_id": row.id, "cancel_requested": accepted, "status": row.status})
+                    emit_json({"instance_id": row.id, "cancel_requested": accepted, "status": before})
+                elif accepted:
+                    emit(f"{row.id}: cancellation requested")
                 else:
-                    emit(f"{row.id}: cancellation requested" if accepted else f"{row.id}: already {row.status}")
+                    emit(f"{row.id}: too late to cancel: it already ended {before}")
                 return 0 if accepted else 1
             retried = await retry_instance(conn, row)
             if args.json:

@@ -295,10 +295,13 @@ class MemoryPort:
         self.instance.lease_token = None
         return SuspendOutcome.SUSPENDED
 
-    async def complete(self, command: Complete) -> None:
+    async def complete(self, command: Complete) -> bool:
         self._fence("complete")
         self._save_compensations()
+        if self._cancel:
+            return False
         self.instance.status, self.instance.result, self.instance.lease_token = "completed", command.result, None
+        return True
 
     async def begin_compensating(self, command: BeginCompensating) -> list[DroppedCompensation]:
         self._fence("begin compensating")

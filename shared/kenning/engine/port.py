@@ -118,7 +118,11 @@ class InstancePort(Protocol):
         suspend did, as ``suspend`` answers."""
         ...
 
-    async def complete(self, command: Complete) -> None: ...
+    async def complete(self, command: Complete) -> bool:
+        """End the instance ``completed``, folding what is held back; False (what is held
+        back written, the lease kept) when cancellation was requested: a cancel accepted
+        before the completion commits wins, as Edda re-checks after every activity."""
+        ...
 
     async def begin_compensating(self, command: BeginCompensating) -> list[DroppedCompensation]:
         """Returns the unsaved compensations the database refused to store (never run)."""

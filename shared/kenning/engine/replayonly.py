@@ -171,7 +171,7 @@ class ReplayOnlyPort:
     async def wait_child(self, command: WaitChild) -> HistoryRecord | SuspendOutcome:
         self._stop(command.step_id)
 
-    async def complete(self, command: Complete) -> None:
+    async def complete(self, command: Complete) -> bool:
         self._stop("completion")
 
     async def begin_compensating(self, command: BeginCompensating) -> list[DroppedCompensation]:

@@ -475,12 +475,15 @@ class WorkflowRun:
         # decided before the write: written, it would be refused on every replay.
         try:
             payload = {"result": serialization.storable_json(result, f"workflow {self.workflow_name}: result")}
-            await self.port.complete(Complete(payload, what=f"workflow {self.workflow_name}: completion"))
+            completed = await self.port.complete(Complete(payload, what=f"workflow {self.workflow_name}: completion"))
         except UnstorableValueError as error:
             return await self._fail(error)
         except LeaseLostError:
             self.log.warning("instance.lease_lost")
             return RunOutcome.LEASE_LOST
+        if not completed:  # a cancel committed during the last step: it is honoured
+            self.cancelled = True
+            return await self._undo(error=None, cancelled=True)
         self.log.debug("instance.completed")
         await self.hook("on_workflow_complete", self.workflow_name, result)
         return RunOutcome.COMPLETED

@@ -472,7 +472,7 @@ _INSTANCE_COMPLETE = statement(
         SET status = 'completed', result = CAST(:result AS jsonb), lease_token = NULL, lease_owner = NULL,
             available_at = NULL, attempts = '{{}}', finished_at = now(), updated_at = now()
         FROM fence
-        WHERE i.id = fence.id
+        WHERE i.id = fence.id AND NOT fence.cancel_requested
         RETURNING i.id, i.parent_id, i.status, i.result, i.error
     ), {tell_parents("completed")}
     SELECT id, {notify_results("completed")} AS results_notified, {TOLD} FROM completed
@@ -485,7 +485,8 @@ async def instance_complete(
 ) -> bool:
     """Complete a leased instance, recording its last step in the same statement: the
     single-instance form of ``writes.writes_apply``, which workers use; the benchmark's
-    bare engine drives this one."""
+    bare engine drives this one. False: the lease was lost, or a cancel came first (then
+    the step and compensations are written, the instance is not completed)."""
     params = {"id": instance_id, "token": token, "result": json.dumps(result), **(folded or FoldedWrites()).params()}
     row = (await conn.execute(_INSTANCE_COMPLETE, params)).first()
     return row is not None

@@ -75,7 +75,9 @@ _WRITES_APPLY = statement(
         SET status = 'completed', result = w.result, lease_token = NULL, lease_owner = NULL,
             available_at = NULL, attempts = '{{}}', finished_at = now(), updated_at = now()
         FROM incoming AS w JOIN fence ON fence.position = w.position
-        WHERE i.id = w.instance_id AND w.complete
+        -- a cancel that committed first wins: the instance is compensated, not completed
+        -- (its last step and compensations are written; the worker then undoes the saga)
+        WHERE i.id = w.instance_id AND w.complete AND NOT fence.cancel_requested
         RETURNING i.id, i.parent_id, i.status, i.result, i.error
     ), {tell_parents("completed")}
     -- the batch's completions wake the clients awaiting them: one NOTIFY per batch
@@ -87,7 +89,8 @@ _WRITES_APPLY = statement(
 
 async def writes_apply(conn: Executor, writes: Sequence[InstanceWrite]) -> list[bool | None]:
     """Apply ``writes`` in one statement. Per write: the instance's cancellation flag, or
-    None when its lease was lost (nothing of it was written)."""
+    None when its lease was lost (nothing of it was written). A completion whose flag is
+    set was not applied: only its steps and compensations were written."""
     if not writes:
         return []
     payload = json.dumps([w.as_json(position) for position, w in enumerate(writes)])

@@ -1,0 +1,67 @@
+"""Workflows for takeovers and late cancels through real workers: activities that wait
+for a file to appear (so a test decides when a step ends), that run for a set time, or
+that never return; an activity with a compensation as a workflow's last step.
+
+Activities append ``name instance_id`` to the side channel each time they really run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from kenning import App, WorkflowContext, activity, compensation, on_failure, workflow
+from tests.sidechannel import record_execution
+
+app = App("kenning-takeover-tests")
+
+
+def side(label: str, ctx: WorkflowContext) -> None:
+    record_execution(f"{label} {ctx.instance_id}")
+
+
+async def _until_exists(path: str) -> None:
+    while not Path(path).exists():
+        await asyncio.sleep(0.05)
+
+
+@compensation
+async def unbook(ctx: WorkflowContext, item: str) -> None:
+    side("unbook", ctx)
+
+
+@activity
+@on_failure(unbook)
+async def book_when(ctx: WorkflowContext, item: str, release_file: str) -> str:
+    side("book", ctx)
+    await _until_exists(release_file)
+    return item
+
+
+@workflow
+async def book_last(ctx: WorkflowContext, item: str, release_file: str) -> str:
+    """Its last step is the gated booking: a cancel that lands while it runs must undo it."""
+    return await book_when(ctx, item, release_file)
+
+
+@activity
+async def work_for(ctx: WorkflowContext, seconds: float) -> float:
+    side("work", ctx)
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@workflow
+async def timed(ctx: WorkflowContext, seconds: float) -> float:
+    return await work_for(ctx, seconds)
+
+
+@activity
+async def hang(ctx: WorkflowContext) -> None:
+    side("hang", ctx)
+    await asyncio.Event().wait()
+
+
+@workflow
+async def hung(ctx: WorkflowContext) -> None:
+    await hang(ctx)
