@@ -1,9 +1,10 @@
 """Helpers for the console's tests: a real ``kenning console`` process, and its forms
-posted as a browser posts them (with the CSRF cookie's token)."""
+posted as a browser posts them (the form's CSRF token, the console's own Origin)."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -44,11 +45,28 @@ async def became(sql: psycopg.Connection[tuple[object, ...]], instance_id: str, 
     )
 
 
+CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+async def csrf_token(client: httpx.AsyncClient) -> str:
+    """The CSRF token this client's forms carry, read from a page's form as a browser has it
+    (bound to the client's cookies: the console gives it one on the first request)."""
+    found = CSRF_FIELD.search((await client.get("/login")).text)
+    assert found is not None, "the login page has no CSRF field"
+    return found[1]
+
+
+def own_origin(client: httpx.AsyncClient) -> str:
+    """The ``Origin`` a browser sends with the console's own forms."""
+    url = client.base_url
+    return f"{url.scheme}://{url.netloc.decode('ascii')}"
+
+
 async def post_form(client: httpx.AsyncClient, path: str, fields: dict[str, str]) -> httpx.Response:
-    """POST a console form with this client's CSRF token (a GET first gives it one)."""
-    if "kenning_csrf" not in client.cookies:
-        await client.get("/healthz")
-    return await client.post(path, data={"csrf_token": client.cookies["kenning_csrf"], **fields})
+    """POST a console form as a browser posts it from the console's page: with the CSRF
+    token of the client's cookies and the console's own ``Origin``."""
+    token = await csrf_token(client)
+    return await client.post(path, data={"csrf_token": token, **fields}, headers={"origin": own_origin(client)})
 
 
 def action_lines(log: str, action: str) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from kenning.storage.console import Cursor, InstanceFilters
 from kenning_console.app import create_app
 from kenning_console.security import WRONG_TOKEN_DELAY, session_value
 from kenning_console.settings import ConsoleSettings
-from tests.console_support import console_ready, spawn_console
+from tests.console_support import console_ready, csrf_token, own_origin, spawn_console
 from tests.logguard import expect_log
 from tests.support import ProcessPool, eventually, free_port
 
@@ -281,7 +281,8 @@ async def _admin_token(url: str) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=10) as browser:
         form = await browser.get("/login?next=/instances%3Fstatus%3Dfailed")
         assert form.status_code == 200 and 'type="password"' in form.text
-        csrf = browser.cookies["kenning_csrf"]
+        csrf = await csrf_token(browser)
+        browser.headers["origin"] = own_origin(browser)  # as a browser sends with every form
         started = time.monotonic()
         wrong = await browser.post("/login", data={"csrf_token": csrf, "token": "guess", "next": "/instances"})
         assert wrong.status_code == 401 and "not the admin token" in wrong.text
@@ -296,7 +297,9 @@ async def _admin_token(url: str) -> None:
         stamp, _, mac = browser.cookies["kenning_session"].partition(".")
         assert abs(int(stamp) - time.time()) < 60 and len(mac) == 64  # issued now, a SHA-256 HMAC
         assert (await browser.get("/instances")).status_code == 200
-        logout = await browser.post("/logout", data={"csrf_token": csrf})
+        # the token is bound to the session: the one from before the login no longer counts
+        assert (await browser.post("/logout", data={"csrf_token": csrf})).status_code == 403
+        logout = await browser.post("/logout", data={"csrf_token": await csrf_token(browser)})
         assert logout.status_code == 303
         assert (await browser.get("/instances")).status_code == 401
 

@@ -19,6 +19,7 @@ from tests.console_support import (
     became,
     console_ready,
     instance_status,
+    own_origin,
     post_form,
     spawn_console,
 )
@@ -128,7 +129,9 @@ async def test_retry_reruns_a_failed_instance_from_its_history_with_fresh_attemp
 
         page = await client.get(f"/instances/{instance_id}/retry")
         assert page.status_code == 200 and "recorded history" in page.text
-        forged = await client.post(f"/instances/{instance_id}/retry", data={"csrf_token": "forged"})
+        forged = await client.post(
+            f"/instances/{instance_id}/retry", data={"csrf_token": "forged"}, headers={"origin": own_origin(client)}
+        )
         assert forged.status_code == 403 and instance_status(sql, instance_id) == "failed"
 
         # still blocked: deliver gets its 2 attempts again (reset), prepare is replayed, not run

@@ -14,16 +14,28 @@
   wait is an ``asyncio.sleep`` in that request alone. Without a token the console is open,
   and ``kenning console`` refuses to listen beyond loopback unless told to.
 - **CSRF**: every POST form carries ``csrf_token`` (``csrf_field()`` in templates), checked
-  by ``require_csrf`` against the ``kenning_csrf`` cookie (double submit). The cookie is
-  ``SameSite=Strict`` too, so another site can neither read nor send it: this matters even
-  for an open console on 127.0.0.1, which any web page could otherwise post to.
+  by ``require_csrf``. The token is bound to this browser's session: an HMAC, keyed with a
+  secret (derived from the admin token, or made at start for an open console), of the
+  ``kenning_csrf`` cookie (a random id each browser gets on its first request) and the login
+  session cookie. A cookie another page planted (a page on another port of the same host
+  can set cookies for this one: ports do not separate cookies) therefore gives that page no
+  token it can compute; a plain double-submit cookie was forged exactly so.
+- **Origin check** on every state-changing request (any method but GET, HEAD, OPTIONS), in
+  the middleware, before anything runs: ``Sec-Fetch-Site`` ``cross-site`` or ``same-site``
+  (another port of the same host is same-site) is refused, and ``Origin`` (or, absent,
+  ``Referer``) must name this console (the request's ``Host``, or ``X-Forwarded-Host``
+  behind a proxy); a request naming neither is refused too. Browsers send ``Origin`` on
+  every POST; the console's ``Referrer-Policy: same-origin`` keeps it (``no-referrer`` would
+  make the browser send ``Origin: null`` on the console's own forms). A script with the admin
+  token as bearer header needs none of this: no browser sends that header by itself.
+  Refusals answer 403 with the reason.
 - **Host check** without a token: a request is answered only if its ``Host`` is
   ``localhost``, ``127.0.0.1`` or ``[::1]`` (any port) or one of ``--console-allowed-hosts``.
   A web page that rebinds its own name to 127.0.0.1 (DNS rebinding) reaches the console
   as same-origin, with its own name as ``Host``: refused, so it reads nothing.
 - **Headers** on every response: a strict Content-Security-Policy (only the console's own
-  CSS, script and connections; no inline script or style), ``nosniff``, no framing, no
-  referrer, no caching of pages.
+  CSS, script and connections; no inline script or style), ``nosniff``, no framing, the
+  referrer sent to the console itself only, no caching of pages.
 """
 
 from __future__ import annotations
@@ -35,15 +47,24 @@ import secrets
 import time
 from urllib.parse import parse_qsl, quote, urlsplit
 
+import structlog
 from starlette.datastructures import FormData, MutableHeaders, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request, cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+_log = structlog.get_logger("kenning.console")
+
 SESSION_COOKIE = "kenning_session"
 CSRF_COOKIE = "kenning_csrf"
 CSRF_FIELD = "csrf_token"
 _SESSION_KEY_LABEL = b"kenning console session key v2"
+_CSRF_KEY_LABEL = b"kenning console csrf key v1"
+# methods that change nothing: every other one must come from the console's own pages
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Sec-Fetch-Site values a state-changing request may carry ("none": typed or bookmarked)
+OWN_SITES = frozenset({"same-origin", "none"})
+DEFAULT_PORTS = {"http": "80", "https": "443"}
 # a cookie dated this far ahead of the console's clock is still taken (replicas' clocks differ)
 CLOCK_SKEW_SECONDS = 60
 # how long a wrong token's answer waits: a few guesses a second per connection, not thousands
@@ -63,7 +84,8 @@ SECURITY_HEADERS = {
     "content-security-policy": CONTENT_SECURITY_POLICY,
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    # not no-referrer: under it a browser sends "Origin: null" with the console's own forms
+    "referrer-policy": "same-origin",
 }
 
 
@@ -93,6 +115,21 @@ def session_valid(cookie: str, admin_token: str, lifetime_seconds: float) -> boo
 
 def token_matches(presented: str, admin_token: str) -> bool:
     return hmac.compare_digest(presented.encode("utf-8"), admin_token.encode("utf-8"))
+
+
+def csrf_key(admin_token: str) -> bytes:
+    """The secret form tokens are made with: derived from the admin token (every replica
+    with the token makes the same ones), else random for this process (an open console's
+    forms then need a reload after a restart)."""
+    if admin_token:
+        return hmac.new(admin_token.encode("utf-8"), _CSRF_KEY_LABEL, hashlib.sha256).digest()
+    return secrets.token_bytes(32)
+
+
+def form_token(key: bytes, browser: str, session: str) -> str:
+    """The CSRF token of the browser whose ``kenning_csrf`` cookie is ``browser`` and whose
+    login session cookie is ``session`` ("" before login, or on an open console)."""
+    return hmac.new(key, f"{browser}\n{session}".encode(), hashlib.sha256).hexdigest()
 
 
 def _cookies(scope: Scope) -> dict[str, str]:
@@ -145,6 +182,45 @@ def host_allowed(scope: Scope, allowed_hosts: frozenset[str]) -> bool:
     return not host or host_name(host) in LOOPBACK_HOSTS | allowed_hosts or host.lower() in allowed_hosts
 
 
+def _netloc(url: str) -> str:
+    """``host[:port]`` of a URL, lower case, without its scheme's default port ("" if none)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.lower().rpartition("@")[2]
+    default = DEFAULT_PORTS.get(parts.scheme.lower())
+    if default and netloc.endswith(f":{default}"):
+        netloc = netloc[: -len(default) - 1]
+    return netloc
+
+
+def _own_netlocs(scope: Scope) -> set[str]:
+    """The names this request reached the console by: its ``Host``, and behind a proxy the
+    ``X-Forwarded-Host`` it passes on (a page cannot set either on a form it submits)."""
+    default = DEFAULT_PORTS["https" if is_https(scope) else "http"]
+    own = set()
+    for header in (b"host", b"x-forwarded-host"):
+        value = _header(scope, header).split(",")[0].strip().lower()
+        if value.endswith(f":{default}"):
+            value = value[: -len(default) - 1]
+        if value:
+            own.add(value)
+    return own
+
+
+def cross_origin_refusal(scope: Scope) -> str | None:
+    """Why a state-changing request did not come from the console's own pages, or None."""
+    site = _header(scope, b"sec-fetch-site").strip().lower()
+    if site and site not in OWN_SITES:
+        return f"this request was sent by another site's page (Sec-Fetch-Site: {site}): use the console's own pages"
+    origin = _header(scope, b"origin").strip()
+    sender = origin or _header(scope, b"referer").strip()
+    if not sender:
+        return "this request does not say which page sent it (no Origin or Referer header): use the console's pages"
+    if _netloc(sender) not in _own_netlocs(scope):
+        named = "Origin" if origin else "Referer"
+        return f"this request was sent by a page of {sender[:200]!r} ({named}), not of this console"
+    return None
+
+
 def is_public(path: str) -> bool:
     return path in PUBLIC_PATHS or path.startswith(STATIC_PREFIX)
 
@@ -171,8 +247,8 @@ def safe_next(target: str) -> str:
 
 
 class SecurityMiddleware:
-    """Admin token check, the CSRF cookie and the security headers (pure ASGI, so that
-    server-sent event streams pass through unbuffered)."""
+    """Admin token check, the origin check, the CSRF cookie and token, and the security
+    headers (pure ASGI, so that server-sent event streams pass through unbuffered)."""
 
     def __init__(
         self, app: ASGIApp, *, admin_token: str, session_seconds: float, allowed_hosts: tuple[str, ...] = ()
@@ -181,16 +257,19 @@ class SecurityMiddleware:
         self.admin_token = admin_token
         self.session_seconds = session_seconds
         self.allowed_hosts = frozenset(host.strip().lower() for host in allowed_hosts if host.strip())
+        self.csrf_key = csrf_key(admin_token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        csrf = _cookies(scope).get(CSRF_COOKIE, "")
+        cookies = _cookies(scope)
+        browser = cookies.get(CSRF_COOKIE, "")
         fresh = ""
-        if len(csrf) < 32:  # none yet (or mangled): give this browser one
-            csrf = fresh = secrets.token_urlsafe(32)
-        scope.setdefault("state", {})["csrf_token"] = csrf
+        if len(browser) < 32:  # none yet (or mangled): give this browser one
+            browser = fresh = secrets.token_urlsafe(32)
+        token = form_token(self.csrf_key, browser, cookies.get(SESSION_COOKIE, ""))
+        scope.setdefault("state", {})["csrf_token"] = token
         secure = is_https(scope)
 
         async def send_with_headers(message: Message) -> None:
@@ -212,7 +291,18 @@ class SecurityMiddleware:
                 await asyncio.sleep(WRONG_TOKEN_DELAY)
             await self._refuse(scope, send_with_headers)
             return
+        if scope.get("method", "GET") not in SAFE_METHODS and not self._bearer_holder(scope):
+            refusal = cross_origin_refusal(scope)
+            if refusal is not None:
+                _log.warning("console.cross_origin_refused", path=path, method=scope.get("method"), reason=refusal)
+                await _plain(send_with_headers, 403, f"403 Forbidden: {refusal}\n".encode())
+                return
         await self.app(scope, receive, send_with_headers)
+
+    def _bearer_holder(self, scope: Scope) -> bool:
+        """The request carries the admin token as bearer header (a script, never a page)."""
+        bearer = _bearer(scope)
+        return bool(self.admin_token) and bearer is not None and token_matches(bearer, self.admin_token)
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         """A browser asking for a page goes to the login form; anything else gets 401."""
@@ -268,7 +358,8 @@ async def read_form(request: Request) -> FormData:
 
 
 def csrf_token(request: Request) -> str:
-    """The token this browser's forms must carry (also in templates as ``csrf_token``)."""
+    """The token this browser's forms must carry (also in templates as ``csrf_token``),
+    made by the middleware from this request's cookies."""
     return str(request.scope.get("state", {}).get("csrf_token", ""))
 
 
@@ -283,7 +374,7 @@ async def require_csrf(request: Request) -> FormData:
     if console_token and scheme.lower() == "bearer" and token_matches(presented.strip(), console_token):
         return form
     sent = form.get(CSRF_FIELD)
-    cookie = request.cookies.get(CSRF_COOKIE, "")
-    if not isinstance(sent, str) or not cookie or not hmac.compare_digest(sent.encode(), cookie.encode()):
+    expected = csrf_token(request)
+    if not isinstance(sent, str) or not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
         raise HTTPException(403, "the form's security token is missing or stale: reload the page and try again")
     return form
