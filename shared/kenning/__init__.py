@@ -28,12 +28,16 @@ from kenning.errors import (
 )
 from kenning.events import ReceivedEvent, wait_event
 from kenning.hooks import HooksBase, WorkflowHooks
+from kenning.logs import library_defaults as _library_defaults
 from kenning.messages import ReceivedMessage, publish, receive, send_message, subscribe
 from kenning.outbox import send_event_transactional
 from kenning.queues import Queue
 from kenning.retry import RetryPolicy
 from kenning.timers import sleep, sleep_until, wait_timer, wait_until
 from kenning.workflow import Workflow, workflow
+
+# a library in someone's program prints nothing to stdout (structlog's defaults would)
+_library_defaults()
 
 __all__ = [
     "Activity",
