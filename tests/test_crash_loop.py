@@ -127,24 +127,30 @@ async def test_an_instance_that_kills_its_worker_is_parked_and_the_others_finish
 
 async def test_the_claim_counts_expired_leases_without_a_step_and_parks_at_max_runs(database: Database) -> None:
     """The claim's own accounting, with time moved: an expired lease counts unless its run
-    recorded a step, one suspect is handed out per claim, and at ``max_runs`` the
+    recorded a step; a dead worker's instances are taken over together, but a run whose
+    run before died too is a suspect, one handed out per claim; at ``max_runs`` the
     instance is parked instead of handed out; a clean release resets the count."""
     async with database.transaction() as conn:
-        for name in ("a", "b"):
+        for name in ("a", "b", "c"):
             await instances_sql.instance_insert(
                 conn, instance_id=name, workflow_name="wf", source_hash="h", input_json={}, idempotency_key=None
             )
         now = (await conn.execute(statement("SELECT now() AS now"))).one().now
 
-    def claim(seconds: float) -> Awaitable[instances_sql.Claim]:
-        return _claim(database, now + timedelta(seconds=seconds), lease_seconds=1)
+    def claim(seconds: float, *, max_runs: int = 3, take_suspect: bool = True) -> Awaitable[instances_sql.Claim]:
+        return _claim(
+            database, now + timedelta(seconds=seconds), lease_seconds=1, max_runs=max_runs, take_suspect=take_suspect
+        )
+
+    def taken(claimed: instances_sql.Claim) -> list[tuple[str, bool, bool]]:
+        return sorted((c.id, c.taken_over, c.suspect) for c in claimed.instances)
 
     first = await claim(0)
-    assert sorted((c.id, c.suspect) for c in first.instances) == [("a", False), ("b", False)]
-    # both runs die (their leases expire): one suspect per claim, each run counted
-    second, third = await claim(5), await claim(5)
-    assert [(c.id, c.suspect) for c in second.instances + third.instances] == [("a", True), ("b", True)]
-    b = third.instances[0]
+    assert taken(first) == [("a", False, False), ("b", False, False), ("c", False, False)]
+    # their worker dies (the leases expire): no evidence against any, all taken over at once
+    second = await claim(5)
+    assert taken(second) == [("a", True, False), ("b", True, False), ("c", True, False)]
+    b = next(c for c in second.instances if c.id == "b")
     async with database.connection() as raw:
         recorded = await history_sql.history_record_step(
             raw,
@@ -156,27 +162,37 @@ async def test_the_claim_counts_expired_leases_without_a_step_and_parks_at_max_r
             payload={},
         )
     assert recorded is not None
-    # both die again: a's second run in a row without a step parks it; b made progress
-    fourth, fifth = await claim(10), await claim(10)
-    assert [p.id for p in fourth.parked] == ["a"] and fourth.instances == []
-    assert [(c.id, c.suspect) for c in fifth.instances] == [("b", True)] and fifth.parked == []
-    counts = await _counts(database)
-    assert counts == {"a": ("failed", 2, 2), "b": ("running", 0, 3)}
+    # they die again: a and c died twice in a row without a step, suspects now, one per
+    # claim; b made progress, so it is taken over with the first of them
+    third = await claim(10)
+    assert taken(third) == [("a", True, True), ("b", True, False)]
+    assert taken(await claim(10, take_suspect=False)) == []  # a worker that runs a suspect takes no other
+    fourth = await claim(10)
+    assert taken(fourth) == [("c", True, True)]
+    assert await _counts(database) == {"a": ("running", 2, 3), "b": ("running", 0, 3), "c": ("running", 2, 3)}
+    # a dies a third time: parked (max_runs 3) instead of handed out
+    fifth = await claim(20)
+    assert [p.id for p in fifth.parked] == ["a"] and [p.runs_without_progress for p in fifth.parked] == [3]
+    # b and c died too: b (a step the run before) is taken over beside a; c, a suspect
+    # too, is left to a claim of its own, which parks it
+    assert taken(fifth) == [("b", True, False)]
+    sixth = await claim(20)
+    assert [p.id for p in sixth.parked] == ["c"] and sixth.instances == []
+    assert (await _counts(database))["a"] == ("failed", 3, 3)
     # a clean end (release) is no run to count
     async with database.connection() as raw:
         assert await instances_sql.instance_release(raw, "b", fifth.instances[0].lease_token)
-    sixth = await claim(20)
-    assert [(c.id, c.suspect) for c in sixth.instances] == [("b", False)]
+    assert taken(await claim(30, take_suspect=False)) == [("b", False, False)]
     # the operator's retry makes a runnable again, its count reset
     async with database.transaction() as conn:
         assert (await instances_sql.instance_retry(conn, "a"))["retried"]
-    assert (await _counts(database))["a"] == ("pending", 0, 2)
+    assert (await _counts(database))["a"] == ("pending", 0, 3)
 
 
 async def test_a_run_that_raised_counts_like_an_expired_lease(database: Database) -> None:
     """The worker hands back a run that raised as an expired lease: the next claim takes
-    it as a suspect (not by a worker that runs one already) and counts it; at max_runs it
-    is parked; a cancel then resumes it to be compensated, its count reset."""
+    it over and counts it; at max_runs it is parked; a cancel then resumes it to be
+    compensated, its count reset."""
     async with database.transaction() as conn:
         await instances_sql.instance_insert(
             conn, instance_id="r", workflow_name="wf", source_hash="h", input_json={}, idempotency_key=None
@@ -196,9 +212,9 @@ async def test_a_run_that_raised_counts_like_an_expired_lease(database: Database
     first = await claim(0)
     assert [(c.id, c.suspect) for c in first.instances] == [("r", False)]
     await crashed(first)
-    assert (await claim(1, take_suspect=False)).instances == []  # left to a worker free of suspects
-    second = await claim(1)
-    assert [(c.id, c.suspect) for c in second.instances] == [("r", True)]
+    # its first such run is no evidence yet: taken over by any claim
+    second = await claim(1, take_suspect=False)
+    assert [(c.id, c.taken_over, c.suspect) for c in second.instances] == [("r", True, False)]
     assert (await _counts(database))["r"] == ("running", 1, 2)
     await crashed(second)
     third = await claim(2)
@@ -306,9 +322,13 @@ async def test_a_suspect_that_records_a_step_in_its_own_transaction_frees_the_su
             conn, owner="dead", workflow_names=["records_in_its_transaction"], limit=1, lease_seconds=-60
         )
     assert [c.id for c in dead.instances] == ["suspect"]
-    async with Client(database=database) as client, running_worker(database, inprocess, lease_seconds=1.5) as worker:
+    async with database.connection() as conn:  # and the run before it died so too: a suspect
+        await conn.execute(statement("UPDATE kenning_instances SET runs_without_progress = 1"))
+    # a 9 s lease: the heartbeat (every 3 s) sees the step long before the suspect has
+    # outlived a lease, the other way its slot is freed
+    async with Client(database=database) as client, running_worker(database, inprocess, lease_seconds=9) as worker:
         await eventually(lambda: worker._suspect is not None, timeout=15, message="the suspect claimed")
-        await eventually(lambda: worker._suspect is None, timeout=15, message="its step freed the suspect slot")
+        await eventually(lambda: worker._suspect is None, timeout=8, message="its step freed the suspect slot")
         release_held.set()
         assert await client.result("suspect", timeout=15) == 3
 
@@ -377,9 +397,9 @@ def _states(sql: psycopg.Connection[tuple[object, ...]]) -> list[tuple[object, .
 
 
 async def _claim(
-    database: Database, at: datetime, *, lease_seconds: float, take_suspect: bool = True
+    database: Database, at: datetime, *, lease_seconds: float, take_suspect: bool = True, max_runs: int = 2
 ) -> instances_sql.Claim:
-    """One claim of workflow ``wf`` at database time ``at``, parking at two runs."""
+    """One claim of workflow ``wf`` at database time ``at``, parking at ``max_runs`` runs."""
     async with database.connection() as conn:
         return await instances_sql.instance_claim(
             conn,
@@ -387,7 +407,7 @@ async def _claim(
             workflow_names=["wf"],
             limit=10,
             lease_seconds=lease_seconds,
-            max_runs=2,
+            max_runs=max_runs,
             take_suspect=take_suspect,
             now=at,
         )

@@ -4,10 +4,13 @@ One claim statement takes many instances (``FOR UPDATE SKIP LOCKED``), expired l
 included; a heartbeat extends the leases of everything in flight and cancels the runs
 whose lease was taken over. Wakes on ``NOTIFY``, polls as a fallback.
 
-Crash loops: an instance whose previous run did not end cleanly (its lease expired) is a
-*suspect*; a worker runs at most one suspect at a time, until it records a step or its run
-ends, so an instance that kills its process takes no other suspect down with it, and the
-claim parks an instance after ``max_runs`` such runs in a row (``crashloop.py``).
+Takeovers and crash loops: an instance whose previous run did not end cleanly (its lease
+expired) is taken over by the plain claim, all of a dead worker's instances at once. One
+whose earlier run died so too is a *suspect*: a worker runs at most one suspect at a time,
+until it records a step, its run ends, or it has run a whole lease without taking its
+worker down (a hung activity must not hold up the others' recovery), so an instance that
+kills its process takes no other suspect down with it; the claim parks an instance after
+``max_runs`` such runs in a row (``crashloop.py``).
 
 Shutdown is bounded: in-flight runs get the grace period (counted from ``stop()``), then
 are cancelled and release their leases; a run that ignores its cancellation is released
@@ -130,9 +133,11 @@ class Worker:
         self.workflow_names = sorted(app.registry.workflows)
         self._running: dict[str, asyncio.Task[None]] = {}  # lease token -> run
         self._claimed: dict[str, ClaimedInstance] = {}  # lease token -> what was claimed
-        # The lease token of the suspect in flight (previous run did not end cleanly), if
-        # any: until it records a step or ends, the claim takes no other suspect.
+        # The lease token of the suspect in flight (earlier runs died without a step), if
+        # any, and when it was claimed (the loop's clock): until it records a step, ends,
+        # or outlives a lease, the claim takes no other suspect.
         self._suspect: str | None = None
+        self._suspect_since = 0.0
         # crash loops being reported (log line and failure hook), apart from the claim loop
         self._reports: set[asyncio.Task[None]] = set()
         self._drain_deadline: float | None = None
@@ -318,9 +323,10 @@ class Worker:
                 "instance.claimed", instance_id=instance.id, workflow=instance.workflow_name, suspect=instance.suspect
             )
             metrics.CLAIMED.labels(instance.workflow_name).inc()
-            if instance.suspect:
-                self._suspect = instance.lease_token
+            if instance.taken_over:
                 metrics.LEASE_TAKEOVERS.labels(instance.workflow_name).inc()
+            if instance.suspect:
+                self._suspect, self._suspect_since = instance.lease_token, asyncio.get_running_loop().time()
             self._claimed[instance.lease_token] = instance
             if instance.lease_token in queued.tokens:
                 self._queued.add(instance.lease_token)
@@ -446,12 +452,26 @@ class Worker:
             await self._check_suspect()
 
     async def _check_suspect(self) -> None:
-        """Clear the suspect in flight once it recorded a step since its claim. Steps
-        written through the group commit clear it at once (``_apply_writes``); those an
-        activity records in its own transaction (ctx.session, outbox) are seen here, by the
-        claim's own test of progress, within a heartbeat."""
+        """Clear the suspect in flight once it recorded a step since its claim, or once it
+        has run for a whole lease. Steps written through the group commit clear it at once
+        (``_apply_writes``); those an activity records in its own transaction (ctx.session,
+        outbox) are seen here, by the claim's own test of progress, within a heartbeat.
+
+        A suspect still running after a lease has not taken its worker down the way the
+        runs that made it a suspect did: isolating it longer would let one hung activity
+        (no timeout, the default) hold up every other suspect's recovery for ever."""
         suspect = self._suspect
         if suspect is None or suspect not in self._running:
+            return
+        if asyncio.get_running_loop().time() - self._suspect_since >= self.settings.lease_seconds:
+            claimed = self._claimed.get(suspect)
+            self.log.info(
+                "instance.suspect_cleared",
+                instance_id=None if claimed is None else claimed.id,
+                workflow=None if claimed is None else claimed.workflow_name,
+                reason="ran a whole lease without taking its worker down",
+            )
+            self._cleared_suspect()
             return
         try:
             async with self.database.connection() as conn:

@@ -95,8 +95,15 @@ def way_forward(info: dict[str, Any]) -> str:
             return "NONE: no due time and no lease (the scheduler's stuck check repairs it)"
         due = "due now" if available <= now else f"due {_ago(now, available)}"
         if info["leased"]:
+            if available <= now and info["runs_without_progress"]:
+                # a suspect: the claim isolates it (crashloop.py), one per worker at a time
+                return (
+                    f"lease expired {_ago(now, available)}, and {info['runs_without_progress']} earlier run(s)"
+                    " died without recording a step: isolated, the next worker running no other such"
+                    " instance takes it over (while a worker runs one, for up to a lease)"
+                )
             if available <= now:
-                return f"lease expired {_ago(now, available)}: the next claim takes it over"
+                return f"lease expired {_ago(now, available)}: the next claim of any worker takes it over"
             return f"leased by {info['lease_owner'] or '?'} until {_ago(now, available)}"
         what = "compensations run" if status == "compensating" else "a worker claims it"
         return f"{what}: {due}"

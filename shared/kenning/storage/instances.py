@@ -249,40 +249,53 @@ class ClaimParts:
     returning: str
 
 
+def _runs_counted(row: str) -> str:
+    """The run a claim of ``row`` counts against it: 0 unless it was taken over (its
+    lease still set) without recording a step since its claim; then one more than before."""
+    return f"""CASE WHEN {row}.lease_token IS NULL THEN 0
+                    WHEN EXISTS (SELECT FROM kenning_history AS h
+                                 WHERE h.instance_id = {row}.id
+                                   AND h.created_at >= coalesce({row}.claimed_at, CAST('-infinity' AS timestamptz)))
+                    THEN 0
+                    ELSE {row}.runs_without_progress + 1 END"""
+
+
+def takeover_columns(row: str) -> str:
+    """The candidates' columns ``claim_parts`` reads, for a row of kenning_instances named
+    ``row``: whether it is taken over, and the run counted against it. CASE reads the
+    history only for a row taken over (rare), so the common claim costs nothing more."""
+    return f"{row}.lease_token IS NOT NULL AS taken_over, {_runs_counted(row)} AS runs"
+
+
 @functools.cache
 def claim_parts(max_runs: int, take_suspect: bool) -> ClaimParts:
     """The claim of a worker with this ``--max-runs`` that may (or may not, because it
-    runs one already) take a suspect: an instance whose previous run did not end cleanly
-    (its lease expired, or the run raised and ``instance_release_crashed`` handed it back).
+    runs one already) take a suspect.
+
+    A row whose lease is still set when claimed was *taken over*: its previous run did
+    not end cleanly (its lease expired, or the run raised and ``instance_release_crashed``
+    handed it back). The run counts against it unless it recorded a step since its claim.
+    It is a *suspect* only with evidence: the run before died so too (this claim counts
+    its second such run in a row or more). Suspects are taken one per claim and run one
+    at a time per worker, so one that kills its process takes no other suspect down with
+    it; every other takeover (all the instances a killed worker had in flight) is claimed
+    together, as many as the claim's limit, so a dead worker's instances recover at once.
 
     Both are process constants, written into the statement as literals (``max_runs`` is a
     validated int): a worker runs at most two variants, each compiled once. The common
-    path (no suspect among the rows taken) costs what the claim cost before crash loops
-    were counted: one locked index range, one update; the history is read, the verdict
-    and the message computed, only for a suspect.
+    path (nothing taken over) costs what the claim cost before crash loops were counted:
+    one locked index range, one update; the history is read only for a row taken over.
     """
-    if take_suspect:
-        # One suspect per claim (the worker runs it apart from other suspects, so one that
-        # kills its process takes no other suspect down with it); its run counts unless it
-        # recorded a step since it was claimed. The OR stops at a non-suspect row: the
-        # subquery runs only when a suspect was taken.
-        chosen = """SELECT c.id, c.suspect,
-               CASE WHEN NOT c.suspect THEN 0
-                    WHEN EXISTS (SELECT FROM kenning_history AS h
-                                 WHERE h.instance_id = c.id
-                                   AND h.created_at >= coalesce(c.claimed_at, CAST('-infinity' AS timestamptz)))
-                    THEN 0
-                    ELSE c.runs_without_progress + 1 END AS runs
+    # The OR stops at a row that is no suspect: the subquery runs only when one was offered.
+    suspects = "c.id = (SELECT s.id FROM candidates AS s WHERE s.runs > 1 ORDER BY s.available_at, s.id LIMIT 1)"
+    chosen = f"""SELECT c.id, c.runs > 1 AS suspect, c.taken_over, c.runs
         FROM candidates AS c
-        WHERE NOT c.suspect
-           OR c.id = (SELECT s.id FROM candidates AS s WHERE s.suspect ORDER BY s.available_at, s.id LIMIT 1)"""
-        lease_filter = ""
-        park = f"(c.suspect AND c.runs >= {max_runs:d})"
-    else:
-        # the previous runs ended cleanly (or there were none): no run counted against them
-        chosen = "SELECT id, false AS suspect, 0 AS runs FROM candidates"
-        lease_filter = "AND lease_token IS NULL"
-        park = "false"
+        WHERE c.runs <= 1{" OR " + suspects if take_suspect else ""}"""
+    # A worker running a suspect leaves the others to other workers (or its next claim):
+    # here, every row whose run before died too, whether or not it then recorded a step
+    # (the filter needs no history read; one with a step is taken by the next such claim).
+    lease_filter = "" if take_suspect else "AND (lease_token IS NULL OR runs_without_progress = 0)"
+    park = f"(c.runs >= {max_runs:d})"
     set_clause = _CLAIM_SET.format(
         park=park,
         runs="c.runs",
@@ -293,7 +306,7 @@ def claim_parts(max_runs: int, take_suspect: bool) -> ClaimParts:
     )
     returning = f"""i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
                   CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts, i.trace_context,
-                  c.suspect, i.runs_without_progress,
+                  c.suspect, c.taken_over, i.runs_without_progress,
                   -- a parked instance has finished: its awaiting clients are told
                   CASE WHEN {park} THEN {notify_result("i.id")} ELSE false END AS park"""
     return ClaimParts(chosen, lease_filter, park, set_clause, returning)
@@ -307,7 +320,7 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
     return statement(
         f"""
     WITH candidates AS (
-        SELECT id, lease_token IS NOT NULL AS suspect, runs_without_progress, claimed_at, available_at
+        SELECT id, {takeover_columns("kenning_instances")}, runs_without_progress, claimed_at, available_at
         FROM kenning_instances
         WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
           AND available_at <= {NOW}
@@ -327,7 +340,8 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
         RETURNING {parts.returning}
     )
     SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
-           suspect, park, runs_without_progress, trace_context, CAST(NULL AS float8) AS seconds_until_next
+           suspect, taken_over, park, runs_without_progress, trace_context,
+           CAST(NULL AS float8) AS seconds_until_next
     FROM claimed
     UNION ALL
     -- nothing claimed: one row saying when the next instance becomes claimable, so an
@@ -335,7 +349,8 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
     -- the claimable index's first entry of these workflows: a due suspect this worker
     -- leaves to others counts too (the worker does not spin on it, see Worker._claim_loop).
     SELECT NULL AS id, NULL AS workflow_name, NULL AS status, NULL AS input, NULL AS cancel_requested,
-           NULL AS lease_token, NULL AS run_count, NULL AS attempts, NULL AS suspect, NULL AS park,
+           NULL AS lease_token, NULL AS run_count, NULL AS attempts, NULL AS suspect, NULL AS taken_over,
+           NULL AS park,
            NULL AS runs_without_progress, NULL AS trace_context,
            (SELECT CAST(extract(epoch FROM min(available_at) - {NOW}) AS float8)
             FROM kenning_instances
@@ -418,6 +433,7 @@ def claimed_row(claim: Claim, row: Any) -> None:
             run_count=row.run_count,
             attempts=row.attempts,
             suspect=row.suspect,
+            taken_over=row.taken_over,
         )
     )
 

@@ -36,7 +36,7 @@ from datetime import datetime
 
 from kenning.db import Executor, Statement, statement
 from kenning.storage.clock import NOW, seconds_or_none
-from kenning.storage.instances import DEFAULT_MAX_RUNS, Claim, claim_parts, claimed_row
+from kenning.storage.instances import DEFAULT_MAX_RUNS, Claim, claim_parts, claimed_row, takeover_columns
 from kenning.storage.names import CHANNEL_INSTANCES, notify
 
 # A queue's runnable instances: kenning_instances_queued's rows of :queue.
@@ -112,7 +112,7 @@ def _queue_claim_statement(max_runs: int, take_suspect: bool) -> Statement:
         FROM walk AS w
         CROSS JOIN budget AS b
         CROSS JOIN LATERAL (
-            SELECT i.id, i.partition_key, i.priority, i.lease_token IS NOT NULL AS suspect,
+            SELECT i.id, i.partition_key, i.priority, {takeover_columns("i")},
                    i.runs_without_progress, i.claimed_at, i.available_at
             FROM kenning_instances AS i
             WHERE {_QUEUED} AND i.partition_key = w.key AND i.available_at <= {NOW}
@@ -160,13 +160,13 @@ def _queue_claim_statement(max_runs: int, take_suspect: bool) -> Statement:
         RETURNING q.name
     )
     SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
-           suspect, park, runs_without_progress, trace_context,
+           suspect, taken_over, park, runs_without_progress, trace_context,
            CAST(NULL AS boolean) AS busy, CAST(NULL AS float8) AS seconds_until_next
     FROM claimed
     UNION ALL
     -- nothing claimed: whether another claim holds the queue (try again soon), and when a
     -- rate limit that stopped this one lets the next start through
-    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
            NOT EXISTS (SELECT FROM queue)
                AND EXISTS (SELECT FROM kenning_queues AS s WHERE s.name = :queue AND NOT s.paused),
            (SELECT b.rate_wait FROM budget AS b)

@@ -19,8 +19,10 @@ class ClaimedInstance:
     lease_token: str
     run_count: int
     attempts: dict[str, Any]
-    # its previous run did not end cleanly (the lease expired): the worker runs it apart
-    # from other such instances, so one that kills its process takes no other down with it
+    # its previous run did not end cleanly (the lease expired, the run raised): taken over
+    taken_over: bool = False
+    # taken over, and an earlier run died so too: the worker runs it apart from other such
+    # instances, so one that kills its process takes no other down with it
     suspect: bool = False
     # the trace it continues (kenning.tracing): its start's, or the delivery's that woke it
     trace_context: dict[str, str] | None = None
