@@ -4,6 +4,7 @@ what its HTTP endpoint answers the same malformed event."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -14,11 +15,16 @@ from tests.support import ProcessPool
 
 
 def start_consuming_ingress(
-    processes: ProcessPool, database_url: str, *sources: str, env: dict[str, str] | None = None
+    processes: ProcessPool,
+    database_url: str,
+    *sources: str,
+    env: dict[str, str] | None = None,
+    flags: Sequence[str] = (),
 ) -> Ingress:
-    """``kenning ingress --source ...`` serving (its sources connect on their own)."""
-    flags = [arg for url in sources for arg in ("--source", url)]
-    return start_ingress(processes, database_url, "--database-timeout", "5", *flags, env=env)
+    """``kenning ingress --source ...`` serving (its sources connect on their own), with
+    ``flags`` besides."""
+    source_flags = [arg for url in sources for arg in ("--source", url)]
+    return start_ingress(processes, database_url, "--database-timeout", "5", *source_flags, *flags, env=env)
 
 
 def log_events(processes: ProcessPool, process: psutil.Popen, event: str) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -79,9 +80,10 @@ class Shared:
 
 @pytest.fixture(scope="module")
 def shared(vhost: RabbitVhost, module_database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
-    queues = {key: f"events-{key}-{uuid.uuid4().hex[:8]}" for key in ("flow", "dead", "held", "deleted")}
+    keys = ("flow", "dead", "held", "deleted", "stall", *HOSTILE)
+    queues = {key: f"events-{key}-{uuid.uuid4().hex[:8]}" for key in keys}
     for key, name in queues.items():
-        asyncio.run(declare_queue(vhost, name, dead_letters=key == "dead"))
+        asyncio.run(declare_queue(vhost, name, dead_letters=key not in ("flow", "held", "deleted")))
     urls = [
         source_url(vhost, name, **({"prefetch": str(HELD_PREFETCH)} if key == "held" else {}))
         for key, name in queues.items()
@@ -365,3 +367,125 @@ async def test_a_network_cut_with_messages_in_flight_loses_nothing_and_stores_ea
         await settled(vhost, queue)
     assert sorted(stored(db, "t.cut")) == sorted(ids)  # the 4 delivered twice, stored once
     assert len(log_events(processes, ingress.process, "source.consuming")) == 2  # connected again
+
+
+# ------------------------------------------------------------------ hostile messages
+
+
+class FarTimestamp(datetime):
+    """A moment pamqp encodes as the AMQP timestamp 2**63 seconds, which any client but
+    Python's can send and which no ``datetime`` holds: pamqp cannot decode it back."""
+
+    def timestamp(self) -> float:
+        return float(2**63)
+
+
+FAR = FarTimestamp(2000, 1, 1, tzinfo=UTC)
+MAX_BODY_BYTES = 1024 * 1024  # the ingress's default --max-body-bytes, HTTP's limit
+
+
+def hostile_message(kind: str) -> tuple[dict[str, Any], dict[str, Any], bytes]:
+    """``(headers, other properties, body)`` of a message of ``kind`` whose event is valid
+    but for the one thing ``kind`` names."""
+    headers, content_type, body = binary(f"t.hostile.{kind}", {"n": 0}, id=f"{kind}-hostile")
+    properties: dict[str, Any] = {"content_type": content_type}
+    if kind == "timestamp-property":  # the message's own timestamp property
+        properties["timestamp"] = FAR
+    elif kind == "timestamp-header":  # a header the event does not even read
+        headers["x-sent-at"] = FAR
+    elif kind == "ce-time-integer":  # the AMQP 1.0 binding's milliseconds, far out of range
+        headers["ce-time"] = 2**62
+    elif kind == "oversized":  # 20 MB of JSON data, where HTTP takes at most 1 MB
+        body = json.dumps("x" * (20 * 1024 * 1024)).encode()
+    return headers, properties, body
+
+
+# kind -> what the rejection's error says, and its type
+HOSTILE: dict[str, tuple[str, str]] = {
+    "timestamp-property": ("properties cannot be decoded: year 292278994 is out of range", "invalid_encoding"),
+    "timestamp-header": ("properties cannot be decoded: year 292278994 is out of range", "invalid_encoding"),
+    "ce-time-integer": ("header ce-time holds 4611686018427387904 milliseconds", "invalid_attribute"),
+    "oversized": (f"message body over {MAX_BODY_BYTES} bytes (--max-body-bytes)", "payload_too_large"),
+}
+
+
+async def publish_raw(vhost: RabbitVhost, queue: str, *messages: tuple[dict[str, Any], dict[str, Any], bytes]) -> None:
+    """Publish ``(headers, properties, body)`` through aiormq, which encodes what aio-pika's
+    ``Message`` would refuse (a timestamp no ``datetime`` holds), each confirmed."""
+    from pamqp.commands import Basic
+
+    async with amqp_channel(vhost.url) as channel:
+        underlay = await channel.get_underlay_channel()
+        for headers, properties, body in messages:
+            await underlay.basic_publish(
+                body, routing_key=queue, properties=Basic.Properties(headers=headers, delivery_mode=2, **properties)
+            )
+
+
+def valid_messages(event_type: str, count: int) -> list[tuple[dict[str, Any], dict[str, Any], bytes]]:
+    messages = [binary(event_type, {"n": n}, id=f"{event_type}-{n}") for n in range(count)]
+    return [(headers, {"content_type": content_type}, body) for headers, content_type, body in messages]
+
+
+async def dead_count(vhost: RabbitVhost, queue: str) -> int:
+    """Messages on ``queue``'s dead-letter queue (counted, not read: aio-pika could not
+    decode some of them)."""
+    return await queue_depth(vhost, f"{queue}.dead")
+
+
+async def check_rejected_and_flowed(
+    shared: Shared, vhost: RabbitVhost, db: Sql, key: str, event_type: str, hostile: int, valid: int
+) -> list[dict[str, Any]]:
+    """The ``valid`` events behind the ``hostile`` messages on ``shared.queues[key]`` are
+    stored; each hostile one was rejected once (dead-lettered, logged, counted) and the
+    source kept its connection. Returns the rejection lines."""
+    queue = shared.queues[key]
+    source = parse_source(source_url(vhost, queue)).name
+    ids = [f"{event_type}-{n}" for n in range(valid)]
+    await eventually(lambda: stored(db, event_type) == ids, timeout=30, message="the valid events are stored")
+    dead: bool = await eventually(depth_is(vhost, f"{queue}.dead", hostile), timeout=30, message="dead-lettered")
+    assert dead
+
+    def rejected() -> list[dict[str, Any]]:
+        lines = log_events(shared.pool, shared.ingress.process, "source.message_rejected")
+        return [line for line in lines if line["source"] == source]
+
+    await eventually(lambda: len(rejected()) == hostile, timeout=30, message="each hostile one logged")
+    found = await scrape_until(
+        f"{shared.ingress.url}/metrics",
+        lambda f: value(f, "kenning_source_messages_total", source=source, outcome="stored") == valid,
+        "the stored messages counted",
+    )
+    assert value(found, "kenning_source_messages_total", source=source, outcome="rejected") == hostile
+    assert value(found, "kenning_source_messages_total", source=source, outcome="released") == 0
+    await settled(vhost, queue)
+    assert await dead_count(vhost, queue) == hostile  # once each: none came back
+    assert len(rejected()) == hostile
+    disconnected = log_events(shared.pool, shared.ingress.process, "source.disconnected")
+    assert [line for line in disconnected if line["source"] == source] == []
+    return rejected()
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+async def test_a_hostile_message_is_rejected_once_and_the_ten_behind_it_are_stored(
+    db: Sql, vhost: RabbitVhost, shared: Shared, kind: str
+) -> None:
+    # before: the timestamps made aiormq drop the connection on every delivery of the
+    # message (RabbitMQ gave it back first each time), the ce-time integer raised out of
+    # the handler (never acked nor rejected) and the 20 MB event was stored
+    event_type = f"t.behind.{kind}"
+    await publish_raw(vhost, shared.queues[kind], hostile_message(kind), *valid_messages(event_type, 10))
+    (line,) = await check_rejected_and_flowed(shared, vhost, db, kind, event_type, hostile=1, valid=10)
+    error, error_type = HOSTILE[kind]
+    assert error in line["error"] and line["error_type"] == error_type
+    assert stored(db, f"t.hostile.{kind}") == []
+
+
+async def test_more_hostile_messages_than_the_prefetch_do_not_stall_the_source(
+    db: Sql, vhost: RabbitVhost, shared: Shared
+) -> None:
+    # before: each ce-time integer held its delivery for ever, and after 32 (the
+    # prefetch) RabbitMQ sent the source nothing more
+    bad = [hostile_message("ce-time-integer") for _ in range(40)]
+    await publish_raw(vhost, shared.queues["stall"], *bad, *valid_messages("t.after.stall", 10))
+    await check_rejected_and_flowed(shared, vhost, db, "stall", "t.after.stall", hostile=40, valid=10)

@@ -238,3 +238,61 @@ async def test_a_database_outage_hands_the_messages_back_and_they_are_stored_aft
             assert value(found, "kenning_source_messages_total", source=source, outcome="stored") == 5
         finally:
             await proxy.stop()
+
+
+# ------------------------------------------------------------------ hostile messages
+
+MAX_BODY_BYTES = 4096  # the ingress's --max-body-bytes here (NATS itself takes 1 MB, HTTP's default)
+
+
+async def check_terminated_and_flowed(
+    processes: ProcessPool, database_url: str, stream: JetStreamStream, sql: Sql, hostile: int, valid: int
+) -> None:
+    """An ingress with ``--max-body-bytes 4096`` stores the ``valid`` events published
+    after ``hostile`` oversized ones; each oversized one is terminated once (JetStream's
+    advisory), logged and counted, and none is delivered again."""
+    async with nats_connection(stream.url) as watcher:
+        await add_consumer(stream, "kenning")
+        terminated: list[dict[str, Any]] = []
+
+        async def advisory(message: Any) -> None:
+            terminated.append(json.loads(message.data))
+
+        await watcher.subscribe(f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{stream.name}.kenning", cb=advisory)
+        ingress = start_consuming_ingress(
+            processes, database_url, source_url(stream, "kenning"), flags=["--max-body-bytes", str(MAX_BODY_BYTES)]
+        )
+        oversized = binary("t.oversized", {"pad": "x" * MAX_BODY_BYTES}, id="oversized")
+        await publish(stream, *[oversized] * hostile, *(binary("t.after", {}, id=f"after-{n}") for n in range(valid)))
+
+        await eventually(lambda: inbox_count(sql) == valid, timeout=30, message="the valid events are stored")
+        await eventually(lambda: len(terminated) == hostile, timeout=30, message="each oversized one terminated")
+        done: bool = await eventually(lambda: settled(stream), timeout=30, message="acked or terminated, once each")
+        assert done
+        assert sorted(a["stream_seq"] for a in terminated) == list(range(1, hostile + 1))
+        rejected = log_events(processes, ingress.process, "source.message_rejected")
+        assert [(r["error"], r["error_type"]) for r in rejected] == [
+            (f"message body over {MAX_BODY_BYTES} bytes (--max-body-bytes)", "payload_too_large")
+        ] * hostile
+        source = parse_source(source_url(stream, "kenning")).name
+        found = await scrape(f"{ingress.url}/metrics")
+        assert value(found, "kenning_source_messages_total", source=source, outcome="rejected") == hostile
+        assert value(found, "kenning_source_messages_total", source=source, outcome="stored") == valid
+        rows = sql.execute("SELECT count(*) FROM kenning_inbox WHERE event_type = 't.oversized'").fetchone()
+        assert rows is not None and rows[0] == 0
+
+
+async def test_a_message_over_the_http_body_limit_is_terminated_and_the_ten_behind_it_are_stored(
+    processes: ProcessPool, database_url: str, sql: Sql
+) -> None:
+    # before: the source stored it (the HTTP endpoint answers such a body 413)
+    async with jetstream_stream() as stream:
+        await check_terminated_and_flowed(processes, database_url, stream, sql, hostile=1, valid=10)
+
+
+async def test_more_hostile_messages_than_the_prefetch_do_not_stall_the_source(
+    processes: ProcessPool, database_url: str, sql: Sql
+) -> None:
+    # before: all 40 were stored
+    async with jetstream_stream() as stream:
+        await check_terminated_and_flowed(processes, database_url, stream, sql, hostile=40, valid=10)

@@ -107,7 +107,9 @@ class Ingress:
         )
         try:
             # each broker source writes through the same group commit as the requests
-            async with running_sources(self.settings.sources, self.inbox.store, self.settings.limits):
+            async with running_sources(
+                self.settings.sources, self.inbox.store, self.settings.limits, self.settings.max_body_bytes
+            ):
                 yield
         finally:
             await self.database.dispose()

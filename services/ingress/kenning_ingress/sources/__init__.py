@@ -37,9 +37,9 @@ def check_sources(urls: Sequence[str]) -> None:
         require_client(parse_source(url))
 
 
-def open_source(url: str, store: Store, limits: EventLimits) -> Source:
+def open_source(url: str, store: Store, limits: EventLimits, max_body_bytes: int) -> Source:
     address = parse_source(url)
-    intake = Intake(address.name, store, limits)
+    intake = Intake(address.name, store, limits, max_body_bytes)
     if isinstance(address, AmqpSourceAddress):
         from kenning_ingress.sources.amqp import AmqpSource
 
@@ -50,10 +50,16 @@ def open_source(url: str, store: Store, limits: EventLimits) -> Source:
 
 
 @contextlib.asynccontextmanager
-async def running_sources(urls: Sequence[str], store: Store, limits: EventLimits) -> AsyncIterator[None]:
+async def running_sources(
+    urls: Sequence[str], store: Store, limits: EventLimits, max_body_bytes: int
+) -> AsyncIterator[None]:
     """Every source consuming for the body's duration; stopped (connections closed, so
-    what they held unacknowledged goes back to its broker) when it ends."""
-    tasks = [asyncio.create_task(open_source(url, store, limits).run(), name=parse_source(url).name) for url in urls]
+    what they held unacknowledged goes back to its broker) when it ends. ``limits`` and
+    ``max_body_bytes`` are the HTTP endpoint's: a message is held to what a request is."""
+    tasks = [
+        asyncio.create_task(open_source(url, store, limits, max_body_bytes).run(), name=parse_source(url).name)
+        for url in urls
+    ]
     try:
         yield
     finally:

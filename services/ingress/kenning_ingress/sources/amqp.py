@@ -7,7 +7,9 @@ acked after its inbox row committed; a malformed one is rejected without requeue
 (``basic.reject``), which sends it to the queue's dead-letter exchange if it has one (an
 ``x-dead-letter-exchange`` argument or a policy; RabbitMQ adds an ``x-death`` header) and
 drops it otherwise: the warning line ``source.message_rejected`` carries the error either
-way. While the database is away a message is nacked with requeue after a pause.
+way. So is one whose properties aiormq could not decode (``amqp_frames``), which would
+otherwise cost the connection on every delivery. While the database is away a message is
+nacked with requeue after a pause.
 
 A lost or refused connection, a channel closed by an error, a consumer RabbitMQ cancelled
 (its queue was deleted) or a queue that does not exist is a warning line
@@ -26,7 +28,8 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from kenning import amqp
 from kenning.storage.inbox import NewEvent
-from kenning_ingress.parsing import EventLimits
+from kenning_ingress.parsing import EventLimits, InvalidEventError
+from kenning_ingress.sources import amqp_frames
 from kenning_ingress.sources.addresses import AmqpSourceAddress
 from kenning_ingress.sources.base import RECONNECT_SECONDS, Intake, error_text
 from kenning_ingress.sources.bindings import amqp_event
@@ -39,7 +42,13 @@ class AmqpDelivery:
     def __init__(self, message: AbstractIncomingMessage) -> None:
         self.message = message
 
+    def body_size(self) -> int:
+        return len(self.message.body)
+
     def decode(self, limits: EventLimits) -> NewEvent:
+        undecodable = amqp_frames.undecodable_reason(self.message.headers)
+        if undecodable is not None:
+            raise InvalidEventError(f"the message's properties cannot be decoded: {undecodable}", "invalid_encoding")
         return amqp_event(self.message.headers, self.message.content_type, self.message.body, limits)
 
     async def ack(self) -> None:
@@ -77,6 +86,7 @@ class AmqpSource:
     async def run(self) -> None:
         """Consume until cancelled, connecting again after every loss."""
         amqp.quiet_aiormq()  # source.disconnected says it instead
+        amqp_frames.install()  # a message whose properties do not decode is rejected, not a lost connection
         while True:
             try:
                 await self._consume()

@@ -4,9 +4,12 @@ A source (``amqp.py``, ``nats.py``) owns its connection and hands each message i
 to ``Intake.handle`` as a ``Delivery``; the handling is the same for every broker:
 
 1. decode the message in its protocol binding into one event and validate it with the
-   HTTP path's own rules (``kenning_ingress.parsing``), so the error texts are the same;
-   a malformed message is rejected to the broker's dead-letter mechanism, with a warning
-   line carrying the error, and the next message goes on;
+   HTTP path's own rules and limits (``kenning_ingress.parsing``; a body over HTTP's
+   ``--max-body-bytes`` is refused first), so the error texts are the same. A message that
+   cannot be taken, whatever the reason (an error the decoding did not foresee included:
+   one message must never stop a source), is rejected to the broker's dead-letter
+   mechanism once, with one warning line carrying the error and no traceback, counted as
+   ``rejected``, and the next message goes on;
 2. write the event to the inbox through the ingress's group commit, exactly as a request's
    events (deduplicated by ``(source, id)``);
 3. ack only once the inbox row is committed. A crash between the two leaves the message
@@ -54,6 +57,10 @@ def error_text(exc: BaseException) -> str:
 class Delivery(Protocol):
     """One message as its broker delivered it."""
 
+    def body_size(self) -> int:
+        """Bytes in the message's body (its payload)."""
+        ...
+
     def decode(self, limits: EventLimits) -> NewEvent:
         """The message's event in its protocol binding; raises ``InvalidEventError``."""
         ...
@@ -75,13 +82,22 @@ class Delivery(Protocol):
         ...
 
 
+def _described(delivery: Delivery) -> dict[str, Any]:
+    """``delivery.describe()``, or nothing when a hostile message's fields do not read."""
+    try:
+        return delivery.describe()
+    except Exception as exc:
+        return {"describe_error": error_text(exc)}
+
+
 class Intake:
     """The handling of one source's messages (``handle``), whatever the broker."""
 
-    def __init__(self, name: str, store: Store, limits: EventLimits) -> None:
+    def __init__(self, name: str, store: Store, limits: EventLimits, max_body_bytes: int) -> None:
         self.name = name  # the source's URL, password redacted
         self._store = store
         self._limits = limits
+        self._max_body_bytes = max_body_bytes  # HTTP's --max-body-bytes
         self._away_since: float | None = None  # the database failed a write and none has succeeded since
         self._warned_at = 0.0
         self.stored = 0  # events written (duplicates included), for logs and tests
@@ -89,7 +105,7 @@ class Intake:
     async def handle(self, delivery: Delivery) -> None:
         """Decode, validate, write, ack (or reject, or hand back); never raises but on cancellation."""
         try:
-            event = delivery.decode(self._limits)
+            event = self._decode(delivery)
         except InvalidEventError as invalid:
             await self._reject(delivery, str(invalid), invalid.error_type)
             return
@@ -109,10 +125,26 @@ class Intake:
         await self._settle("ack", delivery.ack, delivery)
         _log.debug("source.event_stored", source=self.name, event_source=event.source, id=event.event_id, new=stored)
 
+    def _decode(self, delivery: Delivery) -> NewEvent:
+        """The delivery's event, or ``InvalidEventError`` for anything that stops it."""
+        size = delivery.body_size()
+        if size > self._max_body_bytes:  # HTTP answers 413; the broker had room for it
+            raise InvalidEventError(
+                f"message body over {self._max_body_bytes} bytes (--max-body-bytes)", "payload_too_large"
+            )
+        try:
+            return delivery.decode(self._limits)
+        except InvalidEventError:
+            raise
+        except Exception as exc:
+            # a message the bindings did not foresee: still the message's fault for this
+            # source, which must go on (the error's type and text name it in the log line)
+            raise InvalidEventError(f"the message cannot be read: {error_text(exc)}", "invalid_message") from exc
+
     async def _reject(self, delivery: Delivery, error: str, error_type: str) -> None:
         SOURCE_MESSAGES.labels(self.name, "rejected").inc()
         _log.warning(
-            "source.message_rejected", source=self.name, error=error, error_type=error_type, **delivery.describe()
+            "source.message_rejected", source=self.name, error=error, error_type=error_type, **_described(delivery)
         )
         await self._settle("reject", lambda: delivery.reject(error, error_type), delivery)
 
@@ -125,7 +157,7 @@ class Intake:
             await self._reject(delivery, answer["error"], answer["error_type"])
             return
         if unexpected:
-            _log.error("source.internal_error", source=self.name, error=repr(exc), exc_info=exc, **delivery.describe())
+            _log.error("source.internal_error", source=self.name, error=repr(exc), exc_info=exc, **_described(delivery))
         else:
             self._database_away(answer["error"], exc)
         # held this long, then handed back: the broker keeps it and nothing spins
@@ -148,7 +180,7 @@ class Intake:
                 action=action,
                 error=error_text(exc),
                 outcome="the broker will redeliver",
-                **delivery.describe(),
+                **_described(delivery),
             )
 
     def _database_away(self, error: str, exc: Exception) -> None:

@@ -68,7 +68,13 @@ def _amqp_value(header: str, attribute: str, value: Any) -> Any:
         return _rfc3339(value)
     if attribute == "time" and isinstance(value, int) and not isinstance(value, bool):
         # the AMQP 1.0 binding's timestamp: milliseconds since the epoch
-        return _rfc3339(datetime.fromtimestamp(value / 1000, tz=UTC))
+        try:
+            return _rfc3339(datetime.fromtimestamp(value / 1000, tz=UTC))
+        except (ValueError, OverflowError, OSError):  # past year 9999, or before year 1
+            _invalid(
+                f"header {header} holds {value} milliseconds since the epoch, outside the years 1 to 9999",
+                "invalid_attribute",
+            )
     if isinstance(value, str | bool | int):
         return value
     _invalid(

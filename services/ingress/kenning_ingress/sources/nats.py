@@ -42,6 +42,9 @@ class NatsDelivery:
     def __init__(self, message: Msg) -> None:
         self.message = message
 
+    def body_size(self) -> int:
+        return len(self.message.data)
+
     def decode(self, limits: EventLimits) -> NewEvent:
         return nats_event(self.message.headers, self.message.data, limits)
 
