@@ -6,8 +6,10 @@ test (``--source`` is repeatable), so a test costs its messages, not a process s
 event lands once and starts and wakes a workflow (a real worker), a duplicate is stored
 once, a malformed message goes to the dead-letter queue with the error the HTTP path
 answers and the next message flows, the ingress holds at most ``prefetch`` messages while
-the inbox cannot take them, and a queue deleted and declared again under the source is
-consumed again. Tests that need an ingress of their own start one: killed between the
+the inbox cannot take them, a queue deleted and declared again under the source is
+consumed again, and each hostile message (properties aiormq cannot decode, a ``ce-time``
+out of range, a body over HTTP's limit; 40 of them, over the prefetch) is rejected once
+while the 10 events behind it are stored. Tests that need an ingress of their own start one: killed between the
 inbox commit and the ack (the message comes back and is stored once), and cut off from
 RabbitMQ with messages in flight (all stored once, nothing left on the queue).
 """

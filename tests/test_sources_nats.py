@@ -5,8 +5,10 @@ Each test has its own stream: an event in the NATS binding's binary mode (percen
 ``ce-`` headers) lands once and starts and wakes a workflow (a real worker), a duplicate is
 stored once, an ingress killed between the inbox commit and the ack gets the message again
 and stores nothing new, a malformed message is terminated (JetStream's ``MSG_TERMINATED``
-advisory names it) with the error the HTTP path answers and the next one flows, and a
-consumer the source creates holds at most ``prefetch`` messages unacked.
+advisory names it) with the error the HTTP path answers and the next one flows, a
+consumer the source creates holds at most ``prefetch`` messages unacked, and payloads over
+HTTP's ``--max-body-bytes`` (1, then 40) are terminated once each while the 10 events
+behind them are stored.
 """
 
 from __future__ import annotations
