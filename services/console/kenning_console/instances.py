@@ -1,13 +1,19 @@
 """The instances pages: the list (filters, counts by status, keyset pages, auto-refresh)
-and one instance (``kenning_console.timeline`` shapes its history, ``diagram`` draws it)."""
+and one instance (``kenning_console.timeline`` shapes its history, ``diagram`` draws it).
+
+An instance's page is bounded whatever the instance did: its history a page of
+``HISTORY_PAGE`` steps at a time (keyset on the step number), with the sent events and
+compensations of that page's time range (``SIDE_ROWS`` at most), and every value shown
+whole only up to ``values.BOUNDS`` (a preview and a download beyond)."""
 
 from __future__ import annotations
 
 import base64
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -16,18 +22,22 @@ from starlette.routing import BaseRoute, Route
 
 from kenning.serialization import unstorable_reason
 from kenning.storage import console as console_sql
-from kenning.storage.console import Cursor, InstanceFilters
+from kenning.storage.console import Cursor, InstanceFilters, Window
 from kenning.storage.records import INSTANCE_STATUSES
 from kenning_console.diagram import steps_svg
 from kenning_console.pages import BadRequestError, render
 from kenning_console.state import console_of
 from kenning_console.timeline import timeline
+from kenning_console.values import BOUNDS, shown
 
 SCAN_LIMIT = 10_000  # rows one page of a search judges at most (kenning.storage.console)
 COUNT_CAP = 10_000  # counts by status stop here ("10,000+")
 MAX_TEXT = 200  # characters of a filter field
 EXISTED = "an instance with this id (or idempotency key) already existed: not started again"
 FILTER_FIELDS = ("status", "workflow", "since", "until", "id", "key", "q")
+HISTORY_PAGE = 200  # steps on one page of an instance's history
+SIDE_ROWS = 200  # sent events and compensations in one page's time range, waits and timers
+NEWEST = 2**62  # after every step number: the newest page ends before it
 
 
 async def home(request: Request) -> Response:
@@ -185,27 +195,105 @@ async def instance_list(request: Request) -> Response:
     )
 
 
+def _after(request: Request) -> int | None:
+    """The page of history asked for: ``after=<step number>`` (0: the first page), or None
+    for ``newest=1``, the last page."""
+    if request.query_params.get("newest") == "1":
+        return None
+    raw = _text(request, "after") or "0"
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+        raise BadRequestError(f"after={raw!r} is not a step number")
+    return int(raw)
+
+
+def _page_url(instance_id: str, after: int | None) -> str:
+    path = "/instances/" + quote(instance_id, safe="/")
+    return path if not after else f"{path}?after={after}"
+
+
+@dataclass
+class HistoryPage:
+    """Which steps of the history a page shows, and the links to the others."""
+
+    first: int  # the position of its first step (1-based)
+    total: int
+    count: int
+    next_url: str | None = None
+    previous_url: str | None = None
+    first_url: str | None = None
+    newest_url: str | None = None
+    more_sent: bool = False
+    more_compensations: bool = False
+
+
+async def _read_page(conn: Any, instance_id: str, after: int | None) -> dict[str, Any] | None:
+    """The instance, one page of its history (keyset on the step number) and what else
+    happened in that page's time range, every value bounded."""
+    row = await console_sql.instance(conn, instance_id, BOUNDS)
+    if row is None:
+        return None
+    if after is None:
+        after = await console_sql.instance_history_page_start(conn, instance_id, before=NEWEST, limit=HISTORY_PAGE)
+    rows = await console_sql.instance_history_page(
+        conn, instance_id, after=after, limit=HISTORY_PAGE + 1, bounds=BOUNDS
+    )
+    history, more = rows[:HISTORY_PAGE], len(rows) > HISTORY_PAGE
+    position = await console_sql.instance_history_position(conn, instance_id, after)
+    # the rows recorded from this page's first step (from the start on the first page) up
+    # to the next page's first step (on, on the last page)
+    since = history[0].created_at if after and history else None
+    window = Window(since=since, until=rows[HISTORY_PAGE].created_at if more else None, limit=SIDE_ROWS + 1)
+    compensations = await console_sql.instance_compensations(conn, instance_id, window, BOUNDS)
+    sent = await console_sql.instance_sent_events(conn, instance_id, window, BOUNDS)
+    last = not more
+    page = HistoryPage(
+        first=position.before + 1,
+        total=position.total,
+        count=len(history),
+        more_sent=len(sent) > SIDE_ROWS,
+        more_compensations=len(compensations) > SIDE_ROWS,
+    )
+    if more:
+        page.next_url = _page_url(instance_id, history[-1].seq)
+        page.newest_url = _page_url(instance_id, None) + "?newest=1"
+    if after:
+        before = history[0].seq if history else NEWEST
+        start = await console_sql.instance_history_page_start(conn, instance_id, before=before, limit=HISTORY_PAGE)
+        page.previous_url = _page_url(instance_id, start)
+        page.first_url = _page_url(instance_id, 0)
+    return {
+        "instance": row,
+        "history": history,
+        "compensations": compensations[:SIDE_ROWS],
+        "waits": await console_sql.instance_waits(conn, instance_id, limit=SIDE_ROWS, bounds=BOUNDS) if last else [],
+        "timers": await console_sql.instance_timers(conn, instance_id, limit=SIDE_ROWS) if last else [],
+        "sent": sent[:SIDE_ROWS],
+        "now": last,
+        "previous": position.previous_at if after else None,
+        "page": page,
+    }
+
+
+def _error(row: Any) -> dict[str, Any] | None:
+    """The instance's error as the page shows it: whole, or its type and message."""
+    if row.error_size is None:
+        return None
+    if row.error_preview is None:
+        return row.error if isinstance(row.error, dict) else {"message": str(row.error)}
+    return {"type": row.error_type or "error", "message": row.error_message or ""}
+
+
 async def instance_page(request: Request) -> Response:
     console = console_of(request)
     instance_id = request.path_params["instance_id"]
-
-    async def read_all(conn: Any) -> dict[str, Any] | None:
-        row = await console_sql.instance(conn, instance_id)
-        if row is None:
-            return None
-        return {
-            "instance": row,
-            "history": await console_sql.instance_history(conn, instance_id),
-            "compensations": await console_sql.instance_compensations(conn, instance_id),
-            "waits": await console_sql.instance_waits(conn, instance_id),
-            "timers": await console_sql.instance_timers(conn, instance_id),
-            "sent": await console_sql.instance_sent_events(conn, instance_id),
-        }
-
-    found = await console.read(read_all)
+    after = _after(request)
+    found = await console.read(lambda conn: _read_page(conn, instance_id, after))
     if found is None:
         raise HTTPException(404, f"no instance {instance_id!r} (it may have expired under the retention policy)")
+    page = found.pop("page")
     items = timeline(**found)
+    row = found["instance"]
+    values = {name: shown(row, name, instance_id, name) for name in ("input", "result", "error")}
     return render(
         request,
         "instance.html",
@@ -214,7 +302,9 @@ async def instance_page(request: Request) -> Response:
             **found,
             "timeline": items,
             "diagram": steps_svg(items),
-            "error": found["instance"].error,
+            "error": _error(row),
+            "values": values,
+            "history_page": page,
             "notice": EXISTED if request.query_params.get("existed") == "1" else None,
             "pretty": pretty,
         },

@@ -34,6 +34,7 @@ class Console:
     # woken by NOTIFY (kenning_console.live); server-sent event streams wait on it
     changes: Changes = field(default_factory=lambda: Changes())
     watchers: Watchers | None = field(default=None)  # the LISTEN connection while a page watches
+    downloads: int = 0  # values streaming now (kenning_console.values)
 
     async def read(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
         """Run one statement on a pooled autocommit connection, bounded by the database timeout."""

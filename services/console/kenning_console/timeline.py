@@ -6,7 +6,10 @@ the steps it is retrying now (failed attempts counted, no record yet: how many, 
 when, the last error, and when the next attempt is due if the back-off released it); the
 waits and timers it is on now (with their ``match`` and due time); the CloudEvents it
 received (their attributes, from the ``EventReceived`` record) and sent (its outbox rows);
-its compensations. Pure: rows in, items out."""
+its compensations. Pure: rows in, items out.
+
+The rows' values come bounded (``kenning.storage.console``): one too large to show whole is
+an item's ``values`` entry (a preview and its download), not part of its ``details``."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from kenning.storage.names import (
     PATCH_MARKER,
     TIMER_EXPIRED,
 )
+from kenning_console.values import Shown, large
 
 # outcome -> the marker's class: ok (green), bad (red), wait (amber), "" (grey)
 TONE = {
@@ -61,6 +65,7 @@ class Item:
     due_at: Any = None
     fired_at: Any = None
     error: dict[str, Any] | None = None
+    values: dict[str, Shown] = field(default_factory=dict)  # too large for details: previews
 
     @property
     def tone(self) -> str:
@@ -84,9 +89,14 @@ def _counted(entry: Any) -> tuple[int | None, str]:
 
 
 def _history_item(row: Any, instance: Any) -> Item:
-    payload = row.payload if isinstance(row.payload, dict) else {}
+    big = large(row, "payload", getattr(instance, "id", ""), "step", row.seq)
+    # too large: what is left without its result or data (an event's attributes, an
+    # error's type and message), if that is small
+    payload = row.payload if big is None else getattr(row, "payload_rest", None)
+    payload = payload if isinstance(payload, dict) else {}
     attempts, last_error = _counted((instance.attempts or {}).get(row.step_id))
-    base = {
+    base: dict[str, Any] = {
+        "values": {"record": big} if big is not None else {},
         "step_id": row.step_id,
         "at": row.created_at,
         # the record's (0007); an older row's step only if it still has attempts counted
@@ -97,15 +107,15 @@ def _history_item(row: Any, instance: Any) -> Item:
         "run_seconds": row.run_seconds,
     }
     if row.kind == ACTIVITY_COMPLETED:
-        return Item("activity", row.step_name, "completed", details={"result": payload.get("result")}, **base)
+        details = {"result": payload.get("result")} if big is None else {}
+        return Item("activity", row.step_name, "completed", details=details, **base)
     if row.kind == ACTIVITY_FAILED:
         return Item("activity", row.step_name, "failed", error=payload, **base)
     if row.kind == EVENT_RECEIVED:
         attributes = {name: payload.get(name) for name in CLOUDEVENT_ATTRIBUTES if payload.get(name) is not None}
         attributes.update(payload.get("extensions") or {})
-        return Item(
-            "event", row.step_name, "received", attributes=attributes, details={"data": payload.get("data")}, **base
-        )
+        details = {"data": payload.get("data")} if big is None else {}
+        return Item("event", row.step_name, "received", attributes=attributes, details=details, **base)
     if row.kind == EVENT_TIMEOUT:
         return Item("timeout", row.step_name, "timed out", details=payload, **base)
     if row.kind == TIMER_EXPIRED:
@@ -149,17 +159,32 @@ def _retrying(instance: Any, recorded: set[str], compensations: list[Any]) -> li
 
 
 def timeline(
-    *, instance: Any, history: list[Any], compensations: list[Any], waits: list[Any], timers: list[Any], sent: list[Any]
+    *,
+    instance: Any,
+    history: list[Any],
+    compensations: list[Any],
+    waits: list[Any],
+    timers: list[Any],
+    sent: list[Any],
+    now: bool = True,
+    previous: datetime | None = None,
 ) -> list[Item]:
-    """Everything that happened to ``instance`` and what it waits on, in time order."""
+    """Everything that happened to ``instance`` and what it waits on, in time order.
+
+    A page of a long history passes its rows, the other rows of its time range, the record
+    before its first step (``previous``: the first step's start when not measured), and
+    ``now=False`` unless it is the last page: what is being retried belongs on that one."""
+    id_ = getattr(instance, "id", "")
     items = [_history_item(row, instance) for row in history]
-    previous = instance.started_at or instance.created_at
+    previous = previous or instance.started_at or instance.created_at
     for item in items:  # not measured: a step starts when the record before it was written
         if item.started is None:
             item.started = previous if previous is not None and item.at is not None and previous <= item.at else None
         previous = item.at or previous
-    items += _retrying(instance, {row.step_id for row in history}, compensations)
+    if now:
+        items += _retrying(instance, {row.step_id for row in history}, compensations)
     for row in sent:
+        data = large(row, "data", id_, "sent", row.id)
         items.append(
             Item(
                 "sent",
@@ -176,11 +201,13 @@ def timeline(
                     **({"datacontenttype": row.content_type} if row.content_type else {}),
                     **(row.extensions or {}),
                 },
-                details={"data": row.data} if not row.binary else {"data": "(binary)"},
+                details={} if data is not None else {"data": row.data} if not row.binary else {"data": "(binary)"},
+                values={"data": data} if data is not None else {},
                 fired_at=row.published_at,
             )
         )
     for row in waits:
+        match = large(row, "match", id_, "match", row.step_id)
         items.append(
             Item(
                 "wait",
@@ -191,13 +218,20 @@ def timeline(
                 match=row.match,
                 due_at=row.timeout_at,
                 details={"event type": row.event_type},
+                values={"match": match} if match is not None else {},
             )
         )
     for row in timers:
         items.append(Item("timer", row.step_name, "waiting", row.created_at, step_id=row.step_id, due_at=row.due_at))
     done = {item.step_id for item in items if item.kind == "compensation"}
     for row in compensations:  # registered but not run (yet, or ever: the instance succeeded)
-        if f"compensation:{row.comp_id}" not in done:
+        # (its record may be on another page of the history)
+        if f"compensation:{row.comp_id}" not in done and getattr(row, "ran_kind", None) is None:
+            big = {
+                name: value
+                for name in ("args", "kwargs")
+                if (value := large(row, name, id_, name, row.comp_id)) is not None
+            }
             items.append(
                 Item(
                     "compensation",
@@ -205,7 +239,8 @@ def timeline(
                     "registered",
                     row.created_at,
                     step_id=row.comp_id,
-                    details={"args": row.args, "kwargs": row.kwargs},
+                    details={name: getattr(row, name) for name in ("args", "kwargs") if name not in big},
+                    values=big,
                 )
             )
     far = datetime.max.replace(tzinfo=instance.created_at.tzinfo)

@@ -244,77 +244,214 @@ async def workflow_names(conn: Executor) -> list[str]:
 
 
 # ------------------------------------------------------------------ one instance
+#
+# Every value a user's code made (an input, a result, an error, a step's record, a sent
+# event's data, a compensation's arguments, a wait's match) is read *bounded*: its size as
+# JSON text (``<name>_size``), the value itself only when that is at most ``:bound`` bytes
+# (``<name>``), else the first ``:preview`` characters of its text (``<name>_preview``). So
+# a 100 MB result never crosses to the console for its page (the whole value streams from
+# ``kenning.storage.console_values``). Each value's text is made once per row: in a
+# ``LATERAL`` subquery that ``OFFSET 0`` keeps from being merged into the outer one (merged,
+# each of the three uses would cast the value again: about a second each for 100 MB).
 
-_INSTANCE = statement("SELECT * FROM kenning_instances WHERE id = :id")
+
+def _bounded(values: dict[str, str], alias: str = "v") -> tuple[str, str]:
+    """The select list and the ``LATERAL`` join that read ``values`` (name -> jsonb
+    expression) bounded, as said above."""
+    texts = ", ".join(f"CAST({expr} AS text) AS {name}" for name, expr in values.items())
+    columns = []
+    for name, expr in values.items():
+        text = f"{alias}.{name}"
+        columns += [
+            f"octet_length({text}) AS {name}_size",
+            f"CASE WHEN octet_length({text}) <= :bound THEN {expr} END AS {name}",
+            f"CASE WHEN octet_length({text}) > :bound THEN left({text}, :preview) END AS {name}_preview",
+        ]
+    return ", ".join(columns), f"CROSS JOIN LATERAL (SELECT {texts} OFFSET 0) AS {alias}"
 
 
-async def instance(conn: Executor, instance_id: str) -> Any | None:
-    """Every column of one instance (the columns later migrations add included)."""
-    return (await conn.execute(_INSTANCE, {"id": instance_id})).first()
+@dataclass(frozen=True)
+class Bounds:
+    """How much of each value a page shows: whole up to ``bound`` bytes of JSON text,
+    else a preview of its first ``preview`` characters."""
+
+    bound: int = 4096
+    preview: int = 1024
+
+    def parameters(self) -> dict[str, int]:
+        return {"bound": self.bound, "preview": self.preview}
 
 
-_HISTORY = statement(
-    """
-    SELECT seq, step_id, kind, step_name, payload, payload_bytes IS NOT NULL AS binary, created_at,
-           attempts, started_at, run_seconds
-    FROM kenning_history WHERE instance_id = :id ORDER BY seq
+_INSTANCE_VALUES, _INSTANCE_JOIN = _bounded({"input": "i.input", "result": "i.result", "error": "i.error"})
+_INSTANCE = statement(
+    f"""
+    SELECT i.id, i.workflow_name, i.source_hash, i.status, i.idempotency_key, i.cancel_requested, i.lease_owner,
+           i.available_at, i.attempts, i.run_count, i.created_at, i.updated_at, i.started_at, i.finished_at,
+           i.stuck_reason, i.stuck_at,
+           left(i.error ->> 'type', 200) AS error_type, left(i.error ->> 'message', :preview) AS error_message,
+           {_INSTANCE_VALUES}
+    FROM kenning_instances AS i {_INSTANCE_JOIN}
+    WHERE i.id = :id
     """
 )
 
 
-async def instance_history(conn: Executor, instance_id: str) -> list[Any]:
-    """The recorded steps, in the order they were recorded."""
-    return (await conn.execute(_HISTORY, {"id": instance_id})).all()
+async def instance(conn: Executor, instance_id: str, bounds: Bounds) -> Any | None:
+    """One instance for its page: its facts, and its input, result and error bounded
+    (an error's type and the start of its message always)."""
+    return (await conn.execute(_INSTANCE, {"id": instance_id, **bounds.parameters()})).first()
 
 
+# a record's payload without its value: an event's attributes, an error's type and message
+_PAYLOAD_REST = "h.payload - 'result' - 'data'"
+_HISTORY_VALUES, _HISTORY_JOIN = _bounded({"payload": "h.payload", "payload_rest": _PAYLOAD_REST})
+# The page is a keyset on seq: the steps after the last one shown. (instance_id, step_id)
+# is the only index, so the instance's rows are read in that index and the first
+# :limit by seq kept (a top-N sort of seq alone); only those are read whole.
+_HISTORY_PAGE = statement(
+    f"""
+    SELECT h.seq, h.step_id, h.kind, h.step_name, h.payload_bytes IS NOT NULL AS binary, h.created_at,
+           h.attempts, h.started_at, h.run_seconds, {_HISTORY_VALUES}
+    FROM (SELECT step_id FROM kenning_history
+          WHERE instance_id = :id AND seq > :after ORDER BY seq LIMIT :limit) AS page
+    JOIN kenning_history AS h ON h.instance_id = :id AND h.step_id = page.step_id
+    {_HISTORY_JOIN}
+    ORDER BY h.seq
+    """
+)
+
+
+async def instance_history_page(
+    conn: Executor, instance_id: str, *, after: int, limit: int, bounds: Bounds
+) -> list[Any]:
+    """Up to ``limit`` recorded steps after the one numbered ``after`` (0: from the
+    first), in the order they were recorded, their payloads bounded."""
+    params = {"id": instance_id, "after": after, "limit": limit, **bounds.parameters()}
+    return (await conn.execute(_HISTORY_PAGE, params)).all()
+
+
+_HISTORY_PAGE_START = statement(
+    """
+    SELECT seq FROM kenning_history WHERE instance_id = :id AND seq < :before
+    ORDER BY seq DESC OFFSET :limit LIMIT 1
+    """
+)
+
+
+async def instance_history_page_start(conn: Executor, instance_id: str, *, before: int, limit: int) -> int:
+    """Where the page of ``limit`` steps that ends just before step ``before`` starts: the
+    ``after`` of :func:`instance_history_page` (0 when it is the first page). The newest
+    page is the one before the largest number. The offset is a page, never the history."""
+    row = (await conn.execute(_HISTORY_PAGE_START, {"id": instance_id, "before": before, "limit": limit})).first()
+    return 0 if row is None else int(row.seq)
+
+
+_HISTORY_POSITION = statement(
+    """
+    SELECT count(*) AS total, count(*) FILTER (WHERE seq <= :after) AS before,
+           max(created_at) FILTER (WHERE seq <= :after) AS previous_at
+    FROM kenning_history WHERE instance_id = :id
+    """
+)
+
+
+@dataclass(frozen=True)
+class HistoryPosition:
+    total: int  # steps recorded
+    before: int  # of them, up to the page's ``after``
+    previous_at: datetime | None  # when the last of those was recorded
+
+
+async def instance_history_position(conn: Executor, instance_id: str, after: int) -> HistoryPosition:
+    """How many steps the instance recorded, how many of them come up to ``after``, and
+    when the last of those was recorded (a page's first step started after it)."""
+    row = (await conn.execute(_HISTORY_POSITION, {"id": instance_id, "after": after})).one()
+    return HistoryPosition(int(row.total), int(row.before), row.previous_at)
+
+
+# What else the timeline shows beside a page of history: rows recorded in the page's time
+# range [:since, :until) (NULL: open), at most :limit of each (one more tells there are more).
+_IN_RANGE = (
+    "(CAST(:since AS timestamptz) IS NULL OR {at} >= :since) AND (CAST(:until AS timestamptz) IS NULL OR {at} < :until)"
+)
+
+_COMPENSATION_VALUES, _COMPENSATION_JOIN = _bounded({"args": "c.args", "kwargs": "c.kwargs"})
 _COMPENSATIONS = statement(
-    """
-    SELECT comp_id, position, function_name, args, kwargs, retry_policy, created_at
-    FROM kenning_compensations WHERE instance_id = :id ORDER BY position
+    f"""
+    SELECT c.comp_id, c.position, c.function_name, c.created_at, ran.kind AS ran_kind, ran.created_at AS ran_at,
+           {_COMPENSATION_VALUES}
+    FROM kenning_compensations AS c {_COMPENSATION_JOIN}
+    -- its record, if it ran (on this page of history or another)
+    LEFT JOIN kenning_history AS ran ON ran.instance_id = c.instance_id AND ran.step_id = 'compensation:' || c.comp_id
+    WHERE c.instance_id = :id AND {_IN_RANGE.format(at="c.created_at")}
+    ORDER BY c.position LIMIT :limit
     """
 )
 
 
-async def instance_compensations(conn: Executor, instance_id: str) -> list[Any]:
-    """The compensations registered, in the order they were (they run in reverse)."""
-    return (await conn.execute(_COMPENSATIONS, {"id": instance_id})).all()
+@dataclass(frozen=True)
+class Window:
+    """The time range of a page of history, and how many rows of each kind it shows."""
+
+    since: datetime | None
+    until: datetime | None
+    limit: int
+
+    def parameters(self, instance_id: str, bounds: Bounds) -> dict[str, Any]:
+        return {"id": instance_id, "since": self.since, "until": self.until, "limit": self.limit, **bounds.parameters()}
 
 
+async def instance_compensations(conn: Executor, instance_id: str, window: Window, bounds: Bounds) -> list[Any]:
+    """The compensations registered in the window, in the order they were (they run in
+    reverse), their arguments bounded, and the kind and time of their record if they ran."""
+    return (await conn.execute(_COMPENSATIONS, window.parameters(instance_id, bounds))).all()
+
+
+_WAIT_VALUES, _WAIT_JOIN = _bounded({"match": "w.match"})
 _WAITS = statement(
-    """
-    SELECT step_id, step_name, event_type, match, since, timeout_at, created_at
-    FROM kenning_event_subscriptions WHERE instance_id = :id ORDER BY created_at, step_id
+    f"""
+    SELECT w.step_id, w.step_name, w.event_type, w.since, w.timeout_at, w.created_at, {_WAIT_VALUES}
+    FROM kenning_event_subscriptions AS w {_WAIT_JOIN}
+    WHERE w.instance_id = :id ORDER BY w.created_at, w.step_id LIMIT :limit
     """
 )
 
 
-async def instance_waits(conn: Executor, instance_id: str) -> list[Any]:
-    """The events the instance waits for now (``wait_event``), with their ``match``."""
-    return (await conn.execute(_WAITS, {"id": instance_id})).all()
+async def instance_waits(conn: Executor, instance_id: str, *, limit: int, bounds: Bounds) -> list[Any]:
+    """The events the instance waits for now (``wait_event``), with their ``match`` bounded."""
+    return (await conn.execute(_WAITS, {"id": instance_id, "limit": limit, **bounds.parameters()})).all()
 
 
 _TIMERS = statement(
-    "SELECT step_id, step_name, due_at, created_at FROM kenning_timers WHERE instance_id = :id ORDER BY due_at"
+    """
+    SELECT step_id, step_name, due_at, created_at FROM kenning_timers WHERE instance_id = :id
+    ORDER BY due_at LIMIT :limit
+    """
 )
 
 
-async def instance_timers(conn: Executor, instance_id: str) -> list[Any]:
+async def instance_timers(conn: Executor, instance_id: str, *, limit: int) -> list[Any]:
     """The timers the instance waits on now (``wait_timer``, ``sleep``)."""
-    return (await conn.execute(_TIMERS, {"id": instance_id})).all()
+    return (await conn.execute(_TIMERS, {"id": instance_id, "limit": limit})).all()
 
 
+_SENT_VALUES, _SENT_JOIN = _bounded({"data": "o.data"})
 _SENT = statement(
-    """
-    SELECT id, event_type, source, subject, content_type, data, data_bytes IS NOT NULL AS binary, extensions,
-           status, attempts, last_error, created_at, published_at
-    FROM kenning_outbox WHERE instance_id = :id ORDER BY created_seq
+    f"""
+    SELECT o.id, o.event_type, o.source, o.subject, o.content_type, o.data_bytes IS NOT NULL AS binary,
+           o.extensions, o.status, o.attempts, left(o.last_error, :preview) AS last_error, o.created_at,
+           o.published_at, {_SENT_VALUES}
+    FROM kenning_outbox AS o {_SENT_JOIN}
+    WHERE o.instance_id = :id AND {_IN_RANGE.format(at="o.created_at")}
+    ORDER BY o.created_seq LIMIT :limit
     """
 )
 
 
-async def instance_sent_events(conn: Executor, instance_id: str) -> list[Any]:
-    """The CloudEvents the instance sent (its outbox rows) and how their delivery went."""
-    return (await conn.execute(_SENT, {"id": instance_id})).all()
+async def instance_sent_events(conn: Executor, instance_id: str, window: Window, bounds: Bounds) -> list[Any]:
+    """The CloudEvents the instance sent in the window (its outbox rows), their data
+    bounded, and how their delivery went."""
+    return (await conn.execute(_SENT, window.parameters(instance_id, bounds))).all()
 
 
 _FINGERPRINT = statement(
