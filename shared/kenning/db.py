@@ -46,6 +46,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from kenning.config import PGBOUNCER_MODES, env_name
 from kenning.errors import ConfigurationError
+from kenning.pool import AsyncPool
 from kenning.urls import hide_credentials
 
 if TYPE_CHECKING:
@@ -251,7 +252,7 @@ class Database:
         if self.connect_timeout is not None:
             kwargs["connect_timeout"] = self.connect_timeout
         self._slots = asyncio.Semaphore(self.autocommit_pool_size)
-        self.pool = AsyncConnectionPool(
+        self.pool = AsyncPool(  # its upkeep tasks end when cancelled (kenning/pool.py)
             libpq_url(self.url),
             connection_class=_Connection,
             kwargs=kwargs,
