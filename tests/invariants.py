@@ -434,6 +434,33 @@ def queue_rate(sql: Sql, queue: str, count: int, seconds: float) -> int:
     return int(rows[0][2]) if rows else 0
 
 
+def every_event_accounted(sql: Sql) -> None:
+    """Every processed event is accounted for: it started a workflow (an instance keyed by
+    its ``(source, id)``), was delivered to a waiting instance (an ``EventReceived`` of its
+    id), went to an ``on_event`` handler its type had declared, or is marked as having no
+    receiver. A processed event that is none of these was consumed silently: what a fleet
+    on two versions of the app did before workers declared their receivers."""
+    _fail_if(
+        _rows(
+            sql,
+            """
+            SELECT x.id, x.event_type, x.source, x.event_id FROM kenning_inbox AS x
+            WHERE x.kind = 'event' AND x.status = 'processed' AND NOT x.no_receiver
+              AND NOT EXISTS (SELECT FROM kenning_instances AS i
+                              WHERE i.idempotency_key = 'cloudevent:' || jsonb_build_array(x.source, x.event_id)::text)
+              AND NOT EXISTS (SELECT FROM kenning_history AS h
+                              WHERE h.kind = 'EventReceived' AND h.payload ->> 'id' = x.event_id
+                                AND h.payload ->> 'source' = x.source)
+              AND NOT EXISTS (SELECT FROM kenning_event_receivers AS r
+                              WHERE r.event_type = x.event_type AND r.kind = 'handler')
+              -- a child's end wakes its parent through the inbox; it is no outside event
+              AND x.source <> 'kenning.children'
+            """,
+        ),
+        "processed events that started nothing, reached nobody and are not marked no_receiver",
+    )
+
+
 def check_invariants(
     sql: Sql,
     *,
@@ -453,5 +480,6 @@ def check_invariants(
     no_timer_fired_early(sql)
     attempts_within_policy(sql, max_attempts)
     compensations_once_in_reverse(sql)
+    every_event_accounted(sql)
     if executions is not None:
         effects_recorded_once(sql, executions)

@@ -266,6 +266,12 @@ async def test_cancel_send_and_the_events_pages_with_the_admin_token(
         second = await client.get(html.unescape(older[1]))
         assert f'id="inbox-{ids[0]}"' in second.text and "TerminalError: read-only" in second.text
         assert "parked: 1" in first.text
+        assert "no receiver</span>" not in first.text
+        # an event processed with nothing to receive it says so
+        sql.execute("UPDATE kenning_inbox SET status = 'processed', no_receiver = true WHERE id = %s", [ids[-1]])
+        marked = await client.get("/events/inbox")
+        row = re.search(rf'<tr id="inbox-{ids[-1]}">.*?</tr>', marked.text, re.S)
+        assert row is not None and "no receiver</span>" in row[0]
         assert (await client.get("/events/inbox", params={"before": "x"})).status_code == 400
         retried = await client.post(f"/events/inbox/{ids[0]}/retry")
         assert retried.status_code == 303

@@ -90,7 +90,7 @@ async def test_a_hung_suspect_holds_up_no_other_recovery(
             " AND available_at <= now()",
             (everyone,),
         ).fetchone()
-        return int(row[0]) if row else 0
+        return int(str(row[0])) if row else 0
 
     # every lease expires (3 s after the kill); no worker is running now
     await eventually(lambda: suspects() == 6, timeout=30, message="six suspects due")

@@ -76,6 +76,12 @@ NON_DETERMINISM_ERRORS = Counter(
     ["workflow"],
 )
 INBOX_PARKED = Counter("kenning_inbox_parked_total", "Inbox rows parked as failed after their last delivery attempt")
+EVENTS_NO_RECEIVER = Counter(
+    "kenning_events_no_receiver_total",
+    "Events processed with nothing to receive them (no handler, no workflow started, no instance waiting), by type"
+    " (the first 100 types a worker meets; the rest as 'other')",
+    ["event_type"],
+)
 
 # ---------------------------------------------------------------- scheduler, relayer
 

@@ -40,11 +40,14 @@ from kenning.events import ReceivedEvent, event_from_inbox, event_history_payloa
 from kenning.faults import fault_point
 from kenning.hooks import call_hook
 from kenning.passloop import PassLoop
+from kenning.registry import qualified_name
 from kenning.starting import InvalidInputError, prepare_start, start_on
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage import receivers as receivers_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage.inbox import ClaimedRow
+from kenning.storage.receivers import Receiver
 from kenning.workflow import Workflow
 
 if TYPE_CHECKING:
@@ -56,6 +59,9 @@ _log = structlog.get_logger("kenning.worker.inbox")
 # serialization failure: retry the row shortly, without counting an attempt.
 _CONFLICTS = frozenset({"55P03", "40P01", "40001"})
 _CLEANUP_BATCH = 1000
+# Distinct event types a worker counts apart in kenning_events_no_receiver_total and
+# logs once each; event types come from outside, so the label's values stay bounded.
+_NO_RECEIVER_TYPES = 100
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,14 @@ class InboxSettings:
     cleanup_interval_seconds: float = setting(
         60.0, flag="--inbox-cleanup-interval", type=positive_float, help="seconds between retention sweeps"
     )
+    # a receiver (event_handler workflow, on_event handler) no worker declared for this
+    # long is retired: until then, events of its type wait for a worker that has it
+    receiver_ttl_seconds: float = setting(
+        300.0,
+        flag="--inbox-receiver-ttl",
+        type=positive_float,
+        help="seconds a receiver declared by a worker stays live after that worker stopped renewing it",
+    )
     conflict_retry_seconds: float = 0.05
     cancel_lock_wait_seconds: float = 0.1
 
@@ -107,6 +121,19 @@ class _Received:
     instance_id: str
     event_type: str
     data: Any
+
+
+def own_receivers(app: App) -> list[Receiver]:
+    """What this app receives: its ``on_event`` handlers and ``event_handler`` workflows."""
+    handlers = [
+        Receiver(event_type, receivers_sql.HANDLER, qualified_name(handler))
+        for event_type, registered in app.event_handlers.items()
+        for handler in registered
+    ]
+    starters = [
+        Receiver(wf.name, receivers_sql.WORKFLOW, wf.name) for wf in app.registry.workflows.values() if wf.event_handler
+    ]
+    return sorted(set(handlers + starters))
 
 
 def _takes_session(handler: Callable[..., Any]) -> bool:
@@ -140,6 +167,10 @@ class InboxProcessor:
             if wf.event_handler:
                 self.starters.setdefault(wf.name, []).append(wf)
         self._known_definitions: set[tuple[str, str]] = set()
+        self.receivers = own_receivers(app)
+        self.scope = inbox_sql.ClaimScope(self.receivers, settings.receiver_ttl_seconds)
+        self._next_declare = float("-inf")  # the first pass declares them
+        self._no_receiver_types: set[str] = set()
         self._next_cleanup = float("-inf")  # the first pass sweeps
         self.loop = PassLoop(
             self._pass, log=self.log, failed_event="inbox.loop_failed", retry_seconds=min(poll_interval, 1.0)
@@ -162,17 +193,26 @@ class InboxProcessor:
     async def _pass(self) -> float:
         """One pass: a batch of rows, new subscriptions' catch-up, the retention sweep when
         due; then 0 if either was busy, else the seconds until a row is due."""
+        clock = asyncio.get_running_loop()
+        if clock.time() >= self._next_declare:
+            await self._declare_receivers()
+            self._next_declare = clock.time() + self.settings.receiver_ttl_seconds / 5
         busy = await self._process_batch()
         busy = await self._catch_up() or busy
-        clock = asyncio.get_running_loop()
         if clock.time() >= self._next_cleanup:
             await self._cleanup()
             self._next_cleanup = clock.time() + self.settings.cleanup_interval_seconds
         return 0.0 if busy else await self._seconds_until_next()
 
+    async def _declare_receivers(self) -> None:
+        """Declare (renew) this app's receivers before claiming: from then on, a worker on
+        another version of the app leaves events of these types to workers that have them."""
+        async with self.database.connection() as conn:
+            await receivers_sql.receivers_declare(conn, self.receivers)
+
     async def _seconds_until_next(self) -> float:
         async with self.database.connection() as conn:
-            until = await inbox_sql.inbox_seconds_until_next(conn)
+            until = await inbox_sql.inbox_seconds_until_next(conn, self.scope)
         if until is None:
             return self.poll_interval
         return min(self.poll_interval, max(until, 0.001))
@@ -187,7 +227,7 @@ class InboxProcessor:
         """
         async with self.database.connection() as conn:  # one statement, committed at once
             claimed = await inbox_sql.inbox_claim_pending(
-                conn, limit=self.settings.batch_size, lease_seconds=self.lease_seconds
+                conn, limit=self.settings.batch_size, lease_seconds=self.lease_seconds, scope=self.scope
             )
         rows = await self._process_together(claimed) if len(claimed) > 1 else claimed
         for position, row in enumerate(rows):
@@ -218,6 +258,7 @@ class InboxProcessor:
             return claimed
         started: list[tuple[str, str]] = []
         received: list[_Received] = []
+        unreceived: list[ClaimedRow] = []
         try:
             async with self._transaction(with_session=False) as (user, conn):  # no handlers here
                 marked = await inbox_sql.inbox_mark_processed(
@@ -229,12 +270,15 @@ class InboxProcessor:
                         log.warning("inbox.claim_lost")
                         continue
                     with tracing.delivering(row.event.event_type, row.event.event_id, row.event.attributes):
-                        await self._apply_event(user, conn, row, log, started, received)
+                        if not await self._apply_event(user, conn, row, log, started, received):
+                            unreceived.append(row)
+                await inbox_sql.inbox_mark_no_receiver(conn, [r.event.inbox_id for r in unreceived])
         except Exception as error:
             self.log.debug("inbox.batch_retried_alone", rows=len(together), error=repr(error))
             return claimed
         fault_point("delivery.after_commit")
         self._known_definitions.update(started)
+        self._report_unreceived(unreceived)
         await self._report_received(received)
         return alone
 
@@ -272,6 +316,7 @@ class InboxProcessor:
             return
         started: list[tuple[str, str]] = []
         received: list[_Received] = []
+        unreceived: list[ClaimedRow] = []
         try:
             with_session = row.kind == "event" and self._handlers_take_session(stored.event_type)
             async with self._transaction(with_session) as (user, conn):
@@ -282,7 +327,9 @@ class InboxProcessor:
                     await self._apply_cancel(conn, row, log)
                 else:
                     with tracing.delivering(stored.event_type, stored.event_id, stored.attributes):
-                        await self._apply_event(user, conn, row, log, started, received)
+                        if not await self._apply_event(user, conn, row, log, started, received):
+                            unreceived.append(row)
+                            await inbox_sql.inbox_mark_no_receiver(conn, [stored.inbox_id])
         except Exception as error:
             if _is_conflict(error):
                 log.debug("inbox.lock_conflict", error=str(getattr(error, "orig", error)))
@@ -297,7 +344,24 @@ class InboxProcessor:
             return
         fault_point("delivery.after_commit")
         self._known_definitions.update(started)
+        self._report_unreceived(unreceived)
         await self._report_received(received)
+
+    def _report_unreceived(self, rows: list[ClaimedRow]) -> None:
+        """Events that committed with nothing to receive them: counted by type, and each
+        type logged once by this worker (not once per event: a flood would drown the log)."""
+        for row in rows:
+            event_type = row.event.event_type
+            first = event_type not in self._no_receiver_types
+            if first and len(self._no_receiver_types) < _NO_RECEIVER_TYPES:
+                self._no_receiver_types.add(event_type)
+                self._row_log(row).warning(
+                    "event.no_receiver",
+                    hint="no event_handler workflow, on_event handler or waiting instance takes this type;"
+                    " later events of it are counted in kenning_events_no_receiver_total, not logged",
+                )
+            label = event_type if event_type in self._no_receiver_types else "other"
+            metrics.EVENTS_NO_RECEIVER.labels(label).inc()
 
     async def _report_received(self, received: list[_Received]) -> None:
         """``on_event_received`` for deliveries that committed (a failing hook is logged)."""
@@ -347,7 +411,8 @@ class InboxProcessor:
         log: Any,
         started: list[tuple[str, str]],
         received: list[_Received],
-    ) -> None:
+    ) -> bool:
+        """Deliver one event in the row's transaction; False if nothing received it."""
         stored = row.event
         event = event_from_inbox(stored)
         handlers = self.app.event_handlers.get(stored.event_type, [])
@@ -377,6 +442,7 @@ class InboxProcessor:
             )
         received.extend(_Received(d.instance_id, stored.event_type, event.data) for d in deliveries)
         log.debug("event.processed", handlers=len(handlers), delivered=len(deliveries), attempts=row.attempts)
+        return bool(handlers or self.starters.get(stored.event_type) or deliveries)
 
     async def _call_handler(
         self, user: AsyncConnection | None, handler: Callable[..., Any], event: ReceivedEvent

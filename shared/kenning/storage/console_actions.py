@@ -47,6 +47,7 @@ class InboxEntry:
     last_error: str | None
     received_at: datetime
     processed_at: datetime | None
+    no_receiver: bool = False  # processed with nothing to receive it (migration 0008)
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ _INBOX_PAGE = statement(
     """
     SELECT id, kind, source, event_id, event_type, instance_id, attributes, data,
            octet_length(data_bytes) AS data_size, status, attempts, available_at, last_error,
-           received_at, processed_at
+           received_at, processed_at, no_receiver
     FROM kenning_inbox
     WHERE (CAST(:status AS text) IS NULL OR status = :status)
       AND (CAST(:event_type AS text) IS NULL OR event_type = :event_type)
@@ -100,7 +101,7 @@ _INBOX_EVENT = statement(
     """
     SELECT id, kind, source, event_id, event_type, instance_id, attributes, data,
            octet_length(data_bytes) AS data_size, status, attempts, available_at, last_error,
-           received_at, processed_at
+           received_at, processed_at, no_receiver
     FROM kenning_inbox WHERE id = :id
     """
 )

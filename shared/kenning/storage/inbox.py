@@ -20,6 +20,7 @@ from typing import Any
 from kenning.db import Executor, statement
 from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.names import CHANNEL_INBOX, notify
+from kenning.storage.receivers import CLAIMABLE, FOREIGN_TYPES, Receiver, receivers_json
 
 CANCEL_SOURCE = "kenning.ingress"
 CANCEL_TYPE = "kenning.cancel"
@@ -149,9 +150,9 @@ _COLUMNS = """x.id AS inbox_id, x.kind, x.source, x.event_id, x.event_type, x.in
 
 _INBOX_CLAIM_PENDING = statement(
     f"""
-    WITH batch AS (
-        SELECT id FROM kenning_inbox
-        WHERE status = 'pending' AND available_at <= {NOW}
+    WITH {FOREIGN_TYPES}, batch AS (
+        SELECT id FROM kenning_inbox AS x
+        WHERE status = 'pending' AND available_at <= {NOW} AND {CLAIMABLE}
         ORDER BY available_at, id
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -182,21 +183,46 @@ def stored_event(row: Any) -> StoredEvent:
     )
 
 
+@dataclass(frozen=True)
+class ClaimScope:
+    """What a worker's inbox claim may take: events whose every live receiver (declared
+    within ``receiver_ttl`` seconds by any worker) is among ``receivers``, its own."""
+
+    receivers: Sequence[Receiver] = ()
+    receiver_ttl: float = 0.0  # 0: no receiver is live, every event is claimable
+
+    def params(self) -> dict[str, Any]:
+        return {"mine": receivers_json(self.receivers), "receiver_ttl": self.receiver_ttl}
+
+
 async def inbox_claim_pending(
-    conn: Executor, *, limit: int, lease_seconds: float, now: datetime | None = None
+    conn: Executor, *, limit: int, lease_seconds: float, scope: ClaimScope | None = None, now: datetime | None = None
 ) -> list[ClaimedRow]:
     """Claim up to ``limit`` due rows, oldest first, in one round trip.
 
     The claim counts an attempt and holds the row for ``lease_seconds``: a worker that
     dies holding it leaves it to the next claim after that, with the attempt counted, so
     an event that kills its worker every time is parked after the maximum attempts.
+    Events of a type with a receiver outside ``scope`` are left to other workers.
     """
-    result = await conn.execute(_INBOX_CLAIM_PENDING, {"limit": limit, "lease_seconds": lease_seconds, "now": now})
+    params = {"limit": limit, "lease_seconds": lease_seconds, "now": now, **(scope or ClaimScope()).params()}
+    result = await conn.execute(_INBOX_CLAIM_PENDING, params)
     rows = sorted(result, key=lambda row: int(row.inbox_id))
     return [
         ClaimedRow(kind=row.kind, attempts=row.attempts, claim_token=row.claim_token, event=stored_event(row))
         for row in rows
     ]
+
+
+_INBOX_MARK_NO_RECEIVER = statement(
+    "UPDATE kenning_inbox SET no_receiver = true WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'processed'"
+)
+
+
+async def inbox_mark_no_receiver(conn: Executor, inbox_ids: Sequence[int]) -> None:
+    """In the processing transaction: these events had nothing to receive them."""
+    if inbox_ids:
+        await conn.execute(_INBOX_MARK_NO_RECEIVER, {"ids": list(inbox_ids)})
 
 
 _INBOX_MARK_PROCESSED = statement(
@@ -305,14 +331,22 @@ async def inbox_release(conn: Executor, claims: Sequence[tuple[int, str]], delay
 
 
 _INBOX_NEXT_AVAILABLE = statement(
-    f"SELECT extract(epoch FROM min(available_at) - {NOW}) AS seconds_until_next FROM kenning_inbox "
-    "WHERE status = 'pending'"
+    f"""
+    WITH {FOREIGN_TYPES}
+    SELECT extract(epoch FROM min(available_at) - {NOW}) AS seconds_until_next FROM kenning_inbox AS x
+    WHERE status = 'pending' AND {CLAIMABLE}
+    """
 )
 
 
-async def inbox_seconds_until_next(conn: Executor, now: datetime | None = None) -> float | None:
-    """Seconds until the next pending row is due (negative: already due), or None."""
-    row = (await conn.execute(_INBOX_NEXT_AVAILABLE, {"now": now})).one()  # an aggregate: always one row
+async def inbox_seconds_until_next(
+    conn: Executor, scope: ClaimScope | None = None, now: datetime | None = None
+) -> float | None:
+    """Seconds until the next pending row this worker may claim is due (negative: already
+    due), or None: rows left to other workers (``ClaimScope``) do not count, or a worker
+    that lacks their receivers would spin on them."""
+    params = {"now": now, **(scope or ClaimScope()).params()}
+    row = (await conn.execute(_INBOX_NEXT_AVAILABLE, params)).one()  # an aggregate: always one row
     return seconds_or_none(row.seconds_until_next)
 
 

@@ -197,6 +197,18 @@ inbox = Table(
     Column("last_error", Text),
     _ts("received_at", False),
     _ts("processed_at"),
+    Column("no_receiver", Boolean, nullable=False),  # migration 0008: processed with nothing to receive it
+)
+
+# migration 0008: the receivers each event type has in any version of the app a worker runs
+event_receivers = Table(
+    "kenning_event_receivers",
+    metadata,
+    Column("event_type", Text, primary_key=True),
+    Column("kind", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    _ts("first_seen", False),
+    _ts("last_seen", False),
 )
 
 outbox = Table(
