@@ -1,0 +1,373 @@
+"""Secrets kept out of everything a process shows (issue 25, item 8): every URL and
+conninfo form the drivers accept, with a distinct secret in each, given to the real
+processes that read them (``kenning migrate``, ``kenning ingress`` and its sources, a
+worker, the relayer); then every line they printed or logged, every refusal and every
+``/metrics`` they serve is searched for every secret.
+
+A secret is made of marker words joined by the characters that split it (a raw ``/``,
+``?``, ``#``, ``:`` or ``@``): a driver that misreads the URL may show one piece of it (in
+a host name, a port, a label), so each word is searched for on its own."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import uuid
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+import psutil
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kenning.db import Database, libpq_url, redacted
+from kenning.errors import ConfigurationError
+from kenning.urls import hide_credentials, split_url
+from tests.brokers import AMQP_URL, NATS_URL, jetstream_stream, nats_connection, require_nats, require_rabbitmq
+from tests.relayer_support import insert_events
+from tests.sources_support import log_events, start_consuming_ingress
+from tests.support import ProcessPool, eventually, free_port, free_ports, run_kenning
+
+STRUCTURED = "application/cloudevents+json"
+
+# ------------------------------------------------------------------ the redaction alone
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # a password with a raw character a parser stops at: hidden whole, up to the last "@"
+        ("postgresql://u:pa/ss@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:pa?ss@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:pa#ss@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:pa:ss@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:p@ss@h:5432/db?sslmode=require", "postgresql://u:***@h:5432/db?sslmode=require"),
+        ("postgresql://u:pw@h1:5432,h2:5433/db", "postgresql://u:***@h1:5432,h2:5433/db"),
+        # secrets in the query, whatever their case or encoding
+        (
+            "postgresql://h/db?user=u&password=pw&sslmode=require",
+            "postgresql://h/db?user=u&password=***&sslmode=require",
+        ),
+        ("postgres://h/db?sslpassword=pw&PASSWORD=pw#x", "postgres://h/db?sslpassword=***&PASSWORD=***"),
+        ("postgresql://h/db?pass%77ord=pw", "postgresql://h/db?pass%77ord=***"),
+        ("nats://h:4222?token=t&auth_token=t&nkeys_seed=s", "nats://h:4222?token=***&auth_token=***&nkeys_seed=***"),
+        # a user name alone is the secret of NATS's token form (not when told it is not)
+        ("nats://tok/en@h:4222?stream=s", "nats://***@h:4222?stream=s"),
+        ("amqps://u:p/w@rabbit/vhost?queue=q", "amqps://u:***@rabbit/vhost?queue=q"),
+        # "@" in the query after none in the authority: more hidden than needed, never less
+        ("postgresql://h/db?password=p@w", "postgresql://***@w"),
+        ("postgresql://h/db?application_name=a@b", "postgresql://***@b"),
+        # libpq's key=value form: plain, quoted with escapes and blanks, unclosed
+        ("host=h password=pw dbname=d", "host=h password=*** dbname=d"),
+        ("host=h password = 'p w\\'x\\\\' dbname=d", "host=h password = *** dbname=d"),
+        ("host='h'password=pw", "host='h'password=***"),
+        ("password='p w", "password=***"),
+        ("sslpassword=p\\ w user=u", "sslpassword=*** user=u"),
+        # too malformed to tell its parts apart: nothing but the scheme
+        ("amqp://u:pw@[::1/x", "amqp://***"),
+        # a scheme no URL has: nothing before the last "@"
+        ("pg_sql://u:pw@h/db", "***@h/db"),
+        ("http://hooks.example/in", "http://hooks.example/in"),
+        ("", ""),
+    ],
+)
+def test_every_form_is_shown_without_its_secret(url: str, shown: str) -> None:
+    assert hide_credentials(url) == shown
+
+
+def test_a_database_user_stays_and_the_url_is_shown_as_sqlalchemy_reads_it() -> None:
+    assert hide_credentials("postgresql://u@h/db?password=pw", user_is_secret=False) == (
+        "postgresql://u@h/db?password=***"
+    )
+    assert redacted("postgresql://u:pa?ss#w@h/db") == "postgresql+psycopg://u:***@h/db"
+    assert redacted("host=h password=pw") == "<unparsable database URL>"
+
+
+# any character but NUL in a password: the drivers take them all, raw or encoded
+_PASSWORDS = st.text(st.characters(exclude_characters="\x00"), min_size=1)
+
+
+@given(_PASSWORDS)
+def test_any_password_in_a_url_is_hidden_whole(password: str) -> None:
+    assert hide_credentials(f"postgresql://kenning:{password}@db:5432/app") == "postgresql://kenning:***@db:5432/app"
+    assert hide_credentials(f"amqp://u:{password}@rabbit/v?queue=q") == "amqp://u:***@rabbit/v?queue=q"
+
+
+@given(_PASSWORDS.filter(lambda p: "&" not in p and "@" not in p))
+def test_any_password_parameter_is_hidden_whole(password: str) -> None:
+    assert hide_credentials(f"postgresql://db/app?password={password}&sslmode=require") == (
+        "postgresql://db/app?password=***&sslmode=require"
+    )
+
+
+@given(_PASSWORDS)
+def test_any_quoted_conninfo_password_is_hidden_whole(password: str) -> None:
+    quoted = "'" + password.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    assert hide_credentials(f"host=db password={quoted} dbname=app") == "host=db password=*** dbname=app"
+
+
+@given(st.text())
+def test_the_redaction_never_raises(text: str) -> None:
+    hide_credentials(text)
+    hide_credentials(text, user_is_secret=False)
+    redacted(text)
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("postgresql://u:Secret1@Secret2@h/db", "its host holds an '@'"),
+        ("postgresql://u:Secret1/Secret2@h/db", "its port is not a number"),
+        ("postgresql://u:Secret1@[::1/Secret2", "end of string reached"),  # libpq quotes the whole URL
+        ("postgresql://u:Secret1%zzSecret2@h/db", "invalid percent-encoded token"),  # ... or the token
+        ("postgresql://u@h/db?password=Secret1=Secret2", "extra key/value separator"),
+        ("host=h password=Secret1Secret2", "must start with postgresql://"),
+        ("host=h password=Secret1://Secret2", "must start with postgresql://"),
+    ],
+)
+def test_a_database_url_libpq_would_misread_is_refused_without_its_secret(url: str, reason: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        libpq_url(url)
+    assert reason in str(refused.value)
+    assert "Secret1" not in str(refused.value) and "Secret2" not in str(refused.value)
+
+
+def test_a_broker_url_refusal_does_not_quote_what_urllib_took_for_a_port() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        split_url("amqp://guest:Secret1/Secret2@rabbit:5672/?exchange=x", "broker URL")
+    assert str(refused.value) == (
+        "broker URL 'amqp://guest:***@rabbit:5672/?exchange=x' is invalid: Port is not a number "
+        "(percent-encode a '/', '?', '#' or '@' in a password: %2F, %3F, %23, %40)"
+    )
+
+
+# ------------------------------------------------------------------ the real processes
+
+
+class Secrets:
+    """Marker words, each unique to this test run, and where they were found."""
+
+    def __init__(self) -> None:
+        self.run = uuid.uuid4().hex[:6]
+        self.words: list[str] = []
+
+    def word(self, name: str) -> str:
+        word = f"Sx{name}{self.run}"
+        self.words.append(word)
+        return word
+
+    def leaks(self, texts: dict[str, str]) -> list[str]:
+        return [
+            f"{word} in {where}: {line.strip()[:300]}"
+            for where, text in texts.items()
+            for line in text.splitlines()
+            for word in self.words
+            if word in line
+        ]
+
+
+def with_password(database_url: str, password: str, *, raw: bool = True) -> str:
+    """``database_url`` with ``password`` in its authority (raw, or percent-encoded)."""
+    parts = urlsplit(database_url)
+    host = parts.netloc.rpartition("@")[2]
+    secret = password if raw else quote(password, safe="")
+    return urlunsplit(parts._replace(netloc=f"{parts.username or 'postgres'}:{secret}@{host}"))
+
+
+def with_query(database_url: str, query: str) -> str:
+    parts = urlsplit(database_url)
+    return urlunsplit(parts._replace(query="&".join(p for p in (parts.query, query) if p)))
+
+
+def conninfo(database_url: str, password: str) -> str:
+    parts = urlsplit(database_url)
+    quoted = password.replace("\\", "\\\\").replace("'", "\\'")
+    return (
+        f"host={parts.hostname or '127.0.0.1'} port={parts.port or 5432} user={parts.username or 'postgres'} "
+        f"password='{quoted}' dbname={parts.path.lstrip('/')}"
+    )
+
+
+def on_port(url: str, port: int) -> str:
+    """``url`` (a broker's, no credentials) with its host and port replaced."""
+    return urlunsplit(urlsplit(url)._replace(netloc=f"127.0.0.1:{port}"))
+
+
+def with_credentials(url: str, credentials: str, **query: str) -> str:
+    parts = urlsplit(url)
+    netloc = f"{credentials}@{parts.netloc.rpartition('@')[2]}"
+    return urlunsplit(parts._replace(netloc=netloc, query="&".join(f"{k}={v}" for k, v in query.items())))
+
+
+def raw_metrics(url: str) -> str:
+    try:
+        response = httpx.get(url, timeout=5)
+    except httpx.TransportError:
+        return ""
+    return response.text if response.status_code == 200 else ""
+
+
+async def answering_metrics(url: str, process: psutil.Popen, what: str) -> str:
+    def scraped() -> str:
+        assert process.poll() is None, f"{what} exited with {process.returncode}"
+        return raw_metrics(url)
+
+    return await eventually(scraped, timeout=60, interval=0.1, message=f"{what} serves {url}")
+
+
+def logged(processes: ProcessPool, process: psutil.Popen, *events: str) -> bool:
+    return all(log_events(processes, process, event) for event in events)
+
+
+def refusals(runs: dict[str, list[str]], env: dict[str, str]) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Each command (``kenning ARGS``) run to its end, side by side."""
+    with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
+        done = pool.map(lambda args: run_kenning(args, env), runs.values())
+        return dict(zip(runs, done, strict=True))
+
+
+async def test_no_process_logs_refuses_with_or_serves_a_secret(
+    processes: ProcessPool, database: Database, database_url: str, empty_database_url: str
+) -> None:
+    require_rabbitmq()
+    require_nats()
+    secrets = Secrets()
+    w = secrets.word
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KENNING_")}
+    texts: dict[str, str] = {}
+
+    # the database: a password holding raw "?", "#" and ":" (libpq and SQLAlchemy take it)
+    # serves every process that runs; trust authentication accepts any password
+    secret_database = with_password(database_url, f"{w('DbQ')}?{w('DbHash')}#{w('DbColon')}:{w('DbEnd')}")
+    # kenning migrate: each form of the database's secret, run or refused
+    migrations = refusals(
+        {
+            "raw ?#:": [
+                "migrate",
+                "--database-url",
+                with_password(empty_database_url, f"{w('MigQ')}?{w('MigHash')}#x"),
+            ],
+            "?password=": [
+                "migrate",
+                "--database-url",
+                with_query(empty_database_url, f"password={w('QueryPw')}&sslpassword={w('SslPw')}"),
+            ],
+            "conninfo": ["migrate", "--database-url", conninfo(empty_database_url, f"{w('Conn')} {w('Info')}'x")],
+            "raw @": ["migrate", "--database-url", with_password(empty_database_url, f"{w('AtA')}@{w('AtB')}")],
+            "raw /": ["migrate", "--database-url", with_password(empty_database_url, f"{w('SlashA')}/{w('SlashB')}")],
+        },
+        env,
+    )
+    for form, done in migrations.items():
+        texts[f"kenning migrate ({form})"] = done.stdout + done.stderr
+    async with jetstream_stream() as stream:
+        # the ingress: the database above, and four sources: one consuming (NATS, a user
+        # and a password with raw characters, encoded), an AMQP one whose password holds a
+        # raw "/" after digits (urllib reads "guest:1234" as host and port: it connects
+        # nowhere and says so), one with a wrong password (refused), a NATS token on a
+        # server that is down
+        consuming = with_credentials(
+            NATS_URL,
+            f"natsuser:{quote(w('NatsA') + '/?#@' + w('NatsB'), safe='')}",
+            stream=stream.name,
+            consumer="kenning",
+        )
+        misread = with_credentials(AMQP_URL, f"guest:1234/{w('AmqpSlash')}", queue="q")
+        refused = with_credentials(AMQP_URL, f"guest:{w('AmqpWrong')}", queue="q")
+        token = with_credentials(on_port(NATS_URL, free_port()), w("NatsToken"), stream="S", consumer="c")
+        ingress = start_consuming_ingress(processes, secret_database, consuming, misread, refused, token, env=env)
+        await eventually(
+            lambda: (
+                len(log_events(processes, ingress.process, "source.consuming")) >= 1
+                and len(log_events(processes, ingress.process, "source.disconnected")) >= 3
+            ),
+            timeout=60,
+            message="the NATS source consumes, the other three reported their failures",
+        )
+        async with nats_connection(stream.url) as client:
+            event = {"specversion": "1.0", "type": "secrets.checked", "source": "tests", "id": "s-1", "data": {}}
+            await client.jetstream().publish(
+                stream.subject("in"), json.dumps(event).encode(), headers={"Content-Type": STRUCTURED}
+            )
+        # the source's label appears with its first message
+        await eventually(
+            lambda: "kenning_source_messages_total{" in raw_metrics(f"{ingress.url}/metrics"),
+            timeout=30,
+            message="the NATS source stored its message",
+        )
+        texts["ingress /metrics"] = raw_metrics(f"{ingress.url}/metrics")
+        assert 'source="nats://natsuser:***@' in texts["ingress /metrics"], texts["ingress /metrics"]
+
+    # the ingress refuses a source it cannot read, in one line
+    sources = refusals(
+        {
+            "raw ?": [
+                "ingress",
+                "--no-migrate",
+                "--source",
+                with_credentials(AMQP_URL, f"guest:ab?{w('SrcQ')}", queue="q"),
+            ],
+            "raw #": [
+                "ingress",
+                "--no-migrate",
+                "--source",
+                with_credentials(AMQP_URL, f"guest:{w('SrcHash')}#x", queue="q"),
+            ],
+            "?token=": ["ingress", "--no-migrate", "--source", f"{NATS_URL}?stream=s&consumer=c&token={w('SrcToken')}"],
+        },
+        {**env, "KENNING_DATABASE_URL": secret_database},
+    )
+    for form, done in sources.items():
+        texts[f"kenning ingress --source ({form})"] = done.stdout + done.stderr
+
+    # a worker and a relayer whose password RabbitMQ refuses (holding raw characters,
+    # encoded), each with its /metrics; the relayer connects for the event waiting
+    await insert_events(database, 1)
+    worker_port = free_ports(2)
+    relayer_port = worker_port + 1
+    worker = processes.worker(secret_database, "tests.apps.core", "--metrics-port", str(worker_port), env=env)
+    rabbit = urlsplit(AMQP_URL).netloc.rpartition("@")[2]
+    relayer = processes.spawn(
+        ["relayer", "--no-migrate", "--metrics-port", str(relayer_port)],
+        env={
+            **env,
+            "KENNING_DATABASE_URL": secret_database,
+            "KENNING_BROKER_URL": f"amqp://guest:{quote(w('RelayA') + '/?#@' + w('RelayB'), safe='')}@{rabbit}/",
+        },
+        name="relayer",
+    )
+    brokers = refusals(
+        {
+            "raw /": [
+                "relayer",
+                "--no-migrate",
+                "--broker-url",
+                with_credentials(AMQP_URL, f"guest:ab/{w('BrokerSlash')}", exchange="x"),
+            ],
+            "?token=": ["relayer", "--no-migrate", "--broker-url", f"{NATS_URL}?subject=s&token={w('BrokerToken')}"],
+        },
+        {**env, "KENNING_DATABASE_URL": secret_database},
+    )
+    for form, done in brokers.items():
+        texts[f"kenning relayer --broker-url ({form})"] = done.stdout + done.stderr
+    for name, port, process in (("worker", worker_port, worker), ("relayer", relayer_port, relayer)):
+        texts[f"{name} /metrics"] = await answering_metrics(f"http://127.0.0.1:{port}/metrics", process, name)
+    await eventually(lambda: logged(processes, worker, "worker.started"), timeout=30, message="the worker started")
+    await eventually(
+        lambda: logged(processes, relayer, "relayer.broker_unreachable", "outbox.retry_scheduled"),
+        timeout=30,
+        message="RabbitMQ refused the relayer's password",
+    )
+
+    processes.stop_all()  # every line written, the last ones on the way out included
+    for _process, path in processes.procs:
+        texts[path.stem] = path.read_text(errors="replace")
+    leaks = secrets.leaks(texts)
+    assert not leaks, "secrets shown:\n" + "\n".join(leaks)
+    # what ran and what was refused (one line, exit code 2)
+    codes = {form: done.returncode for form, done in migrations.items()}
+    assert codes == {"raw ?#:": 0, "?password=": 0, "conninfo": 2, "raw @": 2, "raw /": 2}, migrations
+    assert {done.returncode for done in (*sources.values(), *brokers.values())} == {2}, (sources, brokers)
