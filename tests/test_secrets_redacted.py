@@ -1,8 +1,8 @@
 """Secrets kept out of everything a process shows (issue 25, item 8): every URL and
 conninfo form the drivers accept, with a distinct secret in each, given to the real
 processes that read them (``kenning migrate``, ``kenning ingress`` and its sources, a
-worker, the relayer); then every line they printed or logged, every refusal and every
-``/metrics`` they serve is searched for every secret.
+worker, the relayer, ``kenning up``); then every line they printed or logged, every
+refusal and every ``/metrics`` they serve is searched for every secret.
 
 A secret is made of marker words joined by the characters that split it (a raw ``/``,
 ``?``, ``#``, ``:`` or ``@``): a driver that misreads the URL may show one piece of it (in
@@ -13,8 +13,12 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
+import signal
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
@@ -26,6 +30,7 @@ from hypothesis import strategies as st
 from kenning.db import Database, libpq_url, redacted
 from kenning.errors import ConfigurationError
 from kenning.urls import hide_credentials, split_url
+from tests import logguard
 from tests.brokers import AMQP_URL, NATS_URL, jetstream_stream, nats_connection, require_nats, require_rabbitmq
 from tests.relayer_support import insert_events
 from tests.sources_support import log_events, start_consuming_ingress
@@ -371,3 +376,59 @@ async def test_no_process_logs_refuses_with_or_serves_a_secret(
     codes = {form: done.returncode for form, done in migrations.items()}
     assert codes == {"raw ?#:": 0, "?password=": 0, "conninfo": 2, "raw @": 2, "raw /": 2}, migrations
     assert {done.returncode for done in (*sources.values(), *brokers.values())} == {2}, (sources, brokers)
+
+
+async def test_kenning_up_prints_logs_and_serves_no_secret(database_url: str, tmp_path: Path) -> None:
+    """``kenning up`` on a configured database and broker: what it prints, its children's
+    logs and every /metrics it lists; the broker URL travels to the relayer in its
+    environment, not on a command line any local user can read."""
+    require_nats()
+    secrets = Secrets()
+    w = secrets.word
+    broker = with_credentials(
+        NATS_URL, f"natsuser:{quote(w('UpA') + '/?#@' + w('UpB'), safe='')}", subject="kenning.{type}"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KENNING_") and k != "PYTHONPATH"}
+    env["KENNING_DATABASE_URL"] = with_password(database_url, f"{w('UpDbQ')}?{w('UpDbHash')}#{w('UpDbColon')}:x")
+    port, console_port = free_port(), free_port()
+    data_dir = tmp_path / ".kenning"
+    stdout_path, stderr_path = tmp_path / "up.stdout", tmp_path / "up.stderr"
+    args = ["up", "--workers", "1", "--port", str(port), "--console-port", str(console_port)]
+    args += ["--metrics-port", str(free_ports(3)), "--broker-url", broker, "--data-dir", str(data_dir)]
+    guard = logguard.current()
+    assert guard is not None
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        up = psutil.Popen(
+            [sys.executable, "-m", "kenning", *args],
+            env=env,
+            cwd=tmp_path,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    guard.watch_file("kenning up", stdout_path)
+    guard.watch_file("kenning up (stderr)", stderr_path)
+    try:
+
+        def ready() -> bool:
+            assert up.poll() is None, f"kenning up exited: {stdout_path.read_text()}{stderr_path.read_text()}"
+            return "processes ready" in stdout_path.read_text()
+
+        await eventually(ready, timeout=120, interval=0.1, message="kenning up is ready")
+        relayer = next(c for c in up.children(recursive=True) if "relayer" in c.cmdline())
+        texts = {"the relayer's command line": " ".join(relayer.cmdline())}
+        (metrics_line,) = (line for line in stdout_path.read_text().splitlines() if "/metrics" in line)
+        scraped = {url: raw_metrics(url) for url in re.findall(r"http://\S+/metrics", metrics_line)}
+        assert all(scraped.values()) and len(scraped) == 4, scraped  # the ingress, scheduler, relayer, worker
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGINT)
+        up.wait(timeout=60)
+    logs = {f"up {path.stem}": path.read_text(errors="replace") for path in (data_dir / "logs").glob("*.log")}
+    for name, text in logs.items():
+        guard.watch_text(name, text)
+    printed = stdout_path.read_text()
+    texts.update({"kenning up": printed + stderr_path.read_text(), **logs, **scraped})
+    leaks = secrets.leaks(texts)
+    assert not leaks, "secrets shown:\n" + "\n".join(leaks)
+    assert "publishing to nats://natsuser:***@" in printed, printed

@@ -21,6 +21,7 @@ from kenning.appload import broker_url, database_url, load_app
 from kenning.config import add_logging_options, add_option, env_name, port_number, positive_int
 from kenning.embedded import embedded_postgres, with_database
 from kenning.migrate import migrate
+from kenning.urls import hide_credentials
 from kenning_devtools.ports import free_ports
 from kenning_devtools.up.hints import hints
 from kenning_devtools.up.supervisor import ChildSpec, Supervisor, wait_all_ready
@@ -139,10 +140,14 @@ def _metrics_urls(ingress_url: str, ports: dict[str, int]) -> list[str]:
     ]
 
 
+def _broker(args: argparse.Namespace, app: App) -> str:
+    """Where the relayer publishes: the configured broker, else the local sink."""
+    return broker_url(args.broker_url, app) or f"http://127.0.0.1:{args.sink_port}/"
+
+
 def _children(args: argparse.Namespace, app: App, data_dir: Path, metrics: dict[str, int]) -> list[ChildSpec]:
     ingress_url = f"http://{_public(args.host)}:{args.port}"
     configured_broker = broker_url(args.broker_url, app)
-    broker = configured_broker or f"http://127.0.0.1:{args.sink_port}/"
     specs = [
         ChildSpec(
             "ingress",
@@ -188,16 +193,14 @@ def _children(args: argparse.Namespace, app: App, data_dir: Path, metrics: dict[
         ChildSpec(
             "relayer",
             [
-                "relayer",
-                "--broker-url",
-                broker,
+                "relayer",  # its --broker-url comes in the environment: a command line is anyone's to read
                 "--health-file",
                 str(data_dir / "relayer.ok"),
                 "--metrics-port",
                 str(metrics["relayer"]),
             ],
             health_file=str(data_dir / "relayer.ok"),
-            describe=f"publishing to {broker}",
+            describe=f"publishing to {hide_credentials(_broker(args, app))}",
         ),
     ]
     if not configured_broker:
@@ -226,6 +229,7 @@ async def _serve(args: argparse.Namespace, app: App, database_url: str, data_dir
         "PYTHONPATH": os.pathsep.join(python_path),
     }
     env.setdefault(env_name("--shutdown-grace-seconds", "worker"), CHILD_SHUTDOWN_GRACE)
+    env[env_name("--broker-url")] = _broker(args, app)
     if args.ingress_token:
         env["KENNING_INGRESS_TOKEN"] = args.ingress_token
     if args.ingress_allow_open:
