@@ -1,12 +1,14 @@
 """The shutdown grace period bounds a worker's exit (issue 13, item 3): after SIGTERM a
 worker whose activities hang (an ``async`` one awaiting forever, a sync one sleeping in
 its thread, which nothing can stop) still exits, with code 0, and leaves the instances
-to another worker instead of holding them until SIGKILL."""
+to another worker instead of holding them until SIGKILL. And a SIGTERM while a worker
+starts is a clean stop too (issue 25, item 9)."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+from pathlib import Path
 
 import psutil
 import psycopg
@@ -53,3 +55,37 @@ async def test_sigterm_exits_within_the_grace_period_though_activities_hang(
     # another worker takes both over at once
     processes.worker(database_url, APP, *options, env=env)
     await eventually(lambda: all(executions(side_channel)[label] == 2 for label in labels), timeout=60)
+
+
+async def _stopped_while_starting(processes: ProcessPool, database_url: str, marker: Path, delay: float) -> int:
+    """Start a worker whose app writes ``marker`` when imported; SIGTERM it ``delay``
+    seconds after that; its exit code."""
+    env = {"KENNING_TEST_IMPORTED_FILE": str(marker), "KENNING_TEST_IMPORT_SECONDS": str(IMPORT_SECONDS)}
+    worker = processes.worker(database_url, "tests.apps.slow_start", "--migrate", env=env)
+    await eventually(lambda: marker.exists() or worker.poll() is not None, timeout=60, message="app imported")
+    await asyncio.sleep(delay)
+    worker.send_signal(signal.SIGTERM)
+    try:  # slack for a loaded machine, not a timing: it exits at once
+        return await asyncio.to_thread(worker.wait, 30)
+    except psutil.TimeoutExpired:
+        raise AssertionError(f"the worker did not exit after SIGTERM {delay} s into its start") from None
+
+
+IMPORT_SECONDS = 0.5  # the app's import: the first SIGTERMs land in it
+STOPS_WHILE_STARTING = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3)  # seconds after the app began to import
+
+
+async def test_sigterm_while_a_worker_starts_is_a_clean_stop(
+    database_url: str, processes: ProcessPool, tmp_path: Path
+) -> None:
+    """Issue 25, item 9: SIGTERM while the worker loads its app, migrates, connects or
+    binds its metrics port exits 0, as a stop of a running worker does; it died by the
+    signal (143) until ``serve`` took SIGTERM over. Each stop at its own point of the
+    start, workers side by side; the last ones land after it started, the old way."""
+    codes = await asyncio.gather(
+        *(
+            _stopped_while_starting(processes, database_url, tmp_path / f"imported-{n}", delay)
+            for n, delay in enumerate(STOPS_WHILE_STARTING)
+        )
+    )
+    assert codes == [0] * len(STOPS_WHILE_STARTING), dict(zip(STOPS_WHILE_STARTING, codes, strict=True))

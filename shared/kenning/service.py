@@ -5,6 +5,11 @@ event loop: SIGTERM and SIGINT call the service's ``stop()`` (it stops taking wo
 drains what it holds, each service by its own rules), the health file is touched while
 the service runs (``kenning.health``), and the database pool is closed however the
 service ends. The process's exit code is the command's: 0 after a stop.
+
+Before ``serve`` the service starts: it loads its app, migrates, connects (a second or
+more). ``Starting`` makes a SIGTERM then a clean stop too (exit code 0), not the signal's
+default death (143): the process unwinds from where it was, or, once its event loop is
+being set up, ``serve`` returns at once without running the service.
 """
 
 from __future__ import annotations
@@ -12,11 +17,41 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Awaitable, Callable
+from types import FrameType
 from typing import Protocol
 
 from kenning.health import heartbeat
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Starting:
+    """SIGTERM while a service starts. ``Starting.catch()`` comes first in the service's
+    ``run``, before anything slow; what came before it (the interpreter's start, the
+    command's imports) still dies by the signal: importing ``kenning`` must not take
+    SIGTERM from a program that imports it."""
+
+    def __init__(self) -> None:
+        self.stop_requested = False
+        self._deferred = False
+
+    @classmethod
+    def catch(cls) -> Starting:
+        starting = cls()
+        signal.signal(signal.SIGTERM, starting._on_sigterm)
+        return starting
+
+    def defer(self) -> None:
+        """The event loop is about to start: a SIGTERM from now on is remembered for
+        ``serve`` (an exception raised while asyncio builds its loop leaves it half made)."""
+        self._deferred = True
+
+    def _on_sigterm(self, _signum: int, _frame: FrameType | None) -> None:
+        self.stop_requested = True
+        if not self._deferred:
+            # raised where the main thread is: what is starting unwinds (finally blocks
+            # run, a statement in flight is cancelled, a migration rolls back)
+            raise SystemExit(0)
 
 
 class Service(Protocol):
@@ -32,10 +67,12 @@ async def serve(
     close: Callable[[], Awaitable[None]],
     health_file: str = "",
     on_signal: Callable[[], None] | None = None,
+    starting: Starting | None = None,
 ) -> None:
     """Run ``service`` until it returns (after a stop signal); then ``close()`` (the
     database pool). ``on_signal``: called first on each stop signal (the worker arms the
-    bound on its exit there)."""
+    bound on its exit there). ``starting``: a SIGTERM it remembered means the service is
+    not run at all."""
     loop = asyncio.get_running_loop()
 
     def stop() -> None:
@@ -46,6 +83,8 @@ async def serve(
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop)
     try:
+        if starting is not None and starting.stop_requested:
+            return
         async with heartbeat(health_file):
             await service.run()
     finally:

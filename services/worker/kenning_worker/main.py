@@ -18,7 +18,7 @@ from kenning.db import connect
 from kenning.loop import run as run_loop
 from kenning.migrate import migrate
 from kenning.scrape import serving_metrics
-from kenning.service import serve
+from kenning.service import Starting, serve
 from kenning_worker.shutdown import ExitBound
 from kenning_worker.worker import Worker, WorkerSettings
 
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings(parser, WorkerSettings)
 
 
-async def _serve(settings: WorkerSettings, app: App) -> None:
+async def _serve(settings: WorkerSettings, app: App, starting: Starting) -> None:
     database = connect(
         settings.database_url,
         pool_size=settings.pool_size,
@@ -41,7 +41,9 @@ async def _serve(settings: WorkerSettings, app: App) -> None:
     bound = ExitBound(settings.shutdown_grace_seconds)  # SIGTERM: exit within grace + a margin
     bound.install(asyncio.get_running_loop())
     async with serving_metrics(database, settings.metrics_host, settings.metrics_port):
-        await serve(worker, close=database.dispose, health_file=settings.health_file, on_signal=bound.arm)
+        await serve(
+            worker, close=database.dispose, health_file=settings.health_file, on_signal=bound.arm, starting=starting
+        )
     await bound.finish(abandoned_runs=worker.abandoned)
 
 
@@ -57,6 +59,7 @@ def _settle_heap() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    starting = Starting.catch()  # a stop while it loads the app, migrates or connects: exit code 0
     settings = settings_from_args(WorkerSettings, args)
     app = load_app(settings.app)
     settings = replace(settings, database_url=database_url(settings.database_url, app))  # else the App's db_url
@@ -74,5 +77,6 @@ def run(args: argparse.Namespace) -> int:
     )
     tracing.configure("kenning-worker")
     _settle_heap()
-    run_loop(_serve(settings, app))
+    starting.defer()
+    run_loop(_serve(settings, app, starting))
     return 0
