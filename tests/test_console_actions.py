@@ -270,8 +270,8 @@ async def test_cancel_send_and_the_events_pages_with_the_admin_token(
         # an event processed with nothing to receive it says so
         sql.execute("UPDATE kenning_inbox SET status = 'processed', no_receiver = true WHERE id = %s", [ids[-1]])
         marked = await client.get("/events/inbox")
-        row = re.search(rf'<tr id="inbox-{ids[-1]}">.*?</tr>', marked.text, re.S)
-        assert row is not None and "no receiver</span>" in row[0]
+        marked_row = re.search(rf'<tr id="inbox-{ids[-1]}">.*?</tr>', marked.text, re.S)
+        assert marked_row is not None and "no receiver</span>" in marked_row[0]
         assert (await client.get("/events/inbox", params={"before": "x"})).status_code == 400
         retried = await client.post(f"/events/inbox/{ids[0]}/retry")
         assert retried.status_code == 303

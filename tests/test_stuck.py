@@ -136,3 +136,19 @@ def test_why_explains_a_waiting_instance_and_refuses_an_unknown_id(database_url:
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines()[-1] == "kenning why: no workflow instance 'nope'"
     assert "Traceback" not in missing.stderr
+
+
+async def test_instances_due_long_ago_and_not_claimed_are_reported_per_workflow(
+    processes: ProcessPool, database_url: str, sql: Sql
+) -> None:
+    """A way forward nobody takes (issue 25, item 3): due instances no worker claims are
+    not stuck by their rows, yet wait for ever; the check reports them per workflow."""
+    sql.execute("INSERT INTO kenning_workflow_definitions (workflow_name, source_hash, source) VALUES ('nap', 'h', '')")
+    for n in range(3):  # due long ago, and no worker running
+        _instance(sql, f"late-{n}", "nap", "pending", available_at="2000-01-01T00:00:00Z")
+    _instance(sql, "fresh", "nap", "pending", available_at="2999-01-01T00:00:00Z")
+    scheduler = spawn_scheduler(processes, database_url, *FAST_CHECK, "--overdue-seconds", "60")
+    await eventually(lambda: log_events(processes.log_of(scheduler), "instances.overdue"), message="overdue reported")
+    (report,) = log_events(processes.log_of(scheduler), "instances.overdue")[:1]
+    assert (report["workflow"], report["count"], report["level"]) == ("nap", 3, "warning")
+    assert report["hint"] == "due but not claimed; kenning why late-0"

@@ -62,6 +62,11 @@ class SchedulerSettings(ServiceSettings):
     max_repairs: int = setting(
         3, type=positive_int, help="repairs of one instance with no way forward before it is marked instead"
     )
+    overdue_seconds: float = setting(
+        300.0,
+        type=positive_float,
+        help="report instances due longer than this and still not claimed (instances.overdue), per workflow",
+    )
     retention: RetentionSettings = settings_group(RetentionSettings)  # noqa: RUF009
 
 
@@ -78,6 +83,7 @@ class Scheduler:
             database,
             stuck_check_interval=self.settings.stuck_check_interval,
             max_repairs=self.settings.max_repairs,
+            overdue_seconds=self.settings.overdue_seconds,
             retention=self.settings.retention.policy(),
             retention_interval=self.settings.retention.retention_interval,
             log=self.log,

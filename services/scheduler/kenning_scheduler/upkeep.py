@@ -7,7 +7,9 @@ batch asks for the next pass at once.
 
 The stuck check (``kenning.storage.progress.stuck_repair``) logs one warning per instance
 it repairs or marks, with ``instance_id`` and ``workflow`` bound; the reason of a marked
-one is shown by ``kenning instances show`` and ``kenning why``.
+one is shown by ``kenning instances show`` and ``kenning why``. It also reports, per
+workflow, instances that have a way forward nobody takes: due for longer than
+``--overdue-seconds`` and not claimed (``instances.overdue``), at most once per that period.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Upkeep:
         *,
         stuck_check_interval: float,
         max_repairs: int,
+        overdue_seconds: float,
         retention: RetentionPolicy,
         retention_interval: float,
         log: Any,
@@ -37,6 +40,8 @@ class Upkeep:
         self.database = database
         self.stuck_check_interval = stuck_check_interval
         self.max_repairs = max_repairs
+        self.overdue_seconds = overdue_seconds
+        self._next_overdue_report = 0.0  # monotonic
         self.retention = retention
         self.retention_interval = retention_interval
         self.log = log
@@ -73,4 +78,21 @@ class Upkeep:
                 log.warning("instance.repaired", found=stuck.missing, repairs=stuck.repairs)
             else:
                 log.warning("instance.stuck", cause=stuck.cause, reason=stuck.reason)
+        if time.monotonic() >= self._next_overdue_report:
+            await self.report_overdue()
         return len(found) == _STUCK_BATCH
+
+    async def report_overdue(self) -> None:
+        """One warning per workflow with instances due longer than ``overdue_seconds`` and
+        not claimed; repeated at most once per that period while they stay so."""
+        async with self.database.connection() as conn:
+            overdue = await progress_sql.instances_overdue(conn, seconds=self.overdue_seconds, limit=_STUCK_BATCH)
+        for late in overdue:
+            self.log.warning(
+                "instances.overdue",
+                workflow=late.workflow_name,
+                count=late.count,
+                oldest_seconds=round(late.oldest_seconds, 1),
+                hint=f"due but not claimed; kenning why {late.oldest_id}",
+            )
+        self._next_overdue_report = time.monotonic() + (self.overdue_seconds if overdue else 0.0)

@@ -242,3 +242,37 @@ async def instance_explain(conn: Executor, instance_id: str) -> dict[str, Any] |
     clock. None: no such instance."""
     row = (await conn.execute(_INSTANCE_EXPLAIN, {"id": instance_id})).first()
     return None if row is None else dict(row._asdict())
+
+
+_INSTANCES_OVERDUE = statement(
+    f"""
+    -- due (or their lease expired) longer ago than :seconds and still not claimed: nothing
+    -- is wrong with their rows, but no worker takes them (none runs their workflow, all
+    -- are full or isolating a suspect, or their queue is paused or at its limit)
+    SELECT workflow_name, count(*) AS overdue, (array_agg(id ORDER BY available_at, id))[1] AS oldest_id,
+           CAST(extract(epoch FROM now() - min(available_at)) AS float8) AS oldest_seconds
+    FROM kenning_instances
+    WHERE status IN {_RUNNABLE} AND available_at <= now() - make_interval(secs => :seconds)
+    GROUP BY workflow_name
+    ORDER BY workflow_name
+    LIMIT :limit
+    """
+)
+
+
+@dataclass(frozen=True)
+class Overdue:
+    """Instances of one workflow due for longer than the check's bound, not claimed."""
+
+    workflow_name: str
+    count: int
+    oldest_id: str
+    oldest_seconds: float
+
+
+async def instances_overdue(conn: Executor, *, seconds: float, limit: int) -> list[Overdue]:
+    """Per workflow (at most ``limit``), the runnable instances due more than ``seconds``
+    ago: the stuck check's report of what has a way forward that nobody takes."""
+    rows = await conn.execute(_INSTANCES_OVERDUE, {"seconds": seconds, "limit": limit})
+    return [Overdue(row.workflow_name, int(row.overdue), str(row.oldest_id), float(row.oldest_seconds)) for row in rows]
+
