@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import structlog
 
-from kenning.config import add_logging_options, add_option
+from kenning.config import add_logging_options, add_option, positive_float, positive_int
 from kenning.embedded import postgres_server, with_database
 from kenning.migrate import migrate
 from kenning_devtools.bench import (
@@ -25,6 +25,7 @@ from kenning_devtools.bench import (
     limits,
     long,
     queued,
+    recovery,
     relay,
     result_latency,
     scale,
@@ -51,6 +52,7 @@ FULL = {
     "relay": (1000, 100, 50, 0.2),  # events, instances, batch size, crash rate after the broker answered
     "scale_rounds": 3,
     "fresh_workers": True,  # the queued section's modes each on workers of their own
+    "recovery": (32, 10.0, 5.0),  # instances in flight, activity seconds, lease seconds
 }
 QUICK = {
     "workflows": 30,
@@ -69,8 +71,22 @@ QUICK = {
     # each round is two throughput runs (about 5 s each, mostly start-up and counter flushes)
     "scale_rounds": 1,
     "fresh_workers": False,
+    # one at a time (before issue 25) would take 3 + 10 x 2 s, over 4x lease + run time
+    "recovery": (10, 2.0, 3.0),
 }
-SECTIONS = ("limits", "throughput", "queued", "result", "event", "timer", "ingress", "scale", "long", "events-long")
+SECTIONS = (
+    "limits",
+    "throughput",
+    "queued",
+    "result",
+    "event",
+    "timer",
+    "ingress",
+    "scale",
+    "long",
+    "events-long",
+    "recovery",
+)
 # run only when named (--sections relay): a correctness count against the machine's brokers, not a speed
 EXTRA_SECTIONS = ("relay",)
 
@@ -117,6 +133,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ingress-clients", type=int, help="concurrent HTTP clients of the ingress run (default 64)")
     parser.add_argument(
         "--ingress-workers", type=int, default=2, help="uvicorn workers of the measured ingress (default 2)"
+    )
+    parser.add_argument(
+        "--recovery-instances", type=positive_int, help="instances in flight on the killed worker (default 32)"
+    )
+    parser.add_argument(
+        "--recovery-activity-seconds", type=positive_float, help="run time of their one activity (default 10)"
+    )
+    parser.add_argument(
+        "--recovery-lease-seconds", type=positive_float, help="both workers' --lease-seconds (default 5)"
     )
     parser.add_argument("--output", default="bench-results/bench.json", help="where to write the JSON")
     add_logging_options(parser)
@@ -189,6 +214,15 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
     if "events-long" in sections:
         results["events_long"] = await events.run_event_chain(url, *size["events_long"])
         lap("events-long")
+    if "recovery" in sections:
+        instances, activity_seconds, lease_seconds = size["recovery"]
+        results["recovery"] = await recovery.run_recovery(
+            url,
+            args.recovery_instances or instances,
+            args.recovery_activity_seconds or activity_seconds,
+            args.recovery_lease_seconds or lease_seconds,
+        )
+        lap("recovery")
     if "relay" in sections:
         count, instances, batch, rate = size["relay"]
         results["relay"] = await relay.run_relay(

@@ -126,7 +126,7 @@ def _value(value: Any) -> str:
 
 
 def _targets(found: dict[str, Any]) -> list[str]:
-    lines = ["", "targets (issues 7 and 15)"]
+    lines = ["", "targets (issues 7, 15 and 25)"]
     for name, t in found.items():
         verdict = {True: "met", False: "MISSED", None: "not run"}[t["met"]]
         lines.append(f"  {verdict:<7}  {name}: {t['target']} (this run: {_value(t['value'])})")
@@ -146,7 +146,7 @@ def render(report: dict[str, Any]) -> str:
     if rows:
         bare = (lim.get("bare_engine") or {}).get("workflows_per_second")
         lines += _throughput(rows, bare, lim.get("pgbench_tps"))
-    lines += _latencies(report) + _shapes(report) + _queued(report) + _relay(report)
+    lines += _latencies(report) + _shapes(report) + _queued(report) + _recovery(report) + _relay(report)
     if report.get("targets"):
         lines += _targets(report["targets"])
     return "\n".join(lines)
@@ -168,6 +168,25 @@ def _queued(report: dict[str, Any]) -> list[str]:
             f"{run['worker_cpu_ms_per_workflow']:>7} worker CPU ms/workflow"
         )
     return lines
+
+
+def _recovery(report: dict[str, Any]) -> list[str]:
+    """The recovery section: a killed worker's instances, finished by an idle one."""
+    rec = report.get("recovery")
+    if not rec:
+        return []
+    return [
+        "",
+        f"recovery after kill -9 ({rec['instances']} instances of a {rec['activity_seconds']} s activity in flight, "
+        f"lease {rec['lease_seconds']} s, poll {rec['poll_seconds']} s): all done {rec['recovery_seconds']} s after "
+        f"the kill = lease left {rec['lease_left_at_kill_seconds']} s + {rec['after_expiry_seconds']} s; "
+        f"bound lease + poll + run {rec['bound_seconds']} s, recovery / (lease + run) "
+        f"{rec['recovery_over_lease_and_run']}",
+        f"  taken over {rec['taken_over_at_once']} of {rec['instances']} in the first claim "
+        f"({rec['first_takeover_after_expiry_seconds']} s after the leases expired; claims {rec['claim_passes']}); "
+        f"re-runs took {rec['run_seconds_median']} s (max {rec['run_seconds_max']}); "
+        f"one at a time would take about {rec['one_at_a_time_seconds']} s",
+    ]
 
 
 def _relay(report: dict[str, Any]) -> list[str]:

@@ -1,6 +1,6 @@
-"""Issue 7's targets (and issue 15's), each checked against this run's own measurements (never typed in):
-``{"target": what it asks, "value": what this run measured, "met": True/False, or None
-when the sections it needs were not run}``."""
+"""Issue 7's targets (and issues 15 and 25's), each checked against this run's own
+measurements (never typed in): ``{"target": what it asks, "value": what this run
+measured, "met": True/False, or None when the sections it needs were not run}``."""
 
 from __future__ import annotations
 
@@ -185,6 +185,22 @@ def _shape_targets(report: dict[str, Any]) -> dict[str, Target]:
     }
 
 
+def _recovery_targets(report: dict[str, Any]) -> dict[str, Target]:
+    rec = report.get("recovery")
+    return {
+        "recovery_within_bound": _target(
+            "a killed worker's in-flight instances all finish within lease + poll + run time after the kill",
+            {k: rec[k] for k in ("recovery_seconds", "bound_seconds", "taken_over_at_once")} if rec else None,
+            None if not rec else rec["recovery_seconds"] <= rec["bound_seconds"],
+        ),
+    }
+
+
 def evaluate(report: dict[str, Any]) -> dict[str, Target]:
-    """Every target of issues 7 and 15 against ``report`` (the sections this run measured)."""
-    return {**_throughput_targets(report), **_latency_targets(report), **_shape_targets(report)}
+    """Every target of issues 7, 15 and 25 against ``report`` (the sections this run measured)."""
+    return {
+        **_throughput_targets(report),
+        **_latency_targets(report),
+        **_shape_targets(report),
+        **_recovery_targets(report),
+    }
