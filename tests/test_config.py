@@ -217,12 +217,8 @@ def test_the_ingress_hands_every_setting_to_its_uvicorn_workers(monkeypatch: pyt
 
 @pytest.mark.usefixtures("clean_environment")
 def test_every_configuration_table_row_names_the_variable_its_process_reads() -> None:
-    # `kenning up` is left out: its own --port is not the ingress's
     read = {
-        (flag, variable)
-        for command in SUBCOMMANDS
-        if command != "up"
-        for flag, variable in declared_variables(subparser(command)).items()
+        (flag, variable) for command in SUBCOMMANDS for flag, variable in declared_variables(subparser(command)).items()
     }
     row = re.compile(r"^\| `(KENNING_[A-Z0-9_]+)` / `(--[a-z0-9-]+)", re.M)
     stale = [

@@ -72,6 +72,11 @@ DOCS = (
     "docs/amqp.md",
     "docs/nats.md",
     "docs/console.md",
+    "docs/guarantees.md",
+    "docs/workflows.md",
+    "docs/configuration.md",
+    "docs/layout.md",
+    "docs/development.md",
 )
 COMMAND_LANGUAGES = ("bash", "sh", "shell", "console")
 DOC_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"  # docs/ingress.md's
@@ -332,6 +337,11 @@ STEPS: dict[str, list[Step]] = {
     "docs/performance.md": [],  # no commands: the benchmark's figures and what they show
     "docs/amqp.md": [],  # no commands: URL forms, the binding, guarantees
     "docs/nats.md": [],  # no commands: URL forms, the binding, guarantees
+    "docs/guarantees.md": [],  # no commands: what holds, and how it is checked
+    "docs/workflows.md": [],  # no shell commands: the SDK in Python
+    "docs/configuration.md": [],  # no commands: generated tables of settings
+    "docs/layout.md": [],  # no commands: where the code is
+    "docs/development.md": [],  # no command blocks; its one command runs in tests/test_configuration_reference.py
     "docs/console.md": [
         Step("export KENNING_ADMIN_TOKEN="),
         Step("kenning console --app kenning.examples.orders", shows(r'"auth": "admin token"')),

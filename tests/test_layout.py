@@ -1,6 +1,6 @@
-"""The README's layout table matches the tree: every package is a row, every module a row
+"""docs/layout.md's table matches the tree: every package is a row, every module a row
 names exists in that row's folder, and every module of a library or service package is named
-(a reader who opens a folder finds nothing the README did not mention)."""
+(a reader who opens a folder finds nothing the page did not mention)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ UNLISTED_UNDER = ("devtools/kenning_devtools/",)
 
 
 def layout_rows() -> dict[str, str]:
-    """folder -> the row's "what" cell, for every row of the README's layout table."""
-    text = (REPO_ROOT / "README.md").read_text()
-    section = text.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
+    """folder -> the row's "what" cell, for every row of docs/layout.md's table."""
+    section = (REPO_ROOT / "docs" / "layout.md").read_text()
     rows: dict[str, str] = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
@@ -46,12 +45,12 @@ def test_every_package_is_a_row_of_the_layout_table() -> None:
         and package not in UNLISTED_MODULES
         and not any(package.startswith(prefix) for prefix in UNLISTED_UNDER)
     ]
-    assert missing == [], f"packages the README's layout table does not name: {missing}"
+    assert missing == [], f"packages docs/layout.md's table does not name: {missing}"
 
 
 def test_every_folder_the_table_names_exists() -> None:
     absent = [folder for folder in layout_rows() if not (REPO_ROOT / folder).exists()]
-    assert absent == [], f"the README's layout table names folders that do not exist: {absent}"
+    assert absent == [], f"docs/layout.md's table names folders that do not exist: {absent}"
 
 
 def test_modules_named_in_a_row_exist_in_its_folder() -> None:
@@ -60,7 +59,7 @@ def test_modules_named_in_a_row_exist_in_its_folder() -> None:
         for name in re.findall(r"`([\w/]+\.py)`", what):
             if not (REPO_ROOT / folder / name).exists() and not name.startswith(("tests/", "kenning/")):
                 wrong.append(f"{folder}/{name}")
-    assert wrong == [], f"the README's layout table names modules that do not exist: {wrong}"
+    assert wrong == [], f"docs/layout.md's table names modules that do not exist: {wrong}"
 
 
 def test_every_module_of_a_listed_package_is_named() -> None:
@@ -73,4 +72,4 @@ def test_every_module_of_a_listed_package_is_named() -> None:
         for module in sorted((REPO_ROOT / package).glob("*.py")):
             if module.name != "__init__.py" and module.name not in named:
                 unnamed.append(f"{package}/{module.name}")
-    assert unnamed == [], f"modules the README's layout table does not name: {unnamed}"
+    assert unnamed == [], f"modules docs/layout.md's table does not name: {unnamed}"
