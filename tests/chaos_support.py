@@ -33,8 +33,8 @@ import psutil
 import psycopg
 
 from kenning.client import Client
-from kenning.embedded import embedded_postgres, with_database
-from kenning.migrate import migrate
+from kenning.db.migrate import migrate
+from kenning.runtime.embedded import embedded_postgres, with_database
 from tests.apps import chaos as chaos_app
 from tests.ingress_support import TcpProxy
 from tests.invariants import activity_policies, check_invariants

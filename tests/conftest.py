@@ -20,8 +20,8 @@ import pytest
 import structlog
 
 from kenning.db import Database, connect
-from kenning.embedded import ensure_system_user, postgres_server, with_database
-from kenning.migrate import migrate
+from kenning.db.migrate import migrate
+from kenning.runtime.embedded import ensure_system_user, postgres_server, with_database
 from tests import logguard, parallel
 from tests.support import ProcessPool
 

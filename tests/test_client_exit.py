@@ -3,7 +3,7 @@ closing it exits (issue 25, item 9): ``asyncio.run`` cancels the tasks the clien
 running, and every one of them must end when cancelled. Before, such a program sometimes
 never exited: psycopg_pool's maintenance worker, cancelled while it opened a connection
 for the pool, took the cancellation for a failed connect and waited for its next task,
-and ``asyncio.run`` waited for it with no timer (``kenning.pool``).
+and ``asyncio.run`` waited for it with no timer (``kenning.db.pool``).
 
 The program is a real one, run by the venv's python while real workers churn: killed and
 restarted, and crash-looping on an instance that kills whichever worker runs it. Each run

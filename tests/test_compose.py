@@ -18,8 +18,8 @@ import jsonschema
 import pytest
 import yaml
 
-from kenning.cli import SUBCOMMANDS, build_parser
-from kenning.config import declared_variables
+from kenning.commands.cli import SUBCOMMANDS, build_parser
+from kenning.runtime.config import declared_variables
 from tests.support import REPO_ROOT
 
 SCHEMA = json.loads((REPO_ROOT / "tests" / "schemas" / "compose-spec.json").read_text())

@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from kenning.cli import SUBCOMMANDS, build_parser
-from kenning.config import declared_variables
+from kenning.commands.cli import SUBCOMMANDS, build_parser
+from kenning.runtime.config import declared_variables
 from kenning_ingress.parsing import EventLimits
 from kenning_ingress.settings import IngressSettings, settings_from_environment, settings_to_environment
 from tests.support import REPO_ROOT, ProcessPool, eventually, kenning_command, run_kenning

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from kenning import workflow
-from kenning.cron import CronError, CronSchedule, parse
+from kenning.core.cron import CronError, CronSchedule, parse
 from kenning.errors import ConfigurationError
 from kenning.schedules import tick_instance_id, tick_key
 

@@ -18,7 +18,7 @@ from psycopg_pool import PoolTimeout
 from sqlalchemy import text
 
 from kenning.db import Database, connect, executor_of, statement
-from kenning.dberrors import is_unavailable, sqlstate
+from kenning.db.errors import is_unavailable, sqlstate
 from kenning.storage import instances as instances_sql
 from tests.support import backend_pid, backend_pids_held_together
 

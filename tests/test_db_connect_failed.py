@@ -11,7 +11,7 @@ import asyncio
 import psycopg
 
 from kenning.db import Database, connect, statement
-from kenning.dberrors import is_unavailable
+from kenning.db.errors import is_unavailable
 from tests.ingress_support import TcpProxy
 from tests.support import eventually
 

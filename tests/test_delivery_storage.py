@@ -9,13 +9,13 @@ import psycopg
 import pytest
 from psycopg.errors import LockNotAvailable
 
+from kenning.core.records import SuspendOutcome
 from kenning.db import Database, Executor, statement
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage import timers as timers_sql
 from kenning.storage.inbox import NewEvent
-from kenning.storage.records import SuspendOutcome
 
 Sql = psycopg.Connection[tuple[object, ...]]
 ATTRIBUTES = {"specversion": "1.0"}

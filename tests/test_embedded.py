@@ -14,7 +14,7 @@ import pytest
 # runs then start within a millisecond of each other, where the race is.
 _FIRST_USE = """
 import pwd, sys
-from kenning.embedded import ensure_system_user
+from kenning.runtime.embedded import ensure_system_user
 print("ready", flush=True)
 sys.stdin.readline()
 ensure_system_user(sys.argv[1])

@@ -24,10 +24,10 @@ from kenning import (
     wait_event,
     workflow,
 )
+from kenning.core.names import CHILD_STARTED, EVENT_RECEIVED, TIMER_EXPIRED
 from kenning.engine.memory import MemoryInstance, run_family, run_once
 from kenning.engine.outcomes import RunOutcome
 from kenning.serialization import decode_error
-from kenning.storage.names import CHILD_STARTED, EVENT_RECEIVED, TIMER_EXPIRED
 from tests.logguard import expect_log
 
 app = App()

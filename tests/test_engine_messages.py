@@ -23,10 +23,10 @@ from kenning import (
     wait_timer,
     workflow,
 )
-from kenning.engine.commands import Undelivered
+from kenning.core.mailbox import Undelivered
+from kenning.core.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED, MESSAGE_RECEIVED, MESSAGE_SENT, MESSAGE_TIMEOUT
 from kenning.engine.memory import MemoryInstance, run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
-from kenning.storage.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED, MESSAGE_RECEIVED, MESSAGE_SENT, MESSAGE_TIMEOUT
 
 app = App()
 HANDLED: Counter[str] = Counter()

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from kenning.core.names import ACTIVITY_COMPLETED, TIMER_EXPIRED
 from kenning.engine.memory import run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
-from kenning.storage.names import ACTIVITY_COMPLETED, TIMER_EXPIRED
 from tests import engine_support as wf
 from tests.logguard import expect_log
 

@@ -12,10 +12,11 @@ import psutil
 import psycopg
 import pytest
 
-from kenning import Client, faults
+from kenning import Client
 from kenning.db import Database
 from kenning.errors import ConfigurationError
-from kenning.faults import CRASH_EXIT_CODE, POINTS, fault_point, parse_faults
+from kenning.observability import faults
+from kenning.observability.faults import CRASH_EXIT_CODE, POINTS, fault_point, parse_faults
 from kenning.storage import inbox as inbox_sql
 from kenning.storage.inbox import NewEvent
 from tests.logguard import LogGuard

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from kenning.db import Database, connect
-from kenning.dberrors import may_be_one_callers_fault
-from kenning.groupcommit import GroupCommit
+from kenning.db.errors import may_be_one_callers_fault
+from kenning.db.groupcommit import GroupCommit
 from kenning.storage import inbox as inbox_sql
 from kenning.storage.inbox import NewEvent
 from kenning_ingress import responses

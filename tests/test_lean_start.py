@@ -1,6 +1,6 @@
 """A service starts without SQLAlchemy or Alembic: importing them cost each process about
 0.4 s of CPU, most of its start, and only ``ctx.session``, event handlers' sessions and
-migrations use them (``kenning.db``, ``kenning.migrate``). The suite starts hundreds of
+migrations use them (``kenning.db``, ``kenning.db.migrate``). The suite starts hundreds of
 processes, and operators restart them."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import json
 import subprocess
 import sys
 
-from kenning.db import redacted
+from kenning.core.database_urls import redacted
 
 _IMPORTED = """
 import json, sys
-import kenning, kenning.cli, kenning.dberrors
+import kenning, kenning.commands.cli, kenning.db.errors
 import kenning_worker.main, kenning_ingress.main, kenning_scheduler.main, kenning_relayer.main, kenning_console.main
 import kenning.examples.orders
 from kenning.db import connect

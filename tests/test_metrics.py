@@ -23,7 +23,7 @@ import pytest
 
 from kenning import App, Client
 from kenning.db import Database
-from kenning.scrape import scrape as scrape_text
+from kenning.runtime.scrape import scrape as scrape_text
 from kenning.storage.queues import queues_overview
 from kenning_devtools.up import main as up
 from tests.ingress_support import batch, binary, cloud_event, start_ingress
@@ -316,8 +316,10 @@ async def test_the_queue_gauges_show_each_queues_depth_leases_oldest_age_and_pau
 
 
 def test_every_metric_is_in_the_operations_guide() -> None:
-    """docs/operations.md's tables name every metric ``kenning.metrics`` defines."""
-    defined = set(re.findall(r'"(kenning_[a-z_]+)"', (REPO_ROOT / "shared/kenning/metrics.py").read_text()))
+    """docs/operations.md's tables name every metric ``kenning.observability.metrics`` defines."""
+    defined = set(
+        re.findall(r'"(kenning_[a-z_]+)"', (REPO_ROOT / "shared/kenning/observability/metrics.py").read_text())
+    )
     guide = (REPO_ROOT / "docs/operations.md").read_text()
     assert len(defined) > 20, defined  # the pattern still finds them
     assert sorted(name for name in defined if f"`{name}`" not in guide) == []

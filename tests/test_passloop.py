@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kenning.passloop import PassLoop
+from kenning.runtime.passloop import PassLoop
 
 
 class Log:

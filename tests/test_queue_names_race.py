@@ -18,11 +18,11 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 
+from kenning.core.names import CHANNEL_QUEUES
+from kenning.core.records import NewInstance, StartOutcome
 from kenning.db import Database, Executor, statement
 from kenning.storage import children as children_sql
 from kenning.storage import instances as instances_sql
-from kenning.storage.instances import NewInstance, StartOutcome
-from kenning.storage.names import CHANNEL_QUEUES
 from tests.support import eventually
 
 Sql = psycopg.Connection[tuple[object, ...]]

@@ -17,11 +17,11 @@ import pytest
 
 import tests.apps.queues as queues_app
 from kenning import Client, ConfigurationError, WorkflowContext, workflow
+from kenning.core.records import NewInstance
 from kenning.db import Database
 from kenning.storage import instances as instances_sql
 from kenning.storage import progress as progress_sql
 from kenning.storage import queues as queues_sql
-from kenning.storage.instances import NewInstance
 from tests.invariants import queue_concurrency, queue_rate
 from tests.support import ProcessPool, check_invariants, eventually, kenning_command, running_worker, workers_started
 

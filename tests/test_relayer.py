@@ -14,9 +14,9 @@ import psycopg
 import pytest
 
 from kenning import Client
+from kenning.core.urls import hide_credentials
 from kenning.db import Database
 from kenning.storage import outbox as outbox_sql
-from kenning.urls import hide_credentials
 from kenning_relayer.nats import NatsAddress
 from kenning_relayer.targets import NATS_SCHEMES
 from tests.apps import outbox as app

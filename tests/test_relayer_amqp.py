@@ -17,7 +17,7 @@ import pytest
 
 from kenning.db import Database
 from kenning.errors import ConfigurationError
-from kenning.faults import CRASH_EXIT_CODE
+from kenning.observability.faults import CRASH_EXIT_CODE
 from kenning_relayer.amqp import AmqpAddress, AmqpTarget
 from kenning_relayer.publish import RetrySchedule
 from kenning_relayer.settings import RelayerSettings

@@ -16,7 +16,7 @@ import pytest
 
 from kenning.db import Database
 from kenning.errors import ConfigurationError
-from kenning.faults import CRASH_EXIT_CODE
+from kenning.observability.faults import CRASH_EXIT_CODE
 from kenning_ingress.sources.bindings import nats_event
 from kenning_relayer.nats import NatsAddress, NatsTarget, to_nats_message
 from kenning_relayer.publish import RetrySchedule

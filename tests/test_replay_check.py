@@ -11,10 +11,10 @@ import subprocess
 import psycopg
 
 from kenning import Client
+from kenning.core.names import PATCH_MARKER
 from kenning.db import Database
 from kenning.storage import inbox as inbox_sql
 from kenning.storage.inbox import NewEvent
-from kenning.storage.names import PATCH_MARKER
 from tests.apps.replay_steps import PAID
 from tests.support import ProcessPool, eventually, executions, run_kenning
 

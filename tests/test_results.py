@@ -17,11 +17,12 @@ import pytest
 
 from kenning import Client
 from kenning.client import ResultTimeoutError
+from kenning.core.names import CHANNEL_RESULTS, RESULTS_LISTENERS_LOCK, RESULTS_LISTENERS_LOCKS
 from kenning.db import Database, Executor, statement
 from kenning.errors import WorkflowFailedError
 from kenning.storage import instances as instances_sql
 from kenning.storage import results as results_sql
-from kenning.storage.names import CHANNEL_RESULTS, RESULTS_LISTENERS_LOCK, RESULTS_LISTENERS_LOCKS, notify_results
+from kenning.storage.names import notify_results
 from tests.logguard import expect_log
 from tests.support import ProcessPool, eventually, kenning_command
 
@@ -197,7 +198,7 @@ _NOTIFY_FINISHED = statement(
 
 async def _notified(database: Database, database_url: str, ids: list[str], *, joined: bool) -> list[str]:
     """The payloads a listener receives when a statement finishes ``ids``; ``joined``:
-    it holds the listeners' lock, as kenning.results does."""
+    it holds the listeners' lock, as kenning.clients.results does."""
     with psycopg.connect(database_url, autocommit=True) as listener:
         if joined:
             listener.execute(

@@ -4,7 +4,7 @@ The DDL is the Alembic migrations; ``shared/kenning/storage/tables.py`` restates
 as SQLAlchemy Core tables. Against a freshly migrated database, both ways: every table and
 column of the module exists with the same type (normalised: PostgreSQL's own type names),
 nullability and primary key, and the database has no ``kenning_*`` table or column the
-module lacks (``kenning_alembic_version`` is Alembic's, see ``kenning/migrate.py``).
+module lacks (``kenning_alembic_version`` is Alembic's, see ``kenning/db/migrate.py``).
 """
 
 from __future__ import annotations

@@ -27,9 +27,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kenning.db import Database, libpq_url, redacted
+from kenning.core.database_urls import libpq_url, redacted
+from kenning.core.urls import hide_credentials, split_url
+from kenning.db import Database
 from kenning.errors import ConfigurationError
-from kenning.urls import hide_credentials, split_url
 from tests import logguard
 from tests.brokers import AMQP_URL, NATS_URL, jetstream_stream, nats_connection, require_nats, require_rabbitmq
 from tests.relayer_support import insert_events

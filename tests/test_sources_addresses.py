@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from kenning.core.urls import hide_credentials
 from kenning.errors import ConfigurationError
-from kenning.urls import hide_credentials
 from kenning_ingress.sources.addresses import parse_source
 from tests.sources_support import log_events, start_consuming_ingress
 from tests.support import REPO_ROOT, ProcessPool, eventually, free_port

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 import psycopg
 
 from kenning import Client
+from kenning.core.names import CHANNEL_INSTANCES
 from kenning.db import Database
-from kenning.storage.names import CHANNEL_INSTANCES
 from tests.apps import core
 from tests.support import eventually, running_worker
 

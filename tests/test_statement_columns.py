@@ -23,12 +23,12 @@ from psycopg import pq
 from sqlalchemy.engine import Row
 
 import kenning.storage
+from kenning.core.records import SuspendOutcome
 from kenning.db import Database
 from kenning.db import Statement as SqlStatement
 from kenning.storage import instances as instances_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage import timers as timers_sql
-from kenning.storage.records import SuspendOutcome
 
 # The storage modules that hold SQL; each must contribute at least one statement that
 # returns rows, so a module the scan stopped seeing fails the test.

@@ -15,18 +15,18 @@ from sqlalchemy import text
 
 from kenning import App, Client, RetryPolicy, WorkflowContext, activity, workflow
 from kenning.context import current_step
+from kenning.core.names import ACTIVITY_COMPLETED
 from kenning.db import Database
-from kenning.dberrors import may_be_one_callers_fault
+from kenning.db.errors import may_be_one_callers_fault
+from kenning.db.groupcommit import GroupCommit
 from kenning.engine.commands import RecordStep
 from kenning.engine.history import StepRecord
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
 from kenning.errors import LeaseLostError, NonDeterminismError, UnstorableValueError
-from kenning.groupcommit import GroupCommit
 from kenning.outbox import send_event_transactional
 from kenning.storage import instances as instances_sql
 from kenning.storage import writes as writes_sql
-from kenning.storage.names import ACTIVITY_COMPLETED
 from kenning.storage.writes import InstanceWrite
 from kenning_worker.port import PgInstancePort, StepTransaction
 from tests.logguard import expect_log

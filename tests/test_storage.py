@@ -9,12 +9,12 @@ from datetime import timedelta
 import psycopg
 import pytest
 
+from kenning.core.records import INSTANCE_STATUSES
 from kenning.db import Database, statement
-from kenning.migrate import current_revision, head_revision, migrate
+from kenning.db.migrate import current_revision, head_revision, migrate
 from kenning.storage import console as console_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
-from kenning.storage.records import INSTANCE_STATUSES
 
 
 @pytest.mark.smoke

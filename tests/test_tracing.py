@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (issue 16, item 2): kenning.tracing's spans and the trace context
+"""OpenTelemetry tracing (issue 16, item 2): kenning.observability.tracing's spans and the trace context
 that travels inside CloudEvents (``traceparent``).
 
 In process, with the SDK's in-memory exporter: a Client start inside the caller's span, the
@@ -25,8 +25,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kenning import Client, tracing
+from kenning import Client
 from kenning.db import Database
+from kenning.observability import tracing
 from kenning.storage import inbox as inbox_sql
 from kenning.storage.inbox import NewEvent
 from tests.apps import tracing as traced
@@ -126,7 +127,7 @@ async def test_an_event_that_ends_a_wait_carries_the_rest_into_its_trace(
             started = await client.start(traced.traced_order, order_id="w", wait=True)
         (first_run,) = await eventually(lambda: named(exporter, "kenning.run trace.order"), message="first run")
         origin = hex_trace(first_run)
-        # waits are events on the runs, not spans (kenning.tracing's module note)
+        # waits are events on the runs, not spans (kenning.observability.tracing's module note)
         assert [e.name for e in first_run.events] == ["kenning.suspended"]
         paid_trace, paid_span = new_trace()
         async with database.connection() as conn:

@@ -14,7 +14,7 @@ import pytest
 
 from kenning import Client, TerminalError, UnstorableValueError, WorkflowFailedError, serialization
 from kenning.db import Database, Executor
-from kenning.dberrors import is_data_error, is_unavailable
+from kenning.db.errors import is_data_error, is_unavailable
 from kenning.storage import instances as instances_sql
 from tests.apps import limits, saga_refusals
 from tests.logguard import expect_log

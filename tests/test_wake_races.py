@@ -19,16 +19,14 @@ import psycopg
 import pytest
 
 from kenning.app import App
+from kenning.core.names import CHILD_EVENT_TYPE, EVENT_RECEIVED, MESSAGE_RECEIVED
+from kenning.core.records import HistoryRecord, NewInstance, SuspendOutcome
 from kenning.db import Database, Executor, statement
 from kenning.registry import Registry
 from kenning.storage import children as children_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
-from kenning.storage.children import CHILD_EVENT_TYPE
-from kenning.storage.instances import NewInstance
 from kenning.storage.messages import SendOutcome, SendStatus
-from kenning.storage.names import EVENT_RECEIVED, MESSAGE_RECEIVED
-from kenning.storage.records import HistoryRecord, SuspendOutcome
 from kenning_worker.inbox import InboxProcessor, InboxSettings
 from tests.support import eventually
 

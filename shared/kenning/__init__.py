@@ -28,8 +28,8 @@ from kenning.errors import (
 )
 from kenning.events import ReceivedEvent, wait_event
 from kenning.hooks import HooksBase, WorkflowHooks
-from kenning.logs import library_defaults as _library_defaults
 from kenning.messages import ReceivedMessage, publish, receive, send_message, subscribe
+from kenning.observability.logs import library_defaults as _library_defaults
 from kenning.outbox import send_event_transactional
 from kenning.queues import Queue
 from kenning.retry import RetryPolicy

@@ -1,3 +1,3 @@
-from kenning.cli import main
+from kenning.commands.cli import main
 
 raise SystemExit(main())

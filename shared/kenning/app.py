@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from kenning.db import sqlalchemy_url
+from kenning.core.database_urls import sqlalchemy_url
 from kenning.errors import ConfigurationError
 from kenning.hooks import WorkflowHooks
 from kenning.registry import REGISTRY, Registry

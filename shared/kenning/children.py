@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from kenning import serialization
-from kenning.context import WorkflowContext
-from kenning.engine.runtime import ChildOptions
+from kenning.context import ChildOptions, WorkflowContext
+from kenning.core.names import ON_PARENT_CANCEL
 from kenning.errors import ChildStartRefused, ChildWorkflowFailed
-from kenning.storage.children import ON_PARENT_CANCEL
 from kenning.workflow import Workflow
 
 T = TypeVar("T")

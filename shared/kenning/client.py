@@ -13,21 +13,20 @@ import uuid
 from typing import Any
 
 from kenning import serialization
+from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
+from kenning.clients.starts import Starter
+from kenning.core.mailbox import Undelivered, refusal
+from kenning.core.records import TERMINAL_STATUSES, InstanceRow, NewInstance, StartOutcome
 from kenning.db import Database, connect
-from kenning.engine.commands import Undelivered
-from kenning.engine.messages import refusal
+from kenning.db.groupcommit import GroupCommit
 from kenning.errors import ConfigurationError, KenningError, WorkflowFailedError, WorkflowNotFoundError
-from kenning.groupcommit import GroupCommit
 from kenning.registry import REGISTRY
-from kenning.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.starting import InvalidInputError as InvalidInputError  # re-exported: kenning.client's API
 from kenning.starting import StartedInstance as StartedInstance  # re-exported
-from kenning.starting import Starter, prepare_start
+from kenning.starting import prepare_start
 from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
-from kenning.storage.instances import NewInstance, StartOutcome
 from kenning.storage.messages import SendStatus
-from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
 from kenning.workflow import Workflow
 
 
@@ -123,7 +122,7 @@ class Client:
 
     async def result(self, instance_id: str, timeout: float | None = None) -> Any:
         """Wait for the instance to finish and return its result: woken by the NOTIFY of
-        the statement that finished it (``kenning.results``), read again every
+        the statement that finished it (``kenning.clients.results``), read again every
         ``result_poll_interval`` seconds in case a notification was missed.
 
         Raises ``WorkflowFailedError`` if it failed or was cancelled, ``TimeoutError``

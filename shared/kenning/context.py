@@ -1,17 +1,144 @@
-"""``WorkflowContext``: what workflow and activity code sees of the engine."""
+"""``WorkflowContext``: what workflow and activity code sees of the engine, and the
+interface the engine implements for it.
+
+``Runtime`` is that interface (as Temporal's ``workflow/_context.py`` owns ``_Runtime``):
+``activity``, ``register_compensation``, ``wait_event``, ``wait_timer``/``wait_until``,
+``start_child`` and a child's ``result()``, ``send_event_transactional``, ``ctx.patched``
+and the context's properties go through its members and nothing else: never the
+engine's internals, never storage. ``kenning.engine.run.WorkflowRun`` implements it; the
+SDK imports no engine module. ``StepScope`` is one attempt's transaction as the SDK sees it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kenning.core.records import HistoryRecord, OutboxEvent
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from kenning.engine.port import StepScope
-    from kenning.engine.runtime import Runtime
+    from kenning.activity import Activity
+    from kenning.workflow import Workflow
+
+
+class StepScope(Protocol):
+    """The transaction of one activity or compensation attempt: its ``ctx.session``
+    writes, its outbox events and its record commit together, or not at all."""
+
+    @property
+    def session(self) -> AsyncSession: ...
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the attempt opened the transaction (``ctx.session``, outbox events)."""
+        ...
+
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> None: ...
+
+    async def add_outbox_event(self, event: OutboxEvent) -> None: ...
+
+    async def rollback(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ChildOptions:
+    """How ``start_child`` starts a child (``kenning.children.start_child`` says what each
+    means), passed as one from the SDK to the engine (``kenning.engine.children``)."""
+
+    child_id: str | None = None
+    on_parent_cancel: str = "cancel"
+    queue: str | None = None
+    partition_key: str | None = None
+    priority: int | None = None
+
+
+class Runtime(Protocol):
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def workflow_name(self) -> str: ...
+
+    @property
+    def is_replaying(self) -> bool: ...
+
+    async def run_activity(
+        self, act: Activity[Any], args: tuple[Any, ...], kwargs: dict[str, Any], activity_id: str | None
+    ) -> Any:
+        """The activity's recorded result on replay; else run it (retried) and record it."""
+        ...
+
+    def register_compensation(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], activity_id: str | None
+    ) -> None: ...
+
+    async def wait_timer(
+        self, step_name: str, timer_id: str | None, *, due_at: datetime | None, delay_seconds: float | None
+    ) -> None:
+        """Return at once on replay of a fired timer; else suspend the instance until it fires."""
+        ...
+
+    async def wait_event(
+        self,
+        event_type: str,
+        *,
+        event_id: str | None,
+        match: Any,
+        since_at: datetime | None,
+        since_seconds: float | None,
+        timeout_seconds: float | None,
+    ) -> HistoryRecord:
+        """The recorded ``EventReceived`` or ``EventTimeout``; else suspend until there is one."""
+        ...
+
+    async def start_child(
+        self, workflow: Workflow[Any], arguments: dict[str, Any], options: ChildOptions
+    ) -> tuple[str, str]:
+        """(child id, start step id): the recorded child on replay; else start one (in
+        ``options.queue``, else its workflow's), its row and the step committed together."""
+        ...
+
+    async def wait_child(self, start_step_id: str, child_id: str, workflow_name: str) -> HistoryRecord:
+        """The child's recorded end (``EventReceived``); else suspend until it ends."""
+        ...
+
+    async def send_event(self, step: StepScope, event: OutboxEvent, data: Any) -> None:
+        """Write ``event`` in the running attempt's transaction."""
+        ...
+
+    async def patched(self, patch_id: str) -> bool:
+        """Whether this instance takes the new path of a changed workflow (``ctx.patched``)."""
+        ...
+
+    async def send_message(self, instance_id: str, topic: str, data: Any, message_id: str | None) -> str:
+        """The recorded message id on replay; else send it, the message and the step
+        committed together (``send_message``)."""
+        ...
+
+    async def subscribe(self, channel: str) -> None:
+        """Subscribe to a channel's broadcasts, as a step (``subscribe``)."""
+        ...
+
+    async def publish(self, channel: str, data: Any, message_id: str | None) -> int:
+        """The recorded count on replay; else broadcast to the channel's subscribers, as a
+        step (``publish``)."""
+        ...
+
+    async def receive_message(
+        self, topic: str, *, receive_id: str | None, timeout_seconds: float | None
+    ) -> HistoryRecord:
+        """The recorded ``MessageReceived`` or ``MessageTimeout``; else take the mailbox's
+        oldest message or suspend until there is one (``receive``)."""
+        ...
+
 
 # The transaction of the activity or compensation attempt running in this task, if any.
 current_step: ContextVar[StepScope | None] = ContextVar("kenning_current_step", default=None)
@@ -25,7 +152,7 @@ class WorkflowContext:
 
     @property
     def runtime(self) -> Runtime:
-        """The engine's interface for SDK functions (``kenning.engine.runtime``)."""
+        """The engine's interface for SDK functions (``Runtime``)."""
         return self._runtime
 
     @property

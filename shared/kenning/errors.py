@@ -154,3 +154,8 @@ class ChildWorkflowFailed(KenningError):  # noqa: N818 - Temporal's name (ChildW
 class ChildStartRefused(KenningError):  # noqa: N818
     """``start_child`` with an explicit ``child_id`` that an instance which is not this
     parent's child already has."""
+
+
+class UsageError(KenningError):
+    """What the operator asked for cannot be done as asked; the message says why and,
+    where it can, what to type instead."""

@@ -15,9 +15,9 @@ from typing import Any
 
 from kenning import serialization
 from kenning.context import WorkflowContext
+from kenning.core.names import EVENT_RECEIVED, EVENT_TIMEOUT
+from kenning.core.records import StoredEvent
 from kenning.errors import EventTimeoutError
-from kenning.storage.inbox import StoredEvent
-from kenning.storage.names import EVENT_RECEIVED, EVENT_TIMEOUT
 
 INSTANCE_EXTENSION = "kenninginstanceid"
 # Event types and sources Kenning writes itself (a child's end to its parent: type

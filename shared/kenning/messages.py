@@ -19,7 +19,7 @@ competing consumers across instances (one copy taken by one of several subscribe
 not built: a job queue is a workflow per job (``kenning.Queue`` limits them).
 ``receive``'s ``timeout_seconds`` raises ``EventTimeoutError``, as ``wait_event``'s does
 (Edda's later ``receive`` raises ``TimeoutError``: in Kenning a ``TimeoutError`` is the
-database being away, see ``kenning.dberrors``).
+database being away, see ``kenning.db.errors``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 
 from kenning import serialization
 from kenning.context import WorkflowContext
+from kenning.core.names import MESSAGE_TIMEOUT
 from kenning.errors import EventTimeoutError
-from kenning.storage.names import MESSAGE_TIMEOUT
 
 
 @dataclass(frozen=True)

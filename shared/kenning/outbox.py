@@ -18,9 +18,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from kenning import serialization, tracing
+from kenning import serialization
 from kenning.context import WorkflowContext, current_step
-from kenning.engine.port import OutboxEvent
+from kenning.core.records import OutboxEvent
+from kenning.observability import tracing
 
 JSON_CONTENT_TYPE = "application/json"
 BINARY_CONTENT_TYPE = "application/octet-stream"

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kenning.core.limits import MAX_ID_LENGTH
 from kenning.errors import ConfigurationError
-from kenning.limits import MAX_ID_LENGTH
 
 # The largest value an integer column holds: limits and priorities beyond are refused here.
 _MAX_INT = 2**31 - 1

@@ -12,7 +12,7 @@ import inspect
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from kenning.cron import CronError, CronSchedule
+from kenning.core.cron import CronError, CronSchedule
 from kenning.errors import ConfigurationError
 
 if TYPE_CHECKING:

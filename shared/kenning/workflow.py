@@ -15,7 +15,7 @@ from kenning.schedules import parse_schedule
 
 if TYPE_CHECKING:
     from kenning.client import StartedInstance
-    from kenning.cron import CronSchedule
+    from kenning.core.cron import CronSchedule
     from kenning.queues import Queue
 
 R = TypeVar("R")

@@ -1,6 +1,6 @@
 import argparse
 
-from kenning.logs import configure_logging
+from kenning.observability.logs import configure_logging
 from kenning_devtools.bench.main import add_arguments, run
 
 parser = argparse.ArgumentParser(prog="python -m kenning_devtools.bench", description="Kenning's benchmark suite.")

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from kenning.client import Client
-from kenning.storage.names import TIMER_EXPIRED
+from kenning.core.names import TIMER_EXPIRED
 from kenning_devtools.bench.processes import fleet
 from kenning_devtools.bench.stats import summary_ms
 from kenning_devtools.bench.waitflows import bench_timer

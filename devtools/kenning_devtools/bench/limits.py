@@ -14,10 +14,10 @@ import time
 import psycopg
 from psycopg.rows import dict_row
 
-from kenning.embedded import with_database
+from kenning.core.names import ACTIVITY_COMPLETED
+from kenning.runtime.embedded import with_database
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
-from kenning.storage.names import ACTIVITY_COMPLETED
 
 CLAIM = instances_sql._INSTANCE_CLAIM.sql
 RECORD = history_sql._HISTORY_RECORD_STEP.sql

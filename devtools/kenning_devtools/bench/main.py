@@ -15,9 +15,9 @@ from typing import Any
 import psycopg
 import structlog
 
-from kenning.config import add_logging_options, add_option, positive_float, positive_int
-from kenning.embedded import postgres_server, with_database
-from kenning.migrate import migrate
+from kenning.db.migrate import migrate
+from kenning.runtime.config import add_logging_options, add_option, positive_float, positive_int
+from kenning.runtime.embedded import postgres_server, with_database
 from kenning_devtools.bench import (
     events,
     ingress_load,

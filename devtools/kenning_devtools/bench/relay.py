@@ -33,7 +33,7 @@ import psutil
 import psycopg
 
 from kenning.db import connect
-from kenning.faults import CRASH_EXIT_CODE
+from kenning.observability.faults import CRASH_EXIT_CODE
 from kenning.storage.outbox import outbox_insert
 
 EVENT_TYPE = "bench.relayed"

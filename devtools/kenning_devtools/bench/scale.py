@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import make_url
 
-from kenning.embedded import with_database
-from kenning.migrate import migrate
-from kenning.storage.names import ACTIVITY_COMPLETED
+from kenning.core.names import ACTIVITY_COMPLETED
+from kenning.db.migrate import migrate
+from kenning.runtime.embedded import with_database
 from kenning_devtools.bench import throughput
 from kenning_devtools.bench.limits import CLAIM
 

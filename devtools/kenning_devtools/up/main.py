@@ -17,11 +17,12 @@ from pathlib import Path
 import psycopg
 
 from kenning.app import App
-from kenning.appload import broker_url, database_url, load_app
-from kenning.config import add_logging_options, add_option, env_name, port_number, positive_int
-from kenning.embedded import embedded_postgres, with_database
-from kenning.migrate import migrate
-from kenning.urls import hide_credentials
+from kenning.core.names import env_name
+from kenning.core.urls import hide_credentials
+from kenning.db.migrate import migrate
+from kenning.runtime.appload import broker_url, database_url, load_app
+from kenning.runtime.config import add_logging_options, add_option, port_number, positive_int
+from kenning.runtime.embedded import embedded_postgres, with_database
 from kenning_devtools.ports import free_ports
 from kenning_devtools.up.hints import hints
 from kenning_devtools.up.supervisor import ChildSpec, Supervisor, wait_all_ready

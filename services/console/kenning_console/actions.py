@@ -29,15 +29,16 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from kenning import serialization
+from kenning.clients.starts import start_on
 from kenning.commands.instances import retry_instance
+from kenning.core.limits import MAX_ID_LENGTH
+from kenning.core.records import TERMINAL_STATUSES, InstanceRow
 from kenning.events import reserved_attribute_error
-from kenning.limits import MAX_ID_LENGTH
 from kenning.registry import REGISTRY
-from kenning.starting import InvalidInputError, prepare_start, start_on
+from kenning.starting import InvalidInputError, prepare_start
 from kenning.storage import definitions as definitions_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage.inbox import NewEvent, inbox_insert_events
-from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
 from kenning.workflow import Workflow
 from kenning_console.pages import render
 from kenning_console.security import SESSION_COOKIE, require_csrf

@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from kenning.app import App
-from kenning.config import env_name
+from kenning.core.names import env_name
 from kenning.db import Database
 from kenning_console import actions, events, instances, live, login, values
 from kenning_console.pages import ErrorPageMiddleware, http_error, templates

@@ -20,10 +20,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from kenning.core.records import INSTANCE_STATUSES
 from kenning.serialization import unstorable_reason
 from kenning.storage import console as console_sql
 from kenning.storage.console import Cursor, InstanceFilters, Window
-from kenning.storage.records import INSTANCE_STATUSES
 from kenning_console.diagram import steps_svg
 from kenning_console.pages import BadRequestError, render
 from kenning_console.state import console_of

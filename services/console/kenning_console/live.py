@@ -27,17 +27,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from kenning.db import Executor, libpq_url
-from kenning.dberrors import is_unavailable
+from kenning.core.database_urls import libpq_url
+from kenning.core.names import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_OUTBOX, CHANNEL_SUBSCRIPTIONS, CHANNEL_TIMERS
+from kenning.db import Executor
+from kenning.db.errors import is_unavailable
 from kenning.storage import console as console_sql
 from kenning.storage import results as results_sql
-from kenning.storage.names import (
-    CHANNEL_INBOX,
-    CHANNEL_INSTANCES,
-    CHANNEL_OUTBOX,
-    CHANNEL_SUBSCRIPTIONS,
-    CHANNEL_TIMERS,
-)
 from kenning_console.state import Console, console_of
 
 _log = structlog.get_logger("kenning.console")

@@ -10,12 +10,12 @@ from dataclasses import replace
 import structlog
 import uvicorn
 
-from kenning import exposure
 from kenning.app import App
-from kenning.appload import database_url, load_app
-from kenning.config import add_settings, settings_from_args
-from kenning.db import redacted, sqlalchemy_url
-from kenning.migrate import migrate
+from kenning.core.database_urls import redacted, sqlalchemy_url
+from kenning.db.migrate import migrate
+from kenning.runtime import exposure
+from kenning.runtime.appload import database_url, load_app
+from kenning.runtime.config import add_settings, settings_from_args
 from kenning_console.app import create_app
 from kenning_console.settings import ConsoleSettings
 

@@ -13,7 +13,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kenning.dberrors import is_unavailable
+from kenning.db.errors import is_unavailable
 from kenning_console.security import CSRF_FIELD, csrf_token
 
 if TYPE_CHECKING:

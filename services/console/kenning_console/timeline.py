@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kenning.storage.names import (
+from kenning.core.names import (
     ACTIVITY_COMPLETED,
     ACTIVITY_FAILED,
     COMPENSATION_EXECUTED,

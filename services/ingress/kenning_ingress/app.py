@@ -26,11 +26,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kenning import tracing
 from kenning.db import Database, Executor
-from kenning.dberrors import may_be_one_callers_fault
-from kenning.groupcommit import GroupCommit
-from kenning.logs import configure_logging
+from kenning.db.errors import may_be_one_callers_fault
+from kenning.db.groupcommit import GroupCommit
+from kenning.observability import tracing
+from kenning.observability.logs import configure_logging
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage.inbox import NewEvent

@@ -8,11 +8,11 @@ import os
 import structlog
 import uvicorn
 
-from kenning import exposure
-from kenning.config import add_settings, settings_from_args
-from kenning.db import redacted, sqlalchemy_url
-from kenning.migrate import migrate
-from kenning.urls import hide_credentials
+from kenning.core.database_urls import redacted, sqlalchemy_url
+from kenning.core.urls import hide_credentials
+from kenning.db.migrate import migrate
+from kenning.runtime import exposure
+from kenning.runtime.config import add_settings, settings_from_args
 from kenning_ingress.metrics import shared_metrics_directory
 from kenning_ingress.protocol import IngressProtocol
 from kenning_ingress.settings import IngressSettings, settings_to_environment

@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kenning import metrics
 from kenning.db import Database
-from kenning.scrape import CONTENT_TYPE, scrape
+from kenning.observability import metrics
+from kenning.runtime.scrape import CONTENT_TYPE, scrape
 
 MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's name for it
 # the route label: the first path segment of these; any other POST is an event

@@ -27,8 +27,8 @@ from cloudevents.core.exceptions import BaseCloudEventException
 from cloudevents.core.v1.event import CloudEvent
 
 from kenning import serialization
+from kenning.core.limits import MAX_ID_LENGTH
 from kenning.events import INSTANCE_EXTENSION, reserved_attribute_error
-from kenning.limits import MAX_ID_LENGTH
 from kenning.storage.inbox import NewEvent
 
 STRUCTURED = "application/cloudevents+json"

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 from starlette.responses import JSONResponse
 
-from kenning import dberrors
-from kenning.dberrors import is_unavailable
+from kenning.db import errors as dberrors
+from kenning.db.errors import is_unavailable
 
 # SQLAlchemy appends these to a driver error's text; everything from there on is internals
 _INTERNALS_MARKERS = ("\n[SQL: ", "\n[parameters: ", "\n(Background on this error")

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from kenning.config import add_database_options, add_logging_options, positive_int
 from kenning.db import connect
 from kenning.errors import ConfigurationError
+from kenning.runtime.config import add_database_options, add_logging_options, positive_int
 from kenning.storage import outbox as outbox_sql
 from kenning.storage.outbox import OUTBOX_STATUSES, OutboxRow
 

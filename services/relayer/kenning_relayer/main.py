@@ -7,16 +7,16 @@ from dataclasses import replace
 
 import structlog
 
-from kenning import tracing
-from kenning.appload import broker_url, database_url, load_app
-from kenning.config import add_settings, settings_from_args
+from kenning.core.urls import hide_credentials
 from kenning.db import connect
+from kenning.db.migrate import migrate
 from kenning.errors import ConfigurationError
-from kenning.loop import run as run_loop
-from kenning.migrate import migrate
-from kenning.scrape import serving_metrics
-from kenning.service import serve
-from kenning.urls import hide_credentials
+from kenning.observability import tracing
+from kenning.runtime.appload import broker_url, database_url, load_app
+from kenning.runtime.config import add_settings, settings_from_args
+from kenning.runtime.loop import run as run_loop
+from kenning.runtime.scrape import serving_metrics
+from kenning.runtime.service import serve
 from kenning_relayer.settings import RelayerSettings
 from kenning_relayer.targets import check_url
 

@@ -21,16 +21,16 @@ from typing import Any
 import httpx
 import structlog
 
-from kenning import metrics, tracing
-from kenning.config import process_id
+from kenning.core.names import CHANNEL_OUTBOX
+from kenning.core.urls import hide_credentials
 from kenning.db import Database
-from kenning.dberrors import is_unavailable
-from kenning.faults import fault_point
-from kenning.passloop import PassLoop, listening
+from kenning.db.errors import is_unavailable
+from kenning.observability import metrics, tracing
+from kenning.observability.faults import fault_point
+from kenning.runtime.config import process_id
+from kenning.runtime.passloop import PassLoop, listening
 from kenning.storage import outbox as outbox_sql
-from kenning.storage.names import CHANNEL_OUTBOX
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
-from kenning.urls import hide_credentials
 from kenning_relayer.publish import RetrySchedule
 from kenning_relayer.settings import RelayerSettings
 from kenning_relayer.targets import Target, open_target

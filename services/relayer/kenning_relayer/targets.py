@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from kenning.core.urls import hide_credentials, split_url
 from kenning.errors import ConfigurationError
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
-from kenning.urls import hide_credentials, split_url
 from kenning_relayer.publish import HttpTarget, RetrySchedule
 from kenning_relayer.settings import RelayerSettings
 

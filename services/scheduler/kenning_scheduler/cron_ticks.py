@@ -13,11 +13,12 @@ from typing import Any
 
 import structlog
 
+from kenning.clients.starts import start_on
+from kenning.core.records import Definition
 from kenning.db import Database
 from kenning.schedules import tick_instance_id, tick_key
-from kenning.starting import StartedInstance, prepare_start, start_on
+from kenning.starting import StartedInstance, prepare_start
 from kenning.storage import definitions as definitions_sql
-from kenning.storage.definitions import Definition
 from kenning.storage.schedules import TickOutcome
 from kenning.workflow import Workflow
 

@@ -8,14 +8,14 @@ from dataclasses import replace
 import structlog
 
 from kenning.app import App
-from kenning.appload import database_url, load_app
-from kenning.config import add_settings, settings_from_args
 from kenning.db import connect
-from kenning.loop import run as run_loop
-from kenning.migrate import migrate
+from kenning.db.migrate import migrate
+from kenning.runtime.appload import database_url, load_app
+from kenning.runtime.config import add_settings, settings_from_args
+from kenning.runtime.loop import run as run_loop
+from kenning.runtime.scrape import serving_metrics
+from kenning.runtime.service import serve
 from kenning.schedules import scheduled_workflows
-from kenning.scrape import serving_metrics
-from kenning.service import serve
 from kenning_scheduler.scheduler import Scheduler, SchedulerSettings
 
 HELP = "fire timers and event timeouts, start cron ticks"

@@ -17,17 +17,17 @@ from typing import ClassVar
 
 import structlog
 
-from kenning import metrics
 from kenning.app import App
-from kenning.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
+from kenning.core.names import CHANNEL_TIMERS
 from kenning.db import Database
-from kenning.faults import fault_point
-from kenning.passloop import PassLoop, listening
-from kenning.retention import RetentionSettings
+from kenning.observability import metrics
+from kenning.observability.faults import fault_point
+from kenning.runtime.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
+from kenning.runtime.passloop import PassLoop, listening
+from kenning.runtime.retention import RetentionSettings
 from kenning.schedules import scheduled_workflows
 from kenning.storage import messages as messages_sql
 from kenning.storage import timers as timers_sql
-from kenning.storage.names import CHANNEL_TIMERS
 from kenning.storage.timers import FiredWait
 from kenning_scheduler.cron_ticks import CronTicker
 from kenning_scheduler.upkeep import Upkeep
@@ -44,7 +44,7 @@ _BUSY_BACKOFF_MAX = 0.1
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerSettings(ServiceSettings):
-    """``kenning scheduler``'s options (``kenning.config``)."""
+    """``kenning scheduler``'s options (``kenning.runtime.config``)."""
 
     PROCESS: ClassVar[str] = "scheduler"
 

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from kenning.db import Database
-from kenning.retention import RetentionPolicy, SweepResult, sweep_batch
+from kenning.runtime.retention import RetentionPolicy, SweepResult, sweep_batch
 from kenning.storage import progress as progress_sql
 
 # Statement bound of the stuck check: instances repaired or marked per pass.

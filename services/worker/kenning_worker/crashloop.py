@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from kenning.app import App
+from kenning.core.records import ParkedInstance
 from kenning.hooks import call_hook
 from kenning.storage.instances import crash_loop_message
-from kenning.storage.records import ParkedInstance
 
 
 class CrashLoopError(Exception):

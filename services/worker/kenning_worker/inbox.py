@@ -30,18 +30,19 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from kenning import metrics, tracing
 from kenning.app import App
-from kenning.config import add_settings, positive_float, positive_int, setting, settings_from_args
+from kenning.clients.starts import start_on
 from kenning.db import Database, Executor, executor_of
-from kenning.dberrors import sqlstate
+from kenning.db.errors import sqlstate
 from kenning.errors import TerminalError
 from kenning.events import ReceivedEvent, event_from_inbox, event_history_payload
-from kenning.faults import fault_point
 from kenning.hooks import call_hook
-from kenning.passloop import PassLoop
+from kenning.observability import metrics, tracing
+from kenning.observability.faults import fault_point
 from kenning.registry import qualified_name
-from kenning.starting import InvalidInputError, prepare_start, start_on
+from kenning.runtime.config import add_settings, positive_float, positive_int, setting, settings_from_args
+from kenning.runtime.passloop import PassLoop
+from kenning.starting import InvalidInputError, prepare_start
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import receivers as receivers_sql
@@ -66,7 +67,7 @@ _NO_RECEIVER_TYPES = 100
 
 @dataclass(frozen=True)
 class InboxSettings:
-    """The inbox loop's options, part of ``kenning worker``'s (``kenning.config``)."""
+    """The inbox loop's options, part of ``kenning worker``'s (``kenning.runtime.config``)."""
 
     enabled: bool = setting(True, flag="--inbox", help="process the inbox (CloudEvents, cancellations)")
     batch_size: int = setting(100, flag="--inbox-batch-size", type=positive_int, help="inbox rows claimed at once")

@@ -10,15 +10,15 @@ from dataclasses import replace
 
 import structlog
 
-from kenning import tracing
 from kenning.app import App
-from kenning.appload import database_url, load_app
-from kenning.config import add_settings, settings_from_args
 from kenning.db import connect
-from kenning.loop import run as run_loop
-from kenning.migrate import migrate
-from kenning.scrape import serving_metrics
-from kenning.service import Starting, serve
+from kenning.db.migrate import migrate
+from kenning.observability import tracing
+from kenning.runtime.appload import database_url, load_app
+from kenning.runtime.config import add_settings, settings_from_args
+from kenning.runtime.loop import run as run_loop
+from kenning.runtime.scrape import serving_metrics
+from kenning.runtime.service import Starting, serve
 from kenning_worker.shutdown import ExitBound
 from kenning_worker.worker import Worker, WorkerSettings
 

@@ -24,8 +24,21 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from kenning.context import StepScope
+from kenning.core.mailbox import Undelivered
+from kenning.core.names import EVENT_RECEIVED
+from kenning.core.records import (
+    ClaimedInstance,
+    CompensationRecord,
+    FoldedWrites,
+    HistoryRecord,
+    NewInstance,
+    OutboxEvent,
+    SuspendOutcome,
+)
 from kenning.db import Database, Executor, executor_of
-from kenning.dberrors import is_data_error, is_unavailable
+from kenning.db.errors import is_data_error, is_unavailable
+from kenning.db.groupcommit import GroupCommit
 from kenning.engine.commands import (
     AttemptCounted,
     BeginCompensating,
@@ -46,14 +59,11 @@ from kenning.engine.commands import (
     Subscribe,
     Suspend,
     SuspendOnTimer,
-    Undelivered,
     WaitChild,
 )
 from kenning.engine.history import StepRecord
-from kenning.engine.port import OutboxEvent, StepScope
 from kenning.errors import LeaseLostError, StorageUnavailable, UnstorableValueError
-from kenning.faults import fault_point
-from kenning.groupcommit import GroupCommit
+from kenning.observability.faults import fault_point
 from kenning.storage import children as children_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
@@ -62,10 +72,7 @@ from kenning.storage import outbox as outbox_sql
 from kenning.storage import sagas as sagas_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage import timers as timers_sql
-from kenning.storage.instances import NewInstance
 from kenning.storage.messages import SendStatus
-from kenning.storage.names import EVENT_RECEIVED
-from kenning.storage.records import ClaimedInstance, CompensationRecord, FoldedWrites, HistoryRecord, SuspendOutcome
 from kenning.storage.writes import InstanceWrite
 
 if TYPE_CHECKING:

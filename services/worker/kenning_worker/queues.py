@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from kenning import metrics
 from kenning.app import App
 from kenning.db import Database, Executor
+from kenning.observability import metrics
 from kenning.storage import queues as queues_sql
 from kenning.storage.instances import Claim
 from kenning.storage.queues import QueueLimits

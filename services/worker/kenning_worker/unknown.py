@@ -13,9 +13,9 @@ import asyncio
 from typing import Any
 
 from kenning.app import App
+from kenning.core.records import Definition
 from kenning.db import Database
 from kenning.storage import definitions as definitions_sql
-from kenning.storage.definitions import Definition
 
 
 class UnknownWorkflows:

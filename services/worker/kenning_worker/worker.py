@@ -28,22 +28,22 @@ from typing import Any, ClassVar
 
 import structlog
 
-from kenning import metrics, tracing
 from kenning.app import App
-from kenning.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
+from kenning.core.names import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_QUEUES, CHANNEL_SUBSCRIPTIONS
+from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord
 from kenning.db import Database
-from kenning.dberrors import may_be_one_callers_fault
+from kenning.db.errors import may_be_one_callers_fault
+from kenning.db.groupcommit import GroupCommit
 from kenning.engine.run import WorkflowRun
 from kenning.errors import ControlSignal, LeaseLostError, StorageUnavailable
-from kenning.faults import fault_point
-from kenning.groupcommit import GroupCommit
-from kenning.passloop import PassLoop, listening
+from kenning.observability import metrics, tracing
+from kenning.observability.faults import fault_point
+from kenning.runtime.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
+from kenning.runtime.passloop import PassLoop, listening
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import writes as writes_sql
 from kenning.storage.instances import DEFAULT_MAX_RUNS
-from kenning.storage.names import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_QUEUES, CHANNEL_SUBSCRIPTIONS
-from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord
 from kenning.storage.writes import InstanceWrite
 from kenning_worker.crashloop import report_parked
 from kenning_worker.inbox import InboxProcessor, InboxSettings
@@ -61,7 +61,7 @@ RELEASE_SECONDS = 2.0
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerSettings(ServiceSettings):
-    """``kenning worker``'s options (``kenning.config``)."""
+    """``kenning worker``'s options (``kenning.runtime.config``)."""
 
     PROCESS: ClassVar[str] = "worker"
 

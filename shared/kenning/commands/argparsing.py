@@ -5,19 +5,12 @@ subcommand they were given to, with that subcommand's usage."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib.metadata
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-
-def did_you_mean(value: str, candidates: Iterable[str], quote: bool = True) -> str:
-    """``"; did you mean 'x'?"`` for the closest candidate, or an empty string."""
-    close = difflib.get_close_matches(value, list(candidates), n=1)
-    if not close:
-        return ""
-    return f"; did you mean {close[0]!r}?" if quote else f"; did you mean {close[0]}?"
+from kenning.core.suggest import did_you_mean
 
 
 class ArgumentParser(argparse.ArgumentParser):

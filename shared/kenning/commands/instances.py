@@ -8,9 +8,11 @@ from dataclasses import asdict
 from typing import Any
 
 from kenning.commands.output import emit, emit_json, table
-from kenning.config import add_database_options, add_logging_options, positive_int
+from kenning.core.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED
+from kenning.core.records import INSTANCE_STATUSES, InstanceRow
 from kenning.db import Executor, connect
 from kenning.errors import WorkflowNotFoundError
+from kenning.runtime.config import add_database_options, add_logging_options, positive_int
 from kenning.storage import children as children_sql
 from kenning.storage import definitions as definitions_sql
 from kenning.storage import history as history_sql
@@ -18,8 +20,6 @@ from kenning.storage import instances as instances_sql
 from kenning.storage import progress as progress_sql
 from kenning.storage import sagas as sagas_sql
 from kenning.storage.children import ChildRow
-from kenning.storage.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED
-from kenning.storage.records import INSTANCE_STATUSES, InstanceRow
 
 HELP = "list, show, cancel and retry workflow instances"
 

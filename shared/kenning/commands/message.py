@@ -7,13 +7,12 @@ import argparse
 import asyncio
 from typing import Any
 
-from kenning.appload import database_url
 from kenning.client import Client
-from kenning.commands.errors import UsageError
 from kenning.commands.output import emit, emit_json
 from kenning.commands.send import json_value
-from kenning.config import add_database_options, add_logging_options
-from kenning.errors import MessageUndeliverableError, UnstorableValueError, WorkflowNotFoundError
+from kenning.errors import MessageUndeliverableError, UnstorableValueError, UsageError, WorkflowNotFoundError
+from kenning.runtime.appload import database_url
+from kenning.runtime.config import add_database_options, add_logging_options
 
 HELP = "send a message to a workflow instance's mailbox"
 

@@ -6,9 +6,9 @@ import argparse
 
 import structlog
 
-from kenning.config import add_database_options, add_logging_options
-from kenning.db import redacted
-from kenning.migrate import migrate
+from kenning.core.database_urls import redacted
+from kenning.db.migrate import migrate
+from kenning.runtime.config import add_database_options, add_logging_options
 
 HELP = "bring the database schema up to date"
 

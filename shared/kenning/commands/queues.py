@@ -12,10 +12,10 @@ import argparse
 import asyncio
 from dataclasses import asdict
 
-from kenning.commands.errors import UsageError
 from kenning.commands.output import emit, emit_json, table
-from kenning.config import add_database_options, add_logging_options
 from kenning.db import connect
+from kenning.errors import UsageError
+from kenning.runtime.config import add_database_options, add_logging_options
 from kenning.storage import queues as queues_sql
 from kenning.storage.queues import QueueOverview
 

@@ -14,16 +14,16 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from kenning.app import App
-from kenning.appload import database_url, load_app
-from kenning.commands.argparsing import did_you_mean
-from kenning.commands.errors import UsageError
 from kenning.commands.output import emit, emit_json
-from kenning.config import add_database_options, add_logging_options, add_option, positive_int
+from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord
+from kenning.core.suggest import did_you_mean
 from kenning.db import Database, Executor, connect
 from kenning.engine.replayonly import ReplayReport, Verdict, replay_only
+from kenning.errors import UsageError
+from kenning.runtime.appload import database_url, load_app
+from kenning.runtime.config import add_database_options, add_logging_options, add_option, positive_int
 from kenning.storage import history as history_sql
 from kenning.storage import replaycheck as replaycheck_sql
-from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord
 from kenning.storage.replaycheck import ReplayCandidate
 
 HELP = "replay in-flight instances against new code: exit 1 if any would diverge (for CI/CD)"

@@ -13,9 +13,9 @@ from cloudevents.core.exceptions import BaseCloudEventException
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from kenning.commands.errors import UsageError
 from kenning.commands.output import emit
-from kenning.config import add_logging_options, add_option
+from kenning.errors import UsageError
+from kenning.runtime.config import add_logging_options, add_option
 
 
 def json_value(text: str) -> Any:

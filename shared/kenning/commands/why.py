@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kenning.commands.output import emit, emit_json
-from kenning.config import add_database_options, add_logging_options
 from kenning.db import connect
 from kenning.errors import WorkflowNotFoundError
+from kenning.runtime.config import add_database_options, add_logging_options
 from kenning.storage import progress as progress_sql
 
 HELP = "explain why an instance is where it is and what will move it on"

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kenning import tracing
+from kenning.context import ChildOptions
+from kenning.core.records import HistoryRecord
 from kenning.engine.commands import StartChild, WaitChild
-from kenning.engine.runtime import ChildOptions
 from kenning.errors import ChildStartRefused
-from kenning.storage.records import HistoryRecord
+from kenning.observability import tracing
 
 if TYPE_CHECKING:
     from kenning.engine.run import WorkflowRun

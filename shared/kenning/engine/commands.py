@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kenning.core.mailbox import Undelivered
+from kenning.core.records import CompensationRecord
 from kenning.engine.history import StepRecord
-from kenning.storage.records import CompensationRecord
 
 
 @dataclass(frozen=True)
@@ -177,11 +178,6 @@ class SendMessage:
     topic: str
     message_id: str  # a message id sent to this recipient before is not sent again
     data: Any  # JSON already
-
-
-class Undelivered(enum.Enum):
-    UNKNOWN_INSTANCE = "unknown_instance"
-    FINISHED = "finished"
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kenning.errors import NonDeterminismError
-from kenning.storage.names import (
+from kenning.core.names import (
     ACTIVITY_COMPLETED,
     ACTIVITY_FAILED,
     CHANNEL_SUBSCRIBED,
@@ -28,7 +27,8 @@ from kenning.storage.names import (
     PATCH_MARKER,
     TIMER_EXPIRED,
 )
-from kenning.storage.records import HistoryRecord
+from kenning.core.records import HistoryRecord
+from kenning.errors import NonDeterminismError
 
 # Kinds the workflow body consumes on replay; compensation records are not among them.
 REPLAYED_KINDS = frozenset(

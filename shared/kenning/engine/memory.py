@@ -14,6 +14,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from kenning.context import StepScope
+from kenning.core.mailbox import Undelivered
+from kenning.core.names import CHILD_STARTED, EVENT_RECEIVED, MESSAGE_RECEIVED, MESSAGE_TIMEOUT, TIMER_EXPIRED
+from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord, OutboxEvent, SuspendOutcome
 from kenning.engine.commands import (
     AttemptCounted,
     BeginCompensating,
@@ -35,14 +39,10 @@ from kenning.engine.commands import (
     Suspend,
     SuspendOnEvent,
     SuspendOnTimer,
-    Undelivered,
     WaitChild,
 )
 from kenning.engine.outcomes import RunOutcome
-from kenning.engine.port import OutboxEvent, StepScope
 from kenning.errors import LeaseLostError
-from kenning.storage.names import CHILD_STARTED, EVENT_RECEIVED, MESSAGE_RECEIVED, MESSAGE_TIMEOUT, TIMER_EXPIRED
-from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord, SuspendOutcome
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

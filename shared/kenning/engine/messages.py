@@ -16,11 +16,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kenning import serialization
-from kenning.engine.commands import Publish, ReceiveMessage, RecordStep, SendMessage, Subscribe, Undelivered
+from kenning.core.mailbox import refusal
+from kenning.core.names import ACTIVITY_FAILED, CHANNEL_SUBSCRIBED, MESSAGE_SENT
+from kenning.core.records import HistoryRecord
+from kenning.engine.commands import Publish, ReceiveMessage, RecordStep, SendMessage, Subscribe
 from kenning.engine.history import StepRecord
-from kenning.errors import MessageUndeliverableError, WorkflowNotFoundError
-from kenning.storage.names import ACTIVITY_FAILED, CHANNEL_SUBSCRIBED, MESSAGE_SENT
-from kenning.storage.records import HistoryRecord
 
 if TYPE_CHECKING:
     from kenning.engine.run import WorkflowRun
@@ -29,15 +29,6 @@ SEND_STEP = "send_message"
 RECEIVE_STEP = "receive"
 SUBSCRIBE_STEP = "subscribe"
 PUBLISH_STEP = "publish"
-
-
-def refusal(undelivered: Undelivered, instance_id: str, topic: str, status: str | None) -> Exception:
-    """The error of a send the recipient's state refused (the client raises it too)."""
-    if undelivered is Undelivered.UNKNOWN_INSTANCE:
-        return WorkflowNotFoundError(f"no workflow instance {instance_id!r} to send message {topic!r} to")
-    return MessageUndeliverableError(
-        f"workflow instance {instance_id!r} has ended ({status}): nothing would receive message {topic!r}"
-    )
 
 
 async def send_message(run: WorkflowRun, instance_id: str, topic: str, data: Any, message_id: str | None) -> str:

@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from kenning.context import StepScope
 from kenning.engine.history import StepTiming
-from kenning.engine.port import StepScope
 from kenning.engine.retries import GiveUpReason
 
 

@@ -11,10 +11,10 @@ reports the latest answer.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from kenning.context import StepScope
+from kenning.core.records import HistoryRecord, SuspendOutcome
 from kenning.engine.commands import (
     AttemptCounted,
     BeginCompensating,
@@ -36,46 +36,9 @@ from kenning.engine.commands import (
     Suspend,
     WaitChild,
 )
-from kenning.storage.records import HistoryRecord, SuspendOutcome
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession
-
-
-@dataclass(frozen=True)
-class OutboxEvent:
-    """An event ``send_event_transactional`` writes in a step's transaction."""
-
-    event_id: str
-    instance_id: str
-    event_type: str
-    source: str
-    subject: str | None
-    content_type: str | None
-    data_json: str | None
-    data_bytes: bytes | None
-    extensions: dict[str, Any]
-
-
-class StepScope(Protocol):
-    """The transaction of one activity or compensation attempt: its ``ctx.session``
-    writes, its outbox events and its record commit together, or not at all."""
-
-    @property
-    def session(self) -> AsyncSession: ...
-
-    @property
-    def in_transaction(self) -> bool:
-        """Whether the attempt opened the transaction (``ctx.session``, outbox events)."""
-        ...
-
-    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> None: ...
-
-    async def add_outbox_event(self, event: OutboxEvent) -> None: ...
-
-    async def rollback(self) -> None: ...
-
-    async def close(self) -> None: ...
+    pass
 
 
 class InstancePort(Protocol):

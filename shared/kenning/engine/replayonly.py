@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import structlog
 
 from kenning import serialization
+from kenning.context import StepScope
+from kenning.core.records import TERMINAL_STATUSES, ClaimedInstance, CompensationRecord, HistoryRecord, SuspendOutcome
 from kenning.engine.commands import (
     AttemptCounted,
     BeginCompensating,
@@ -43,16 +45,8 @@ from kenning.engine.commands import (
     WaitChild,
 )
 from kenning.engine.history import REPLAYED_KINDS, compensation_step_id
-from kenning.engine.port import StepScope
 from kenning.engine.run import WorkflowRun
 from kenning.errors import NonDeterminismError
-from kenning.storage.records import (
-    TERMINAL_STATUSES,
-    ClaimedInstance,
-    CompensationRecord,
-    HistoryRecord,
-    SuspendOutcome,
-)
 
 if TYPE_CHECKING:
     from kenning.app import App

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import structlog
 
-from kenning import metrics, serialization, tracing
+from kenning import serialization
 from kenning.activity import call_attempt
 from kenning.compensation import ON_FAILURE_PREFIX, on_failure_arguments
-from kenning.context import WorkflowContext, current_step
+from kenning.context import ChildOptions, StepScope, WorkflowContext, current_step
+from kenning.core.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED, PATCH_MARKER
+from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord, OutboxEvent, SuspendOutcome
 from kenning.engine import children
 from kenning.engine.barrier import ReplayBarrier
 from kenning.engine.commands import (
@@ -37,9 +39,8 @@ from kenning.engine.commands import (
 from kenning.engine.history import HistoryCursor, StepRecord, StepTiming
 from kenning.engine.messages import publish, receive_message, send_message, subscribe
 from kenning.engine.outcomes import Attempted, GaveUp, RunOutcome
-from kenning.engine.port import InstancePort, OutboxEvent, StepScope
+from kenning.engine.port import InstancePort
 from kenning.engine.retries import GiveUp, GiveUpReason, RetryAfter, after_counting, before_counting
-from kenning.engine.runtime import ChildOptions
 from kenning.engine.saga import undo_saga
 from kenning.errors import (
     ActivityTimeoutError,
@@ -51,12 +52,11 @@ from kenning.errors import (
     UnstorableValueError,
     WorkflowCancelledException,
 )
-from kenning.faults import fault_point
 from kenning.hooks import call_hook
+from kenning.observability import metrics, tracing
+from kenning.observability.faults import fault_point
 from kenning.registry import qualified_name
 from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from kenning.storage.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED, PATCH_MARKER
-from kenning.storage.records import ClaimedInstance, CompensationRecord, HistoryRecord, SuspendOutcome
 
 if TYPE_CHECKING:
     from datetime import datetime

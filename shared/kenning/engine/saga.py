@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from kenning import serialization
 from kenning.compensation import ON_FAILURE_PREFIX, CompensationFailedError, bind_on_failure
+from kenning.context import StepScope
+from kenning.core.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED
+from kenning.core.records import CompensationRecord
 from kenning.engine.commands import BeginCompensating, DroppedCompensation, FailSaga, FinalStatus, Finish, RecordStep
 from kenning.engine.history import StepRecord, StepTiming, compensation_step_id
 from kenning.engine.outcomes import GaveUp, RunOutcome
-from kenning.engine.port import StepScope
 from kenning.errors import KenningError, UnstorableValueError
 from kenning.registry import qualified_name
 from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from kenning.storage.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED
-from kenning.storage.records import CompensationRecord
 
 if TYPE_CHECKING:
     from kenning.engine.run import WorkflowRun

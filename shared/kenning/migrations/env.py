@@ -1,4 +1,4 @@
-"""Alembic environment: runs on the connection ``kenning.migrate`` hands over."""
+"""Alembic environment: runs on the connection ``kenning.db.migrate`` hands over."""
 
 from __future__ import annotations
 

@@ -23,30 +23,27 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kenning.db import Executor, statement
-from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
-from kenning.storage.inbox import CANCEL_TYPE
-from kenning.storage.names import (
+from kenning.core.names import (
     CHANNEL_INBOX,
     CHANNEL_INSTANCES,
     CHANNEL_SUBSCRIPTIONS,
+    CHILD_EVENT_SOURCE,
+    CHILD_EVENT_TYPE,
     CHILD_STARTED,
     EVENT_RECEIVED,
-    notify,
 )
+from kenning.core.records import FoldedWrites
+from kenning.db import Executor, statement
+from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
+from kenning.storage.inbox import CANCEL_TYPE
+from kenning.storage.names import notify
 from kenning.storage.queue_rows import QUEUE_ROWS, QUEUES_NOTIFIED, QUEUES_UNSEEN, queues_name
-from kenning.storage.records import FoldedWrites
 
 if TYPE_CHECKING:
-    from kenning.storage.instances import NewInstance  # instances imports this module's fragments
+    from kenning.core.records import NewInstance  # instances imports this module's fragments
 
-# The inbox event a child's end becomes: addressed to its parent, unique per child
-# (``(source, id)`` = (CHILD_EVENT_SOURCE, child id)), so a retried child tells once.
-CHILD_EVENT_TYPE = "kenning.child.finished"
-CHILD_EVENT_SOURCE = "kenning.children"
 # The source of the cancellation requests a parent's end sends its children.
 PARENT_CANCEL_SOURCE = "kenning.parent"
-ON_PARENT_CANCEL = ("cancel", "abandon")
 _TERMINAL = "('completed', 'failed', 'cancelled')"
 
 

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kenning.db import Executor, Statement, statement
-
 # the statuses the list filters on and the counts show (the console imports them from here)
-from kenning.storage.records import INSTANCE_STATUSES
+from kenning.core.records import INSTANCE_STATUSES
+from kenning.db import Executor, Statement, statement
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kenning.core.names import CHANNEL_INBOX
 from kenning.db import Executor, statement
-from kenning.storage.names import CHANNEL_INBOX, notify
+from kenning.storage.names import notify
 
 # what the console calls each inbox status: the worker's words are pending/processed/failed
 INBOX_STATUSES = {"pending": "received", "processed": "delivered", "failed": "parked"}

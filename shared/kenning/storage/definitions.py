@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kenning.core.records import Definition
 from kenning.db import Executor, statement
 
 _DEFINITIONS_REGISTER = statement(
@@ -28,16 +29,6 @@ _DEFINITIONS_REGISTER = statement(
           AND w.retention_seconds IS DISTINCT FROM EXCLUDED.retention_seconds
     """
 )
-
-
-@dataclass(frozen=True)
-class Definition:
-    workflow_name: str
-    source_hash: str
-    source: str
-    # @workflow(retention=...): finished instances are deleted this long after they end
-    # (kenning/storage/retention.py); None: the scheduler's default
-    retention_seconds: float | None = None
 
 
 async def definitions_register(conn: Executor, definitions: Sequence[Definition]) -> None:

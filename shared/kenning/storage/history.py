@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from kenning.core.records import CompensationRecord, HistoryRecord
 from kenning.db import Executor, statement
 from kenning.storage.fencing import LEASE_FENCE, SAVE_COMPENSATIONS, insert_steps, step_json
-from kenning.storage.records import CompensationRecord, HistoryRecord
 
 _HISTORY_LOAD = statement(
     """

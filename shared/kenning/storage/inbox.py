@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kenning.core.names import CHANNEL_INBOX
+from kenning.core.records import StoredEvent
 from kenning.db import Executor, statement
 from kenning.storage.clock import NOW, seconds_or_none
-from kenning.storage.names import CHANNEL_INBOX, notify
+from kenning.storage.names import notify
 from kenning.storage.receivers import CLAIMABLE, FOREIGN_TYPES, Receiver, receivers_json
 
 CANCEL_SOURCE = "kenning.ingress"
@@ -38,21 +40,6 @@ class NewEvent:
     data: Any = None
     data_bytes: bytes | None = None
     instance_id: str | None = None  # the kenninginstanceid extension
-
-
-@dataclass(frozen=True)
-class StoredEvent:
-    """An inbox row's CloudEvent as a worker reads it."""
-
-    inbox_id: int
-    source: str
-    event_id: str
-    event_type: str
-    instance_id: str | None
-    attributes: dict[str, Any]
-    data: Any
-    data_bytes: bytes | None
-    received_at: datetime
 
 
 @dataclass(frozen=True)

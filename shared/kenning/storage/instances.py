@@ -7,7 +7,6 @@ The database clock is the only clock; ``now`` parameters exist so tests can move
 
 from __future__ import annotations
 
-import enum
 import functools
 import json
 from collections.abc import Sequence
@@ -15,22 +14,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kenning.db import Executor, Statement, statement
-from kenning.storage.children import TOLD, tell_parents
-from kenning.storage.clock import NOW, seconds_or_none
-from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
-from kenning.storage.names import (
+from kenning.core.names import (
     ACTIVITY_FAILED,
     CHANNEL_INSTANCES,
     COMPENSATION_EXECUTED,
     COMPENSATION_FAILED,
     EVENT_TIMEOUT,
-    notify,
-    notify_result,
-    notify_results,
 )
+from kenning.core.records import ClaimedInstance, FoldedWrites, InstanceRow, NewInstance, ParkedInstance, StartOutcome
+from kenning.db import Executor, Statement, statement
+from kenning.storage.children import TOLD, tell_parents
+from kenning.storage.clock import NOW, seconds_or_none
+from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
+from kenning.storage.names import notify, notify_result, notify_results
 from kenning.storage.queue_rows import QUEUE_ROWS, QUEUES_NOTIFIED, QUEUES_UNSEEN, queues_name
-from kenning.storage.records import ClaimedInstance, FoldedWrites, InstanceRow, ParkedInstance
 
 # The one insert of new instances: a client's batch of starts, an event's start, a cron tick.
 _INSTANCES_INSERT = statement(
@@ -76,28 +73,6 @@ _INSTANCES_INSERT = statement(
     FROM incoming AS s
     """
 )
-
-
-@dataclass(frozen=True)
-class NewInstance:
-    instance_id: str
-    workflow_name: str
-    source_hash: str
-    input_json: dict[str, Any]
-    idempotency_key: str | None = None
-    # only if the workflow's first definition row is not younger (a cron tick: schedules.py)
-    not_before: datetime | None = None
-    trace_context: dict[str, str] | None = None  # the starter's (kenning.tracing)
-    # the queue it is claimed from under that queue's limits (kenning/queues.py), if any
-    queue_name: str | None = None
-    partition_key: str | None = None
-    priority: int = 0
-
-
-class StartOutcome(enum.Enum):
-    STARTED = "started"  # this insert made the instance
-    EXISTS = "exists"  # its id, or its workflow and idempotency key, exist already
-    BEFORE_SCHEDULE = "before_schedule"  # not_before predates the workflow's first sighting
 
 
 async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, notify: bool = True) -> list[StartOutcome]:

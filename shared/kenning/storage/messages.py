@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kenning.core.names import CHANNEL_INSTANCES, CHANNEL_TIMERS, MESSAGE_RECEIVED, MESSAGE_TIMEOUT
+from kenning.core.records import FoldedWrites, HistoryRecord, SuspendOutcome
 from kenning.db import Executor, statement
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
-from kenning.storage.names import CHANNEL_INSTANCES, CHANNEL_TIMERS, MESSAGE_RECEIVED, MESSAGE_TIMEOUT, notify
-from kenning.storage.records import FoldedWrites, HistoryRecord, SuspendOutcome
+from kenning.storage.names import notify
 from kenning.storage.timers import FiredWait, fire_due_statement, fired_waits
 
 # The advisory locks' key space (two int4 keys: apart from the results listeners' int8 ones)

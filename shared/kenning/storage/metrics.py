@@ -1,4 +1,4 @@
-"""The one statement behind the database gauges of ``/metrics`` (``kenning.metrics``).
+"""The one statement behind the database gauges of ``/metrics`` (``kenning.observability.metrics``).
 
 Run once per scrape, never per event. Each part reads only rows an existing index already
 singles out, so its cost follows the work in flight, not the tables' history:
@@ -20,8 +20,7 @@ are parked (``kenning_inbox_parked_total``), not here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from kenning.core.records import MetricsRow
 from kenning.db import Executor, statement
 
 # One row per figure group: ``area`` says which (instances, stuck, timers, inbox, outbox,
@@ -104,20 +103,6 @@ _METRICS_SNAPSHOT = statement(
     ) AS l
     """
 )
-
-
-@dataclass(frozen=True)
-class MetricsRow:
-    """One group of the snapshot (see ``_METRICS_SNAPSHOT``)."""
-
-    area: str
-    workflow: str
-    status: str
-    total: int
-    due: int
-    oldest_seconds: float | None
-    retrying: int
-    leased: int
 
 
 async def metrics_snapshot(conn: Executor) -> list[MetricsRow]:

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from kenning.core.names import CHANNEL_OUTBOX
 from kenning.db import Executor, statement
 from kenning.storage.clock import NOW, seconds_or_none
-from kenning.storage.names import CHANNEL_OUTBOX, notify
+from kenning.storage.names import notify
 
 OUTBOX_STATUSES = ("pending", "publishing", "published", "failed")
 

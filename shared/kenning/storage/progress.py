@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kenning.core.names import CHANNEL_INSTANCES, CHILD_EVENT_SOURCE, CHILD_EVENT_TYPE
 from kenning.db import Executor, statement
-from kenning.storage.children import CHILD_EVENT_SOURCE, CHILD_EVENT_TYPE
-from kenning.storage.names import CHANNEL_INSTANCES, notify
+from kenning.storage.names import notify
 
 UNKNOWN_WORKFLOW = "unknown_workflow"
 REPAIR_FAILED = "repair_failed"
@@ -275,4 +275,3 @@ async def instances_overdue(conn: Executor, *, seconds: float, limit: int) -> li
     ago: the stuck check's report of what has a way forward that nobody takes."""
     rows = await conn.execute(_INSTANCES_OVERDUE, {"seconds": seconds, "limit": limit})
     return [Overdue(row.workflow_name, int(row.overdue), str(row.oldest_id), float(row.oldest_seconds)) for row in rows]
-

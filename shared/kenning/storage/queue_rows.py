@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from kenning.core.names import CHANNEL_QUEUES
 from kenning.db import Executor, statement
-from kenning.storage.names import CHANNEL_QUEUES, notify
+from kenning.storage.names import notify
 
 # An existing row is neither written nor locked (no ON CONFLICT DO UPDATE): a start writes
 # a queue's row only the first time it names a workflow there, so starts into one queue

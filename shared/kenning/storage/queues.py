@@ -34,10 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from kenning.core.names import CHANNEL_INSTANCES
 from kenning.db import Executor, Statement, statement
 from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.instances import DEFAULT_MAX_RUNS, Claim, claim_parts, claimed_row, takeover_columns
-from kenning.storage.names import CHANNEL_INSTANCES, notify
+from kenning.storage.names import notify
 
 # A queue's runnable instances: kenning_instances_queued's rows of :queue.
 _QUEUED = "i.queue_name = :queue AND i.queue_name IS NOT NULL AND i.status IN ('pending', 'running', 'compensating')"

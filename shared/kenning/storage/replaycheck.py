@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kenning.core.records import TERMINAL_STATUSES
 from kenning.db import Executor, statement
-from kenning.storage.records import TERMINAL_STATUSES
 
 _TERMINAL = ", ".join(f"'{s}'" for s in sorted(TERMINAL_STATUSES))
 

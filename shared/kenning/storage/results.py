@@ -1,9 +1,9 @@
-"""SQL of a connection that listens for finished instances (``kenning.results``)."""
+"""SQL of a connection that listens for finished instances (``kenning.clients.results``)."""
 
 from __future__ import annotations
 
+from kenning.core.names import CHANNEL_RESULTS, RESULTS_LISTENERS_LOCK, RESULTS_LISTENERS_LOCKS
 from kenning.db import Executor, statement
-from kenning.storage.names import CHANNEL_RESULTS, RESULTS_LISTENERS_LOCK, RESULTS_LISTENERS_LOCKS
 
 _RESULTS_LISTENERS_JOIN = statement(
     f"""

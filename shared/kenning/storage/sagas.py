@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kenning.core.names import CHANNEL_INSTANCES, COMPENSATION_FAILED
 from kenning.db import Executor, statement
 from kenning.storage.children import TOLD, tell_parents
-from kenning.storage.names import CHANNEL_INSTANCES, COMPENSATION_FAILED, notify, notify_results
+from kenning.storage.names import notify, notify_results
 
 _SAGA_FAIL = statement(
     f"""

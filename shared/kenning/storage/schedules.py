@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from kenning.core.records import NewInstance, StartOutcome
 from kenning.db import Executor
-from kenning.storage.instances import NewInstance, StartOutcome, instances_start
+from kenning.storage.instances import instances_start
 
 # what schedule_start_tick did: STARTED, EXISTS (another scheduler, or an earlier call, had
 # started it) or BEFORE_SCHEDULE (the tick predates the workflow's first sighting)

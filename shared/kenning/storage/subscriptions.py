@@ -15,12 +15,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kenning.core.names import (
+    CHANNEL_INSTANCES,
+    CHANNEL_SUBSCRIPTIONS,
+    CHANNEL_TIMERS,
+    CHILD_EVENT_SOURCE,
+    CHILD_EVENT_TYPE,
+    EVENT_RECEIVED,
+)
+from kenning.core.records import FoldedWrites, StoredEvent, SuspendOutcome
 from kenning.db import Executor, statement
-from kenning.storage.children import CHILD_EVENT_SOURCE, CHILD_EVENT_TYPE
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
-from kenning.storage.inbox import StoredEvent, stored_event
-from kenning.storage.names import CHANNEL_INSTANCES, CHANNEL_SUBSCRIPTIONS, CHANNEL_TIMERS, EVENT_RECEIVED, notify
-from kenning.storage.records import FoldedWrites, SuspendOutcome
+from kenning.storage.inbox import stored_event
+from kenning.storage.names import notify
 
 _SUBSCRIPTION_REGISTER_AND_SUSPEND = statement(
     f"""
@@ -175,7 +182,7 @@ async def subscription_deliver_event(
     instance's subscriptions and make it runnable, waking workers (docs/architecture.md invariant 3).
 
     ``data`` is the event's JSON data for ``match`` (None for binary data); ``trace``: the
-    delivery's trace context (kenning.tracing), which the woken instance continues.
+    delivery's trace context (kenning.observability.tracing), which the woken instance continues.
     Raises ``LockNotAvailable`` (wrapped by SQLAlchemy) if a subscription or instance it
     needs is locked by another transaction."""
     result = await conn.execute(

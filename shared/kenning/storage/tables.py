@@ -63,7 +63,7 @@ instances = Table(
     Column("stuck_reason", Text),
     _ts("stuck_at"),
     Column("stuck_repairs", Integer, nullable=False),
-    Column("trace_context", JSONB),  # migration 0004: kenning/tracing.py's carrier
+    Column("trace_context", JSONB),  # migration 0004: kenning/observability/tracing.py's carrier
     # migration 0005: the queue it was started in (kenning/queues.py), NULL: none
     Column("queue_name", Text),
     Column("partition_key", Text),

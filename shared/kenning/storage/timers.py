@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kenning.core.names import CHANNEL_INSTANCES, CHANNEL_TIMERS, EVENT_TIMEOUT, TIMER_EXPIRED
+from kenning.core.records import FoldedWrites, SuspendOutcome
 from kenning.db import Executor, Statement, statement
 from kenning.storage.clock import NOW, seconds_or_none
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
-from kenning.storage.names import CHANNEL_INSTANCES, CHANNEL_TIMERS, EVENT_TIMEOUT, TIMER_EXPIRED, notify
-from kenning.storage.records import FoldedWrites, SuspendOutcome
+from kenning.storage.names import notify
 
 _TIMER_REGISTER_AND_SUSPEND = statement(
     f"""

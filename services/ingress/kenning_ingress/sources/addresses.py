@@ -18,9 +18,9 @@ import importlib
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from kenning import amqp
+from kenning.core.urls import hide_credentials, query_options, split_url
 from kenning.errors import ConfigurationError
-from kenning.urls import hide_credentials, query_options, split_url
+from kenning.runtime import amqp
 
 AMQP_SCHEMES = ("amqp", "amqps")
 NATS_SCHEMES = ("nats", "tls")

@@ -32,9 +32,9 @@ from typing import Any, Protocol
 
 import structlog
 
-from kenning import tracing
-from kenning.faults import fault_point
-from kenning.metrics import SOURCE_MESSAGES, SOURCE_SETTLE_FAILURES
+from kenning.observability import tracing
+from kenning.observability.faults import fault_point
+from kenning.observability.metrics import SOURCE_MESSAGES, SOURCE_SETTLE_FAILURES
 from kenning.storage.inbox import NewEvent
 from kenning_ingress import responses
 from kenning_ingress.parsing import EventLimits, InvalidEventError

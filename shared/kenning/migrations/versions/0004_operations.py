@@ -55,7 +55,7 @@ ALTER TABLE kenning_workflow_definitions DROP COLUMN IF EXISTS retention_seconds
 """
 
 # ------------------------------------------------------------------ trace context
-# The W3C trace context (kenning/tracing.py's carrier: traceparent, tracestate, and origin,
+# The W3C trace context (kenning/observability/tracing.py's carrier: traceparent, tracestate, and origin,
 # the trace the instance started in) of the start or of the delivery that last woke the
 # instance: each claim reads it back, so a run after a worker crash continues the trace.
 TRACE_UPGRADE = """

@@ -3,7 +3,7 @@
 A scrape reads the database gauges with one statement (``kenning.storage.metrics``; a
 database that does not answer within ``QUERY_TIMEOUT`` gives
 ``kenning_database_metrics_up 0`` and the in-process metrics still), then renders the
-process's metrics in Prometheus's text format (``kenning.metrics``).
+process's metrics in Prometheus's text format (``kenning.observability.metrics``).
 
 The worker, scheduler and relayer serve it on ``--metrics-port`` (off by default) with
 ``serving_metrics``: an ``asyncio`` server on the process's own event loop, so a scrape
@@ -27,9 +27,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from kenning.core.records import MetricsRow
 from kenning.db import Database
-from kenning.metrics import DatabaseGauges
-from kenning.storage.metrics import MetricsRow, metrics_snapshot
+from kenning.observability.metrics import DatabaseGauges
+from kenning.storage.metrics import metrics_snapshot
 
 _log = structlog.get_logger("kenning.metrics")
 

@@ -7,7 +7,7 @@ import ipaddress
 
 import structlog
 
-from kenning.commands.errors import UsageError
+from kenning.errors import UsageError
 
 
 def is_loopback(host: str) -> bool:

@@ -9,7 +9,7 @@ Two kinds, by what they cost:
   status): ``DatabaseGauges``, made at scrape time from the one statement of
   ``kenning.storage.metrics``, never per event.
 
-``kenning.scrape`` serves both at ``/metrics``. Label values are bounded by the code
+``kenning.runtime.scrape`` serves both at ``/metrics``. Label values are bounded by the code
 (workflow, activity and route names, outcomes), never by data (no instance ids).
 """
 
@@ -24,7 +24,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:  # the storage layer is no import of the hot paths that count events
-    from kenning.storage.metrics import MetricsRow
+    from kenning.core.records import MetricsRow
 
 
 # No ``*_created`` series beside each counter and histogram: the text format's scrapers

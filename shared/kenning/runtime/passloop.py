@@ -19,7 +19,7 @@ the next pass, so that wake-ups arriving meanwhile share one pass; ``on_poll`` i
 when the delay ran out with no wake-up (a poll: work may be due that nobody announced).
 
 The process around the loop (signals, health file, drain, closing the pool) is
-``kenning.service``.
+``kenning.runtime.service``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from kenning.dberrors import is_unavailable
-from kenning.listener import Listener
+from kenning.db.errors import is_unavailable
+from kenning.db.listener import Listener
 
 Pass = Callable[[], Awaitable[float]]  # one pass; returns the seconds until the next (0: at once)
 

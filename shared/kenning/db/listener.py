@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import psycopg
 import structlog
 
-from kenning.db import libpq_url
+from kenning.core.database_urls import libpq_url
 
 _log = structlog.get_logger("kenning.listener")
 

@@ -13,12 +13,11 @@ import structlog
 
 # Parsed on import: every process refuses a malformed KENNING_FAULTS (one line, exit 2)
 # before it starts anything, not only those that import a fault point early.
-import kenning.faults  # noqa: F401
-from kenning import dberrors
+import kenning.observability.faults  # noqa: F401
 from kenning.commands.argparsing import ArgumentParser, VersionAction, parse
-from kenning.commands.errors import UsageError
-from kenning.errors import ConfigurationError, KenningError, WorkflowNotFoundError
-from kenning.logs import configure_logging
+from kenning.db import errors as dberrors
+from kenning.errors import ConfigurationError, KenningError, UsageError, WorkflowNotFoundError
+from kenning.observability.logs import configure_logging
 
 # Each subcommand is a module with ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``,
 # registered by its package in the ``kenning.commands`` entry-point group (pyproject.toml):

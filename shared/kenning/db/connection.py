@@ -40,25 +40,22 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 import structlog
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
-from kenning.config import PGBOUNCER_MODES, env_name
+from kenning.core.database_urls import libpq_url, redacted, sqlalchemy_url
+from kenning.core.names import env_name
+from kenning.db.pool import AsyncPool
 from kenning.errors import ConfigurationError
-from kenning.pool import AsyncPool
-from kenning.urls import hide_credentials
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import AdaptedConnection
     from sqlalchemy.ext.asyncio import AsyncConnection as SqlAlchemyConnection
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-_POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg_async")
-_SCHEME_NAME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
-# what libpq quotes at the end of a parse error: the URL, or the token holding the fault
-_QUOTED_TAIL = re.compile(r':\s*"[^"]*"?\s*$')
+
+PGBOUNCER_MODES = ("auto", "on", "off")  # kenning.db.Database.pgbouncer
 
 # psycopg's default, stated: a statement run this many times on a connection is prepared
 PREPARE_THRESHOLD = 5
@@ -69,60 +66,6 @@ PREPARE_THRESHOLD = 5
 logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 _log = structlog.get_logger("kenning.db")
-
-
-def _without_scheme(url: str) -> str:
-    if not url:
-        raise ConfigurationError("no database URL: set KENNING_DATABASE_URL or pass --database-url")
-    scheme = url.split("://", 1)[0] if "://" in url else ""
-    if scheme not in _POSTGRES_SCHEMES:
-        shown = f"{scheme}://" if _SCHEME_NAME.fullmatch(scheme) else hide_credentials(url)
-        raise ConfigurationError(f"database URL must start with postgresql:// (got {shown!r})")
-    return url.split("://", 1)[1]
-
-
-def _check(url: str) -> str:
-    """``url`` after its scheme, refused (``ConfigurationError``, its credentials hidden)
-    if libpq cannot read it or would misread it. libpq's own errors quote the URL, and a
-    password holding a raw ``@`` or ``/`` ends up in the host or the port, then in an
-    error line ("failed to resolve host 'ssword@db'")."""
-    rest = _without_scheme(url)
-    shown = hide_credentials(url, user_is_secret=False)
-    try:
-        parts = conninfo_to_dict(f"postgresql://{rest}")
-    except psycopg.ProgrammingError as error:
-        reason = _QUOTED_TAIL.sub("", str(error).strip().splitlines()[0])
-        raise ConfigurationError(f"database URL {shown!r} is invalid: {reason}") from None
-    if "@" in str(parts.get("host", "")):
-        raise ConfigurationError(
-            f"database URL {shown!r} is invalid: its host holds an '@' (percent-encode one in the password: %40)"
-        )
-    if not all(port.isdigit() for port in str(parts.get("port", "")).split(",") if port):
-        raise ConfigurationError(
-            f"database URL {shown!r} is invalid: its port is not a number (percent-encode a '/' in the password: %2F)"
-        )
-    return rest
-
-
-def sqlalchemy_url(url: str) -> str:
-    """``postgresql://…`` as users write it, turned into SQLAlchemy's psycopg 3 dialect."""
-    return f"postgresql+psycopg://{_check(url)}"
-
-
-sync_url = sqlalchemy_url  # the psycopg dialect serves sync and async engines alike
-
-
-def libpq_url(url: str) -> str:
-    """The plain libpq form, for psycopg connections."""
-    return f"postgresql://{_check(url)}"
-
-
-def redacted(url: str) -> str:
-    """The URL without its password, for logs and messages (``kenning.urls``)."""
-    try:
-        return hide_credentials(f"postgresql+psycopg://{_without_scheme(url)}", user_is_secret=False)
-    except ConfigurationError:
-        return "<unparsable database URL>"
 
 
 # ------------------------------------------------------------------------ statements
@@ -278,7 +221,7 @@ class Database:
         if self.connect_timeout is not None:
             kwargs["connect_timeout"] = self.connect_timeout
         self._slots = asyncio.Semaphore(self.autocommit_pool_size)
-        self.pool = AsyncPool(  # its upkeep tasks end when cancelled (kenning/pool.py)
+        self.pool = AsyncPool(  # its upkeep tasks end when cancelled (kenning/db/pool.py)
             libpq_url(self.url),
             connection_class=_Connection,
             kwargs=kwargs,
@@ -486,7 +429,7 @@ def connect(
 ) -> Database:
     """The connections of a process. ``pgbouncer`` and ``direct_url`` not given (a
     ``Client`` in an application) come from ``KENNING_PGBOUNCER`` and
-    ``KENNING_DIRECT_DATABASE_URL`` (``kenning.config.ProcessSettings``)."""
+    ``KENNING_DIRECT_DATABASE_URL`` (``kenning.runtime.config.ProcessSettings``)."""
     return Database(
         url=url,
         autocommit_pool_size=pool_size + max_overflow,

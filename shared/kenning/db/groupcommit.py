@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
-from kenning import metrics
+from kenning.observability import metrics
 
 _log = structlog.get_logger("kenning.groupcommit")
 

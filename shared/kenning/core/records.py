@@ -24,7 +24,7 @@ class ClaimedInstance:
     # taken over, and an earlier run died so too: the worker runs it apart from other such
     # instances, so one that kills its process takes no other down with it
     suspect: bool = False
-    # the trace it continues (kenning.tracing): its start's, or the delivery's that woke it
+    # the trace it continues (kenning.observability.tracing): its start's, or the delivery's that woke it
     trace_context: dict[str, str] | None = None
 
 
@@ -123,3 +123,79 @@ class FoldedWrites:
 
     def params(self) -> dict[str, str]:
         return {"pending_step": json.dumps(self.pending_steps), "compensations": json.dumps(self.compensations)}
+
+
+@dataclass(frozen=True)
+class NewInstance:
+    instance_id: str
+    workflow_name: str
+    source_hash: str
+    input_json: dict[str, Any]
+    idempotency_key: str | None = None
+    # only if the workflow's first definition row is not younger (a cron tick: schedules.py)
+    not_before: datetime | None = None
+    trace_context: dict[str, str] | None = None  # the starter's (kenning.observability.tracing)
+    # the queue it is claimed from under that queue's limits (kenning/queues.py), if any
+    queue_name: str | None = None
+    partition_key: str | None = None
+    priority: int = 0
+
+
+class StartOutcome(enum.Enum):
+    STARTED = "started"  # this insert made the instance
+    EXISTS = "exists"  # its id, or its workflow and idempotency key, exist already
+    BEFORE_SCHEDULE = "before_schedule"  # not_before predates the workflow's first sighting
+
+
+@dataclass(frozen=True)
+class Definition:
+    workflow_name: str
+    source_hash: str
+    source: str
+    # @workflow(retention=...): finished instances are deleted this long after they end
+    # (kenning/storage/retention.py); None: the scheduler's default
+    retention_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An inbox row's CloudEvent as a worker reads it."""
+
+    inbox_id: int
+    source: str
+    event_id: str
+    event_type: str
+    instance_id: str | None
+    attributes: dict[str, Any]
+    data: Any
+    data_bytes: bytes | None
+    received_at: datetime
+
+
+@dataclass(frozen=True)
+class MetricsRow:
+    """One group of the snapshot (see ``_METRICS_SNAPSHOT``)."""
+
+    area: str
+    workflow: str
+    status: str
+    total: int
+    due: int
+    oldest_seconds: float | None
+    retrying: int
+    leased: int
+
+
+@dataclass(frozen=True)
+class OutboxEvent:
+    """An event ``send_event_transactional`` writes in a step's transaction."""
+
+    event_id: str
+    instance_id: str
+    event_type: str
+    source: str
+    subject: str | None
+    content_type: str | None
+    data_json: str | None
+    data_bytes: bytes | None
+    extensions: dict[str, Any]

@@ -7,7 +7,7 @@ none stops the server. Two remedies, both here:
 
 - a watchdog process, started next to each user of the server, that notices its parent's
   death (it is re-parented), strikes the dead PID from the list and stops the server when no
-  live user remains (``python -m kenning.pgwatchdog``);
+  live user remains (``python -m kenning.runtime.pgwatchdog``);
 - on start, :func:`stop_orphan` strikes dead PIDs and stops a server nobody alive uses, so the
   next ``kenning up`` starts its own server and really stops it again.
 """
@@ -30,8 +30,8 @@ from typing import Any
 import psutil
 import structlog
 
-from kenning.config import add_logging_options
-from kenning.logs import configure_logging
+from kenning.observability.logs import configure_logging
+from kenning.runtime.config import add_logging_options
 
 _log = structlog.get_logger("kenning.pgwatchdog")
 
@@ -132,7 +132,15 @@ def stop_orphan(pgdata: Path) -> int | None:
 def start(pgdata: Path) -> subprocess.Popen[bytes]:
     """The watchdog of this process's use of ``pgdata``; terminate it after cleaning up."""
     return subprocess.Popen(
-        [sys.executable, "-m", "kenning.pgwatchdog", "--pgdata", str(pgdata.resolve()), "--parent", str(os.getpid())],
+        [
+            sys.executable,
+            "-m",
+            "kenning.runtime.pgwatchdog",
+            "--pgdata",
+            str(pgdata.resolve()),
+            "--parent",
+            str(os.getpid()),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,  # stderr stays: the one line it logs if it has to act
         start_new_session=True,  # a Ctrl-C is for its parent; the watchdog is told by SIGTERM
@@ -152,7 +160,7 @@ def watch(pgdata: Path, parent: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kenning.pgwatchdog", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kenning.runtime.pgwatchdog", description=__doc__)
     parser.add_argument("--pgdata", type=Path, required=True)
     parser.add_argument("--parent", type=int, required=True)
     add_logging_options(parser)

@@ -26,9 +26,10 @@ from collections.abc import Awaitable, Callable
 import psycopg
 import structlog
 
-from kenning.db import Executor, libpq_url
+from kenning.core.database_urls import libpq_url
+from kenning.core.records import TERMINAL_STATUSES, InstanceRow
+from kenning.db import Executor
 from kenning.storage import results as results_sql
-from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
 
 _log = structlog.get_logger("kenning.results")
 

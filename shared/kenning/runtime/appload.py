@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from kenning.app import App
-from kenning.commands.argparsing import did_you_mean
+from kenning.core.suggest import did_you_mean
 from kenning.errors import ConfigurationError
 
 
