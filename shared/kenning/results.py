@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 import psycopg
 import structlog
 
+from kenning.cancelling import cancel_and_wait
 from kenning.db import Executor, libpq_url
 from kenning.storage import results as results_sql
 from kenning.storage.records import TERMINAL_STATUSES, InstanceRow
@@ -106,11 +107,9 @@ class ResultWaits:
                     del self._waiters[instance_id]
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        if task is not None:
+            await cancel_and_wait(task)
 
     async def _listen(self, deadline: float | None) -> None:
         """Start the listening connection if it is not running; wait until it listens,

@@ -29,7 +29,6 @@ spacing to be announced.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import time
 from collections.abc import Sequence
@@ -40,6 +39,7 @@ from typing import Any
 import structlog
 
 from kenning import serialization, tracing
+from kenning.cancelling import cancel_and_wait
 from kenning.db import Database, Executor
 from kenning.dberrors import may_be_one_callers_fault
 from kenning.errors import ConfigurationError, KenningError
@@ -302,9 +302,7 @@ class Starter:
         """Announce at once the starts still waiting for their NOTIFY."""
         announcer, self._announcer = self._announcer, None
         if announcer is not None:
-            announcer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await announcer
+            await cancel_and_wait(announcer)
         async with self._writing:
             await self._announce()
 
