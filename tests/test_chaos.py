@@ -1,6 +1,8 @@
-"""A seeded chaos run (issue 13, item 10): a few hundred mixed workflows while processes
-are killed, stopped, cut off from PostgreSQL and PostgreSQL itself is restarted; then
-every invariant, and nothing lost. ``KENNING_CHAOS_SEED`` picks the schedule of faults;
+"""A seeded chaos run (issue 13, item 10; issue 25): a few hundred mixed workflows and
+events, on workers of two versions of the app, while processes are killed, stopped, cut
+off from PostgreSQL, PostgreSQL itself is restarted, and one worker is killed with at
+least 20 instances in flight; then every invariant, every accepted event accounted for,
+and nothing lost. ``KENNING_CHAOS_SEED`` picks the schedule of faults;
 ``scripts/chaos.py`` runs the same scenario longer for release checks."""
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos_support import DEFAULT_SEED, ChaosConfig, run_scenario, schedule, verdict, write_figures
+from tests.chaos_schedule import DEFAULT_SEED, LOADED, ChaosConfig, quiet, schedule
+from tests.chaos_support import run_scenario, verdict, write_figures
 from tests.logguard import expect_log
 from tests.support import ProcessPool
 
@@ -23,9 +26,24 @@ def test_the_schedule_is_the_seed_s() -> None:
     first, again = schedule(config), schedule(config)
     assert first == again
     kinds = {f.kind for f in first}
-    assert kinds == {"kill", "stop", "pg_restart", "partition"}, kinds
+    assert kinds == {"kill", "stop", "pg_restart", "partition", "kill_loaded"}, kinds
     targets = {f.target for f in first if f.kind in ("kill", "stop")}
     assert len(targets) >= 4, f"seed {SEED} hits too few kinds of process: {targets}"
+    # one mass kill, of the loaded worker, with nothing else hitting it or PostgreSQL around it
+    (mass_kill,) = [f for f in first if f.kind == "kill_loaded"]
+    assert mass_kill.target == LOADED and 0 < mass_kill.at < config.fault_seconds
+    near = [f for f in first if quiet(mass_kill, f.at) and (f.target == LOADED or f.kind == "pg_restart")]
+    assert near == [mass_kill], near
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_every_seed_s_schedule_keeps_the_mass_kill_quiet(seed: int) -> None:
+    faults = schedule(ChaosConfig(seed=seed))
+    (mass_kill,) = [f for f in faults if f.kind == "kill_loaded"]
+    assert [f for f in faults if quiet(mass_kill, f.at) and (f.target == LOADED or f.kind == "pg_restart")] == [
+        mass_kill
+    ]
+    assert all(0 < f.at < ChaosConfig().fault_seconds for f in faults)
 
 
 @pytest.mark.timeout(240)

@@ -18,12 +18,15 @@ import json
 import os
 import random
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from kenning import Client
+from kenning.client import ResultTimeoutError
 from tests.support import REPO_ROOT, ProcessPool, workers_started
 
 APP = "tests.apps.poison"
@@ -148,3 +151,35 @@ async def test_a_program_that_leaves_its_client_open_exits_while_workers_churn(
         churn.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await churn
+
+
+async def _cancelled_while_closing(close: Callable[[], Coroutine[Any, Any, None]]) -> bool:
+    """Cancel a task while ``close()`` waits for the background task it stopped: whether
+    the cancellation reached the task (else close swallowed it, with its own task's)."""
+    closer = asyncio.create_task(close())
+    await asyncio.sleep(0)  # it has cancelled its background task and waits for its end
+    closer.cancel()
+    try:
+        await closer
+    except asyncio.CancelledError:
+        return True
+    return False
+
+
+async def test_closing_a_client_keeps_a_cancellation_of_its_closer(database_url: str) -> None:
+    """``close()`` cancels the client's LISTEN task and the starter's announcer and waits
+    for them; a cancellation of the task calling it meanwhile was taken for theirs and
+    swallowed, and that task ran on (kenning/core/cancelling.py)."""
+    client = Client(database_url)
+    try:
+        started = await client.start("exit_example")
+        with pytest.raises(ResultTimeoutError):  # the result's LISTEN task is running now
+            await client.result(started.instance_id, timeout=0.2)
+        assert await _cancelled_while_closing(client.results.close)
+
+        client.starter.announce_spacing = 600.0  # every start after the first waits for its NOTIFY
+        await asyncio.gather(*(client.start("exit_example") for _ in range(4)))
+        assert client.starter._announcer is not None
+        assert await _cancelled_while_closing(client.starter.close)
+    finally:
+        await client.close()

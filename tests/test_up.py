@@ -18,7 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,6 +28,7 @@ import httpx
 import psutil
 import psycopg
 
+from kenning_devtools.up.supervisor import ChildSpec, Supervisor
 from tests import logguard
 from tests.ingress_support import binary, cloud_event, structured
 from tests.logguard import expect_log
@@ -47,7 +50,14 @@ class Up:
     """``python -m kenning up`` in a session of its own, as in a terminal."""
 
     def __init__(
-        self, tmp: Path, env: dict[str, str], *, name: str = "up", port: int | None = None, app: str = ""
+        self,
+        tmp: Path,
+        env: dict[str, str],
+        *,
+        name: str = "up",
+        port: int | None = None,
+        app: str = "",
+        metrics_port: int | None = None,
     ) -> None:
         self.port = port or free_port()
         self.sink_port = free_port()
@@ -60,7 +70,8 @@ class Up:
             argv += ["--console-port", str(self.console_port)]
             # the scheduler's, relayer's and two workers' /metrics, from this xdist worker's
             # block like every port of the test (tests/support.free_ports)
-            argv += ["--metrics-port", str(free_ports(4))]
+            self.metrics_port = metrics_port or free_ports(4)  # the scheduler's first
+            argv += ["--metrics-port", str(self.metrics_port)]
             argv += ["--app", app] if app else []
             self.proc = psutil.Popen(
                 [sys.executable, "-m", "kenning", *argv, "--data-dir", str(self.data_dir)],
@@ -527,18 +538,20 @@ def _running_with(marker: str) -> list[psutil.Process]:
 
 
 def test_up_stops_everything_with_the_error_when_a_child_fails_at_start(database_url: str, tmp_path: Path) -> None:
+    """The scheduler's metrics port is taken (up checks only the ports of its servers at
+    fixed addresses before it starts: ingress, console, sink)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        up = Up(tmp_path, _user_env(KENNING_DATABASE_URL=database_url), port=port)
+        up = Up(tmp_path, _user_env(KENNING_DATABASE_URL=database_url), metrics_port=port)
         try:
             code = up.proc.wait(timeout=90)
             up._reader.join(timeout=5)
             assert code == 1, up.output()
             stderr = up.stderr_path.read_text()
             assert re.search(
-                rf"^kenning up: ingress failed at start: .*\('127\.0\.0\.1', {port}\).*address already in use$",
+                rf"^kenning up: scheduler failed at start: .*\b{port}\b.*address already in use$",
                 stderr,
                 flags=re.M,
             ), up.output()
@@ -549,6 +562,116 @@ def test_up_stops_everything_with_the_error_when_a_child_fails_at_start(database
                 sink_port.bind(("127.0.0.1", up.sink_port))
         finally:
             up.cleanup()
+
+
+@contextlib.contextmanager
+def _answering(port: int) -> Iterator[None]:
+    """A server answering 200 to every GET on ``port``: to a readiness check, another
+    stack's ingress (its ``/readyz``) or console."""
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Ok)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def _refused(up: Up) -> str:
+    """What ``up`` wrote to stderr once it exited with code 2, having started nothing (no
+    process serves its console's port)."""
+    try:
+        code = up.proc.wait(timeout=60)
+    except psutil.TimeoutExpired:
+        raise AssertionError(f"kenning up did not stop:\n{up.output()}") from None
+    up._reader.join(timeout=5)
+    assert code == 2, up.output()
+    assert not any(" ready" in line for line in up.lines), up.output()
+    assert _running_with(str(up.console_port)) == []
+    return up.stderr_path.read_text()
+
+
+def test_up_refuses_an_ingress_port_another_stack_serves_in_one_line(database_url: str, tmp_path: Path) -> None:
+    """Issue 25, item 9: up said "all processes ready" with the other stack's URL and
+    restarted its own ingress (which could not bind) for ever."""
+    port = free_port()
+    with _answering(port):
+        up = Up(tmp_path, _user_env(KENNING_DATABASE_URL=database_url), port=port)
+        try:
+            assert _refused(up) == (
+                f"kenning up: port {port} on 127.0.0.1 is in use (the ingress, --port): another kenning up "
+                "or another server holds it; stop that, or choose another port\n"
+            ), up.output()
+        finally:
+            up.cleanup()
+
+
+async def test_up_refuses_a_second_up_on_the_same_data_directory(database_url: str, tmp_path: Path) -> None:
+    """Issue 25, item 9: two up in one folder wrote into each other's logs. The second has
+    ports of its own: the data directory alone is what they share."""
+    env = _user_env(KENNING_DATABASE_URL=database_url)
+    first = Up(tmp_path, env)
+    second: Up | None = None
+    try:
+        ready = await first.all_ready()
+        second = Up(tmp_path, env, name="second")
+        assert _refused(second) == (
+            f"kenning up: another kenning up (pid {first.proc.pid}) is running with the data directory "
+            f"{first.data_dir}: stop it first, or give this one a --data-dir of its own\n"
+        ), second.output()
+        assert {c.pid for c in first.children()} >= set(ready.values())  # the first runs on, untouched
+        _assert_clean_stop(first, [c.pid for c in first.children()], first.ctrl_c())
+    finally:
+        first.cleanup()
+        if second is not None:
+            second.cleanup()
+
+
+async def test_a_child_served_at_a_url_is_ready_only_when_it_listens_there(tmp_path: Path) -> None:
+    """The readiness rule itself, under the port check (a server may take the port after
+    it): a child whose URL another server answers is not ready; one that serves its own
+    URL is."""
+    taken, own, honest_port = free_port(), free_port(), free_port()
+    supervisor = Supervisor(_user_env(), tmp_path, lambda _line: None)
+    with _answering(taken):
+        impostor = supervisor.start(
+            ChildSpec("impostor", ["sink", "--sink-port", str(own)], ready_url=f"http://127.0.0.1:{taken}/", port=taken)
+        )
+        honest = supervisor.start(
+            ChildSpec(
+                "honest",
+                ["sink", "--sink-port", str(honest_port)],
+                ready_url=f"http://127.0.0.1:{honest_port}/healthz",
+                port=honest_port,
+            )
+        )
+        try:
+            async with asyncio.timeout(60):  # the honest sink is ready
+                while not await supervisor._is_ready(honest):
+                    await asyncio.sleep(0.05)
+
+            def serving_its_own_port() -> bool:
+                try:
+                    return httpx.get(f"http://127.0.0.1:{own}/healthz", timeout=2).is_success
+                except httpx.HTTPError:
+                    return False
+
+            await eventually(serving_its_own_port, timeout=60, message="the impostor's sink answers on its port")
+            assert await supervisor._is_ready(impostor) is False
+        finally:
+            await supervisor.stop_all(grace=10)
 
 
 # ---------------------------------------------------------------- the app

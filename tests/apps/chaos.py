@@ -1,124 +1,69 @@
-"""The workflows of the chaos test (``tests/test_chaos.py``, ``scripts/chaos.py``): steps,
-timers, events, a saga that fails and compensates, and outbox sends.
+"""The chaos test's app as its NEW version has it (``tests/test_chaos.py``,
+``scripts/chaos.py``): everything of the old version (``tests.apps.chaos_core``), and what
+only this version has: an ``event_handler`` workflow for ``chaos.start``, an ``on_event``
+handler for ``chaos.audit``, and a slow workflow for the mass kill (a worker killed with
+its slots full). The chaos run's workers on this version share the inbox with one on the
+old version: events of the two new types must reach a worker of this one.
 
-Every effect appends ``step <instance id> <step id>`` to the side channel each time it
-really runs, so the invariant checker can match each effect to its one recorded step.
-Step ids are the engine's defaults (``name:n``); compensations' are
-``compensation:on_failure:<activity step id>``.
+The ``chaos.audit`` handler appends ``handled <type> <source> <id> <transaction>`` to the
+side channel each time it runs; the invariant checker counts the runs whose transaction
+committed (``tests/invariants.py::handlers_ran_once``).
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any
+import asyncio
 
-from kenning import (
-    App,
-    RetryPolicy,
-    WorkflowContext,
-    activity,
-    compensation,
-    on_failure,
-    wait_event,
-    wait_timer,
-    workflow,
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from kenning import ReceivedEvent, WorkflowContext, activity, wait_timer, workflow
+from tests.apps.chaos_core import (
+    ANNOUNCED,
+    ANSWER,
+    QUICK,
+    announce,
+    app,
+    chaos_event,
+    chaos_saga,
+    chaos_steps,
+    chaos_timer,
+    effect,
+    flaky,
+    release,
+    reserve,
 )
-from kenning.outbox import send_event_transactional
-from tests.sidechannel import executions, record_execution
+from tests.apps.chaos_core import EXPECTED as OLD_EXPECTED
+from tests.sidechannel import record_execution
 
-app = App("kenning-chaos")
+__all__ = [
+    "ANNOUNCED",
+    "ANSWER",
+    "AUDIT",
+    "EXPECTED",
+    "SLOW",
+    "STARTER",
+    "announce",
+    "app",
+    "audited",
+    "chaos_event",
+    "chaos_saga",
+    "chaos_slow",
+    "chaos_started",
+    "chaos_steps",
+    "chaos_timer",
+    "effect",
+    "flaky",
+    "release",
+    "reserve",
+    "slow",
+]
 
-# Retries quick enough for the test, and enough of them that a fault is never an exhausted step.
-QUICK = RetryPolicy(initial_interval=0.05, backoff_coefficient=2.0, max_interval=0.5, max_attempts=20)
-ANSWER = "chaos.answer"
-ANNOUNCED = "chaos.announced"
 STARTER = "chaos.start"
+AUDIT = "chaos.audit"
+SLOW = "chaos_slow"
 # What each workflow ends as when nothing is lost.
-EXPECTED = {
-    "chaos_steps": "completed",
-    "chaos_timer": "completed",
-    "chaos_event": "completed",
-    "chaos_saga": "failed",
-    STARTER: "completed",
-}
-
-
-class PlannedFailureError(Exception):
-    """The saga's own failure, after its reservations: what it is undone for."""
-
-
-def _effect(ctx: WorkflowContext, step_id: str) -> None:
-    record_execution(f"step {ctx.instance_id} {step_id}")
-
-
-@activity(retry_policy=QUICK)
-async def effect(ctx: WorkflowContext, n: int) -> int:
-    _effect(ctx, f"effect:{n}")
-    return n
-
-
-@activity(retry_policy=QUICK)
-async def flaky(ctx: WorkflowContext) -> str:
-    """Fails its first attempt (counted in the side channel), so attempts are recorded."""
-    key = f"try {ctx.instance_id} flaky:1"
-    record_execution(key)
-    path = os.environ.get("KENNING_TEST_SIDE_CHANNEL")
-    if path and executions(path)[key] < 2:
-        raise RuntimeError("first attempt fails on purpose")
-    _effect(ctx, "flaky:1")
-    return "ok"
-
-
-@activity(retry_policy=QUICK)
-async def announce(ctx: WorkflowContext, n: int) -> str:
-    event_id = await send_event_transactional(ctx, ANNOUNCED, "/chaos", {"instance": ctx.instance_id, "n": n})
-    _effect(ctx, "announce:1")
-    return event_id
-
-
-@compensation
-async def release(ctx: WorkflowContext, n: int, *, reservation: str) -> None:
-    _effect(ctx, f"compensation:on_failure:reserve:{n}")
-
-
-@activity(retry_policy=QUICK)
-@on_failure(release)
-async def reserve(ctx: WorkflowContext, n: int) -> dict[str, str]:
-    _effect(ctx, f"reserve:{n}")
-    return {"reservation": f"r-{ctx.instance_id}-{n}"}
-
-
-@workflow
-async def chaos_steps(ctx: WorkflowContext, n: int) -> str:
-    for i in (1, 2, 3):
-        await effect(ctx, i)
-    await flaky(ctx)
-    await announce(ctx, n)
-    return "done"
-
-
-@workflow
-async def chaos_timer(ctx: WorkflowContext, seconds: float) -> str:
-    await effect(ctx, 1)
-    await wait_timer(ctx, seconds)
-    await effect(ctx, 2)
-    return "done"
-
-
-@workflow
-async def chaos_event(ctx: WorkflowContext, key: str) -> Any:
-    await effect(ctx, 1)
-    answer = await wait_event(ctx, ANSWER, match={"key": key}, since=600, timeout_seconds=600)
-    await effect(ctx, 2)
-    return answer.data
-
-
-@workflow
-async def chaos_saga(ctx: WorkflowContext, n: int) -> str:
-    for i in (1, 2, 3):
-        await reserve(ctx, i)
-    await effect(ctx, 1)
-    raise PlannedFailureError(f"saga {n} fails after its reservations, on purpose")
+EXPECTED = {**OLD_EXPECTED, STARTER: "completed", SLOW: "completed"}
 
 
 @workflow(event_handler=True, name=STARTER)
@@ -127,3 +72,27 @@ async def chaos_started(ctx: WorkflowContext, key: str) -> str:
     await wait_timer(ctx, 0.3)
     await effect(ctx, 2)
     return key
+
+
+@app.on_event(AUDIT)
+async def audited(event: ReceivedEvent, session: AsyncSession) -> None:
+    """Runs in the transaction that marks the event processed. A run cut short (a kill, a
+    database restart) rolls back and runs again, so the line names its transaction: the
+    checker counts only the runs whose transaction committed."""
+    xact = (await session.execute(text("SELECT CAST(pg_current_xact_id() AS text)"))).scalar_one()
+    record_execution(f"handled {event.type} {event.source} {event.id} {xact}")
+
+
+@activity(retry_policy=QUICK)
+async def slow(ctx: WorkflowContext, seconds: float) -> float:
+    """Holds its instance's lease for ``seconds``: a burst of these fills a worker's slots."""
+    record_execution(f"step {ctx.instance_id} slow:1")
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@workflow(name=SLOW)
+async def chaos_slow(ctx: WorkflowContext, seconds: float) -> str:
+    await effect(ctx, 1)
+    await slow(ctx, seconds)
+    return "done"

@@ -24,6 +24,7 @@ from kenning.runtime.appload import broker_url, database_url, load_app
 from kenning.runtime.config import add_logging_options, add_option, port_number, positive_int
 from kenning.runtime.embedded import embedded_postgres, with_database
 from kenning_devtools.ports import free_ports
+from kenning_devtools.up.claims import check_ports_free, data_dir_lock
 from kenning_devtools.up.hints import hints
 from kenning_devtools.up.supervisor import ChildSpec, Supervisor, wait_all_ready
 from kenning_ingress.main import check_exposure
@@ -154,6 +155,7 @@ def _children(args: argparse.Namespace, app: App, data_dir: Path, metrics: dict[
             "ingress",
             ["ingress", "--host", args.host, "--port", str(args.port)],
             ready_url=f"{ingress_url}/readyz",
+            port=args.port,
             describe=f"POST CloudEvents to {ingress_url}/",
         ),
         *(
@@ -189,6 +191,7 @@ def _children(args: argparse.Namespace, app: App, data_dir: Path, metrics: dict[
             "console",
             ["console", "--app", args.app, "--host", "127.0.0.1", "--port", str(args.console_port)],
             ready_url=f"http://127.0.0.1:{args.console_port}/healthz",
+            port=args.console_port,
             describe=f"the web console at http://127.0.0.1:{args.console_port}/",
         ),
         ChildSpec(
@@ -211,6 +214,7 @@ def _children(args: argparse.Namespace, app: App, data_dir: Path, metrics: dict[
                 "sink",
                 ["sink", "--sink-port", str(args.sink_port)],
                 ready_url=f"http://127.0.0.1:{args.sink_port}/healthz",
+                port=args.sink_port,
                 describe=f"logs relayed events (log: {data_dir / 'logs' / 'sink.log'})",
             ),
         )
@@ -270,6 +274,17 @@ async def _serve(args: argparse.Namespace, app: App, database_url: str, data_dir
     return 0
 
 
+def _servers(args: argparse.Namespace, app: App) -> dict[str, tuple[str, int]]:
+    """The ports of the servers up starts at fixed addresses (``check_ports_free``)."""
+    servers = {
+        "the ingress, --port": (args.host, args.port),
+        "the web console, --console-port": ("127.0.0.1", args.console_port),
+    }
+    if not broker_url(args.broker_url, app):
+        servers["the local sink, --sink-port"] = ("127.0.0.1", args.sink_port)
+    return servers
+
+
 def run(args: argparse.Namespace) -> int:
     # the ingress's own rule, checked before anything starts
     ingress = IngressSettings(host=args.host, ingress_token=args.ingress_token, allow_open=args.ingress_allow_open)
@@ -278,7 +293,9 @@ def run(args: argparse.Namespace) -> int:
     app = _check_app(args.app, python_path)
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    with _database(args, app, data_dir) as url:
-        revision = migrate(url)
-        say(f"migrate    schema at revision {revision}")
-        return asyncio.run(_serve(args, app, url, data_dir, python_path))
+    with data_dir_lock(data_dir):  # a second up here: refused, before it touches the first one's files
+        check_ports_free(_servers(args, app))  # another stack's ports: refused before anything starts
+        with _database(args, app, data_dir) as url:
+            revision = migrate(url)
+            say(f"migrate    schema at revision {revision}")
+            return asyncio.run(_serve(args, app, url, data_dir, python_path))

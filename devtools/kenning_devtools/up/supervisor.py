@@ -4,6 +4,11 @@ they crash, and stopped together.
 A child that cannot start is not restarted: one that exits before it was ever ready (an
 address in use, an import error, a bad setting), or that fails again the same way before it
 was ready after a restart, stops the stack with its error, as uvicorn and compose do.
+
+A child served at a URL is ready when the URL answers and the child itself listens on its
+port: another server on that port (another stack's ingress, whose ``/readyz`` answers as
+this one's would) once made a child that could not bind look ready, and then restarted it
+for ever.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 
 Say = Callable[[str], None]
 
@@ -34,9 +40,10 @@ STABLE_AFTER = 60.0  # a child up this long restarts quickly again after its nex
 class ChildSpec:
     name: str
     args: list[str]  # after ``kenning``
-    ready_url: str = ""  # ready when GET answers 2xx ...
+    ready_url: str = ""  # ready when GET answers 2xx (and the child listens on ``port``) ...
     health_file: str = ""  # ... or when this file exists
     describe: str = ""  # shown once ready (URLs)
+    port: int = 0  # the TCP port of ``ready_url``
 
 
 @dataclass
@@ -60,6 +67,25 @@ def _exit_text(code: int) -> str:
         with contextlib.suppress(ValueError):
             return f"{code} ({signal.Signals(-code).name})"
     return str(code)
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid``, or a process of its own (uvicorn's workers), listens on TCP
+    ``port``."""
+    try:
+        root = psutil.Process(pid)
+        family = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return False
+    for process in family:
+        try:
+            # psutil 6 renamed connections() to net_connections()
+            sockets = (getattr(process, "net_connections", None) or process.connections)(kind="tcp")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port for s in sockets):
+            return True
+    return False
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
@@ -109,6 +135,9 @@ class Supervisor:
 
     async def _is_ready(self, child: Child) -> bool:
         if child.spec.ready_url:
+            assert child.process is not None
+            if child.spec.port and not _listens(child.process.pid, child.spec.port):
+                return False  # whatever answers there is not this child
             try:
                 async with httpx.AsyncClient(timeout=1.0) as client:
                     return (await client.get(child.spec.ready_url)).is_success

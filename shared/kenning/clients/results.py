@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 import psycopg
 import structlog
 
+from kenning.core.cancelling import cancel_and_wait
 from kenning.core.database_urls import libpq_url
 from kenning.core.records import TERMINAL_STATUSES, InstanceRow
 from kenning.db import Executor
@@ -107,11 +108,9 @@ class ResultWaits:
                     del self._waiters[instance_id]
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        if task is not None:
+            await cancel_and_wait(task)
 
     async def _listen(self, deadline: float | None) -> None:
         """Start the listening connection if it is not running; wait until it listens,

@@ -26,11 +26,11 @@ spacing to be announced.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 
 import structlog
 
+from kenning.core.cancelling import cancel_and_wait
 from kenning.core.records import NewInstance, StartOutcome
 from kenning.db import Database, Executor
 from kenning.db.errors import may_be_one_callers_fault
@@ -162,9 +162,7 @@ class Starter:
         """Announce at once the starts still waiting for their NOTIFY."""
         announcer, self._announcer = self._announcer, None
         if announcer is not None:
-            announcer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await announcer
+            await cancel_and_wait(announcer)
         async with self._writing:
             await self._announce()
 
