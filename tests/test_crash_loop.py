@@ -21,6 +21,7 @@ from kenning import App, Client, WorkflowContext, activity, workflow
 from kenning.db import Database, statement
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
+from kenning.storage import claims as claims_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from tests.logguard import expect_log
@@ -137,12 +138,12 @@ async def test_the_claim_counts_expired_leases_without_a_step_and_parks_at_max_r
             )
         now = (await conn.execute(statement("SELECT now() AS now"))).one().now
 
-    def claim(seconds: float, *, max_runs: int = 3, take_suspect: bool = True) -> Awaitable[instances_sql.Claim]:
+    def claim(seconds: float, *, max_runs: int = 3, take_suspect: bool = True) -> Awaitable[claims_sql.Claim]:
         return _claim(
             database, now + timedelta(seconds=seconds), lease_seconds=1, max_runs=max_runs, take_suspect=take_suspect
         )
 
-    def taken(claimed: instances_sql.Claim) -> list[tuple[str, bool, bool]]:
+    def taken(claimed: claims_sql.Claim) -> list[tuple[str, bool, bool]]:
         return sorted((c.id, c.taken_over, c.suspect) for c in claimed.instances)
 
     first = await claim(0)
@@ -199,10 +200,10 @@ async def test_a_run_that_raised_counts_like_an_expired_lease(database: Database
         )
         now = (await conn.execute(statement("SELECT now() AS now"))).one().now
 
-    def claim(seconds: float, *, take_suspect: bool = True) -> Awaitable[instances_sql.Claim]:
+    def claim(seconds: float, *, take_suspect: bool = True) -> Awaitable[claims_sql.Claim]:
         return _claim(database, now + timedelta(seconds=seconds), lease_seconds=30, take_suspect=take_suspect)
 
-    async def crashed(claimed: instances_sql.Claim) -> None:
+    async def crashed(claimed: claims_sql.Claim) -> None:
         (instance,) = claimed.instances
         async with database.connection() as conn:
             assert await instances_sql.instance_release_crashed(conn, instance.id, instance.lease_token, 0)
@@ -222,7 +223,7 @@ async def test_a_run_that_raised_counts_like_an_expired_lease(database: Database
     async with database.connection() as raw:
         row = await instances_sql.instance_get(raw, "r")
     assert row is not None and row.error is not None
-    assert row.error["message"] == instances_sql.crash_loop_message("r", 2, 2)  # one text, stored and logged
+    assert row.error["message"] == claims_sql.crash_loop_message("r", 2, 2)  # one text, stored and logged
 
     # a parked saga that was compensating: a cancel resumes its compensations
     async with database.transaction() as conn:
@@ -318,7 +319,7 @@ async def test_a_suspect_that_records_a_step_in_its_own_transaction_frees_the_su
             idempotency_key=None,
         )
     async with database.connection() as conn:  # a worker that died: its lease has expired
-        dead = await instances_sql.instance_claim(
+        dead = await claims_sql.instance_claim(
             conn, owner="dead", workflow_names=["records_in_its_transaction"], limit=1, lease_seconds=-60
         )
     assert [c.id for c in dead.instances] == ["suspect"]
@@ -364,7 +365,7 @@ async def test_the_runs_claimed_beside_a_parked_instance_do_not_wait_for_its_fai
                 conn, instance_id=iid, workflow_name=name, source_hash="h", input_json={}, idempotency_key=None
             )
     async with database.connection() as raw:  # doomed: one more run without progress parks it
-        claimed = await instances_sql.instance_claim(
+        claimed = await claims_sql.instance_claim(
             raw, owner="dead", workflow_names=["raises_in_replay"], limit=1, lease_seconds=-60
         )
         assert [c.id for c in claimed.instances] == ["doomed"]
@@ -398,10 +399,10 @@ def _states(sql: psycopg.Connection[tuple[object, ...]]) -> list[tuple[object, .
 
 async def _claim(
     database: Database, at: datetime, *, lease_seconds: float, take_suspect: bool = True, max_runs: int = 2
-) -> instances_sql.Claim:
+) -> claims_sql.Claim:
     """One claim of workflow ``wf`` at database time ``at``, parking at ``max_runs`` runs."""
     async with database.connection() as conn:
-        return await instances_sql.instance_claim(
+        return await claims_sql.instance_claim(
             conn,
             owner="w",
             workflow_names=["wf"],

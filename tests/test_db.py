@@ -19,6 +19,7 @@ from sqlalchemy import text
 
 from kenning.db import Database, connect, executor_of, statement
 from kenning.db.errors import is_unavailable, sqlstate
+from kenning.storage import claims as claims_sql
 from kenning.storage import instances as instances_sql
 from tests.support import backend_pid, backend_pids_held_together
 
@@ -213,7 +214,7 @@ async def test_a_broken_connection_drops_the_idle_ones_too(database: Database, s
 async def test_an_empty_claim_says_when_the_next_instance_becomes_claimable(database: Database) -> None:
     now = datetime(2030, 1, 1, tzinfo=UTC)
     async with database.connection() as conn:
-        empty = await instances_sql.instance_claim(
+        empty = await claims_sql.instance_claim(
             conn, owner="w", workflow_names=["later"], limit=5, lease_seconds=30, now=now
         )
         assert empty.instances == [] and empty.seconds_until_next is None  # nothing queued at all
@@ -223,11 +224,11 @@ async def test_an_empty_claim_says_when_the_next_instance_becomes_claimable(data
             ),
             {"at": now + timedelta(seconds=42)},
         )
-        waiting = await instances_sql.instance_claim(
+        waiting = await claims_sql.instance_claim(
             conn, owner="w", workflow_names=["later"], limit=5, lease_seconds=30, now=now
         )
         assert waiting.instances == [] and waiting.seconds_until_next == pytest.approx(42)
-        due = await instances_sql.instance_claim(
+        due = await claims_sql.instance_claim(
             conn, owner="w", workflow_names=["later"], limit=5, lease_seconds=30, now=now + timedelta(seconds=43)
         )
         assert [c.id for c in due.instances] == ["i-later"] and due.seconds_until_next is None

@@ -11,6 +11,7 @@ from psycopg.errors import LockNotAvailable
 
 from kenning.core.records import SuspendOutcome
 from kenning.db import Database, Executor, statement
+from kenning.storage import claims as claims_sql
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import subscriptions as subscriptions_sql
@@ -28,7 +29,7 @@ async def _waiting_instance(database: Database, instance_id: str, *, timeout: fl
             conn, instance_id=instance_id, workflow_name="wf", source_hash="", input_json={}, idempotency_key=None
         )
         (claim,) = (
-            await instances_sql.instance_claim(conn, owner="w", workflow_names=["wf"], limit=1, lease_seconds=30)
+            await claims_sql.instance_claim(conn, owner="w", workflow_names=["wf"], limit=1, lease_seconds=30)
         ).instances
         outcome = await subscriptions_sql.subscription_register_and_suspend(
             conn,

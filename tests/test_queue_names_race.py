@@ -22,6 +22,7 @@ from kenning.core.names import CHANNEL_QUEUES
 from kenning.core.records import NewInstance, StartOutcome
 from kenning.db import Database, Executor, statement
 from kenning.storage import children as children_sql
+from kenning.storage import claims as claims_sql
 from kenning.storage import instances as instances_sql
 from tests.support import eventually
 
@@ -64,7 +65,7 @@ async def _parent_token(database: Database) -> str:
         await instances_sql.instance_insert(
             conn, instance_id="p", workflow_name="parent", source_hash="h", input_json={}, idempotency_key=None
         )
-        claim = await instances_sql.instance_claim(
+        claim = await claims_sql.instance_claim(
             conn, owner="test-worker", workflow_names=["parent"], limit=1, lease_seconds=60
         )
     (parent,) = claim.instances

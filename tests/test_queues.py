@@ -19,6 +19,7 @@ import tests.apps.queues as queues_app
 from kenning import Client, ConfigurationError, WorkflowContext, workflow
 from kenning.core.records import NewInstance
 from kenning.db import Database
+from kenning.storage import claims as claims_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import progress as progress_sql
 from kenning.storage import queues as queues_sql
@@ -198,7 +199,7 @@ async def test_an_expired_lease_is_not_renewed_once_its_slot_was_given_away(data
     await _queued(database, "one-slot", ("a", "wf", ""), ("b", "wf", ""))
     claim = dict(queue="one-slot", workflow_names=["wf"], limit=5, lease_seconds=30, take_suspect=False)
     async with database.connection() as conn:
-        (first,) = (await queues_sql.queue_claim(conn, owner="w1", **claim)).instances  # type: ignore[arg-type]
+        (first,) = (await claims_sql.queue_claim(conn, owner="w1", **claim)).instances  # type: ignore[arg-type]
     # w1 stalled past its lease: the slot is free, and the queue's next claim admits b (a
     # suspect, its run before died too, so this claim, as one of a worker running a suspect, leaves it)
     sql.execute(
@@ -207,7 +208,7 @@ async def test_an_expired_lease_is_not_renewed_once_its_slot_was_given_away(data
         (first.id,),
     )
     async with database.connection() as conn:
-        (second,) = (await queues_sql.queue_claim(conn, owner="w2", **claim)).instances  # type: ignore[arg-type]
+        (second,) = (await claims_sql.queue_claim(conn, owner="w2", **claim)).instances  # type: ignore[arg-type]
         assert second.id != first.id
         # w1's heartbeat comes late: its lease is not renewed, its run must stop
         lost = await instances_sql.instance_heartbeat(conn, [first.lease_token, second.lease_token], 30)
@@ -227,12 +228,12 @@ async def test_a_worker_claims_only_from_queues_of_its_workflows_and_moves_no_cu
         assert await queues_sql.queue_names(conn, ["nobody"]) == []
         # a worker knowing none of k1..k3's workflow: it takes nothing there and the
         # round-robin's cursor stays, so k1 is still the next key served
-        foreign = await queues_sql.queue_claim(
+        foreign = await claims_sql.queue_claim(
             conn, queue="mixed", owner="other", workflow_names=["nobody"], limit=2, lease_seconds=30
         )
         assert foreign.instances == []
         assert sql.execute("SELECT partition_cursor, claim_seq FROM kenning_queues").fetchone() == ("", 0)
-        served = await queues_sql.queue_claim(
+        served = await claims_sql.queue_claim(
             conn, queue="mixed", owner="mine", workflow_names=["mine"], limit=1, lease_seconds=30
         )
     assert [c.id for c in served.instances] == ["x1"]

@@ -20,7 +20,7 @@ from kenning.client import ResultTimeoutError
 from kenning.core.names import CHANNEL_RESULTS, RESULTS_LISTENERS_LOCK, RESULTS_LISTENERS_LOCKS
 from kenning.db import Database, Executor, statement
 from kenning.errors import WorkflowFailedError
-from kenning.storage import instances as instances_sql
+from kenning.storage import claims as claims_sql
 from kenning.storage import results as results_sql
 from kenning.storage.names import notify_results
 from tests.logguard import expect_log
@@ -130,12 +130,12 @@ async def test_the_claim_parking_a_crash_loop_notifies(database: Database) -> No
         wait = asyncio.create_task(client.result(instance.instance_id))
         await _waiting(client, 1)
         async with database.connection() as conn:
-            claimed = await instances_sql.instance_claim(
+            claimed = await claims_sql.instance_claim(
                 conn, owner="w", workflow_names=["gated_sum"], limit=1, lease_seconds=0.01, max_runs=1
             )
             assert len(claimed.instances) == 1
             await asyncio.sleep(0.05)  # its lease expires without a step: the next claim parks it
-            again = await instances_sql.instance_claim(
+            again = await claims_sql.instance_claim(
                 conn, owner="w", workflow_names=["gated_sum"], limit=1, lease_seconds=30, max_runs=1
             )
         assert [p.id for p in again.parked] == [instance.instance_id]

@@ -8,6 +8,7 @@ import psycopg
 import pytest
 
 from kenning.db import Database
+from kenning.storage import claims as claims_sql
 from kenning.storage import instances as instances_sql
 from tests.support import backend_pid, backend_pids_held_together
 
@@ -23,7 +24,7 @@ async def _claimed(database: Database, instance_id: str) -> str:
             idempotency_key=None,
         )
         (claimed,) = (
-            await instances_sql.instance_claim(conn, owner="a", workflow_names=[instance_id], limit=1, lease_seconds=30)
+            await claims_sql.instance_claim(conn, owner="a", workflow_names=[instance_id], limit=1, lease_seconds=30)
         ).instances
     return str(claimed.lease_token)
 

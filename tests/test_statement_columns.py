@@ -26,6 +26,7 @@ import kenning.storage
 from kenning.core.records import SuspendOutcome
 from kenning.db import Database
 from kenning.db import Statement as SqlStatement
+from kenning.storage import claims as claims_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage import timers as timers_sql
@@ -179,7 +180,7 @@ async def test_suspend_reads_its_row_on_the_autocommit_pool(database: Database, 
             conn, instance_id="i-1", workflow_name="wf", source_hash="", input_json={}, idempotency_key=None
         )
         (claim,) = (
-            await instances_sql.instance_claim(conn, owner="w", workflow_names=["wf"], limit=1, lease_seconds=30)
+            await claims_sql.instance_claim(conn, owner="w", workflow_names=["wf"], limit=1, lease_seconds=30)
         ).instances
         if wait == "event":
             outcome = await subscriptions_sql.subscription_register_and_suspend(

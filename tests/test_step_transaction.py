@@ -25,6 +25,7 @@ from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
 from kenning.errors import LeaseLostError, NonDeterminismError, UnstorableValueError
 from kenning.outbox import send_event_transactional
+from kenning.storage import claims as claims_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import writes as writes_sql
 from kenning.storage.writes import InstanceWrite
@@ -107,7 +108,7 @@ async def test_a_step_transaction_is_rolled_back_when_the_write_before_its_recor
             conn, instance_id="i", workflow_name="wf", source_hash="h", input_json={}, idempotency_key=None
         )
         (claimed,) = (
-            await instances_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=1, lease_seconds=30)
+            await claims_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=1, lease_seconds=30)
         ).instances
     port = PgInstancePort(
         database=database, claimed=claimed, writes=GroupCommit(write=apply, retry_alone=may_be_one_callers_fault)
@@ -161,7 +162,7 @@ async def test_a_value_over_a_program_limit_is_the_steps_unstorable_value(databa
             conn, instance_id="big", workflow_name="wf", source_hash="h", input_json={}, idempotency_key=None
         )
         (claimed,) = (
-            await instances_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=1, lease_seconds=30)
+            await claims_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=1, lease_seconds=30)
         ).instances
 
     async def apply(writes: Sequence[InstanceWrite]) -> list[bool | None]:

@@ -12,6 +12,7 @@ import pytest
 from kenning.core.records import INSTANCE_STATUSES
 from kenning.db import Database, statement
 from kenning.db.migrate import current_revision, head_revision, migrate
+from kenning.storage import claims as claims_sql
 from kenning.storage import console as console_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
@@ -45,16 +46,16 @@ async def test_expired_lease_is_reclaimed_and_the_stale_token_is_fenced(database
     await _insert(database, 1)
     async with database.transaction() as conn:
         (first,) = (
-            await instances_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30)
+            await claims_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30)
         ).instances
         # while the lease holds nobody else can claim it
         assert (
-            await instances_sql.instance_claim(conn, owner="b", workflow_names=["wf"], limit=10, lease_seconds=30)
+            await claims_sql.instance_claim(conn, owner="b", workflow_names=["wf"], limit=10, lease_seconds=30)
         ).instances == []
     later = await _db_now(database) + timedelta(seconds=31)
     async with database.transaction() as conn:
         (second,) = (
-            await instances_sql.instance_claim(
+            await claims_sql.instance_claim(
                 conn, owner="b", workflow_names=["wf"], limit=10, lease_seconds=30, now=later
             )
         ).instances
@@ -101,9 +102,7 @@ async def test_claims_are_disjoint_under_concurrency(database: Database) -> None
         while True:
             async with database.transaction() as conn:
                 batch = (
-                    await instances_sql.instance_claim(
-                        conn, owner=owner, workflow_names=["wf"], limit=7, lease_seconds=30
-                    )
+                    await claims_sql.instance_claim(conn, owner=owner, workflow_names=["wf"], limit=7, lease_seconds=30)
                 ).instances
             if not batch:
                 return got
@@ -153,7 +152,7 @@ def test_claim_keeps_to_the_partial_index_when_statistics_predate_a_backlog(
         "SELECT 'live' || g, 'wf', 'pending', now() - interval '1 hour' FROM generate_series(1, 20000) g"
     )
     params = {"owner": "probe", "names": ["wf"], "limit": 10, "lease_seconds": 30.0, "now": None}
-    plan = "\n".join(str(r[0]) for r in sql.execute("EXPLAIN " + instances_sql._INSTANCE_CLAIM.sql, params))
+    plan = "\n".join(str(r[0]) for r in sql.execute("EXPLAIN " + claims_sql._INSTANCE_CLAIM.sql, params))
     assert "kenning_instances_claimable" in plan, plan
     assert "_status_created" not in plan, plan
 
@@ -182,13 +181,13 @@ async def test_heartbeat_reports_leases_taken_over(database: Database) -> None:
     await _insert(database, 2)
     async with database.transaction() as conn:
         claimed = (
-            await instances_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30)
+            await claims_sql.instance_claim(conn, owner="a", workflow_names=["wf"], limit=10, lease_seconds=30)
         ).instances
     tokens = [c.lease_token for c in claimed]
     later = await _db_now(database) + timedelta(seconds=60)
     async with database.transaction() as conn:
         retaken = (
-            await instances_sql.instance_claim(
+            await claims_sql.instance_claim(
                 conn, owner="b", workflow_names=["wf"], limit=1, lease_seconds=30, now=later
             )
         ).instances

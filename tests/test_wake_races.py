@@ -24,6 +24,7 @@ from kenning.core.records import HistoryRecord, NewInstance, SuspendOutcome
 from kenning.db import Database, Executor, statement
 from kenning.registry import Registry
 from kenning.storage import children as children_sql
+from kenning.storage import claims as claims_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
 from kenning.storage.messages import SendOutcome, SendStatus
@@ -67,7 +68,7 @@ async def _running(database: Database, instance_id: str, workflow: str) -> str:
             conn, instance_id=instance_id, workflow_name=workflow, source_hash="h", input_json={}, idempotency_key=None
         )
     async with database.connection() as conn:
-        claim = await instances_sql.instance_claim(
+        claim = await claims_sql.instance_claim(
             conn, owner="test-worker", workflow_names=[workflow], limit=1, lease_seconds=60
         )
     (claimed,) = claim.instances
@@ -79,7 +80,7 @@ async def _running_again(database: Database, instance_id: str, workflow: str) ->
     """Claim ``instance_id``, runnable again (or started by a step), as a worker would."""
     async with database.connection() as conn:
         (claimed,) = (
-            await instances_sql.instance_claim(
+            await claims_sql.instance_claim(
                 conn, owner="test-worker", workflow_names=[workflow], limit=1, lease_seconds=60
             )
         ).instances

@@ -16,10 +16,11 @@ from psycopg.rows import dict_row
 
 from kenning.core.names import ACTIVITY_COMPLETED
 from kenning.runtime.embedded import with_database
+from kenning.storage import claims as claims_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 
-CLAIM = instances_sql._INSTANCE_CLAIM.sql
+CLAIM = claims_sql._INSTANCE_CLAIM.sql
 RECORD = history_sql._HISTORY_RECORD_STEP.sql
 COMPLETE = instances_sql._INSTANCE_COMPLETE.sql
 

@@ -16,7 +16,7 @@ from typing import Any
 from kenning.app import App
 from kenning.core.records import ParkedInstance
 from kenning.hooks import call_hook
-from kenning.storage.instances import crash_loop_message
+from kenning.storage.claims import crash_loop_message
 
 
 class CrashLoopError(Exception):

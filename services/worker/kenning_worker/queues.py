@@ -18,8 +18,9 @@ from typing import Any, TypedDict
 from kenning.app import App
 from kenning.db import Database, Executor
 from kenning.observability import metrics
+from kenning.storage import claims as claims_sql
 from kenning.storage import queues as queues_sql
-from kenning.storage.instances import Claim
+from kenning.storage.claims import Claim
 from kenning.storage.queues import QueueLimits
 
 # When a queue's claim found it held by another worker's claim: try again this soon.
@@ -107,7 +108,7 @@ class WorkerQueues:
 
     async def claim(self, conn: Executor, queue: str, asked: ClaimArgs, *, into: QueuePass) -> Claim:
         started = time.perf_counter()
-        claim = await queues_sql.queue_claim(conn, queue=queue, **asked)
+        claim = await claims_sql.queue_claim(conn, queue=queue, **asked)
         metrics.CLAIM_DURATION.observe(time.perf_counter() - started)
         into.claims.append(claim)
         into.tokens.update(c.lease_token for c in claim.instances)

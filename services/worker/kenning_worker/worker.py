@@ -40,10 +40,11 @@ from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
 from kenning.runtime.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
 from kenning.runtime.passloop import PassLoop, listening
+from kenning.storage import claims as claims_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import writes as writes_sql
-from kenning.storage.instances import DEFAULT_MAX_RUNS
+from kenning.storage.claims import DEFAULT_MAX_RUNS
 from kenning.storage.writes import InstanceWrite
 from kenning_worker.crashloop import report_parked
 from kenning_worker.inbox import InboxProcessor, InboxSettings
@@ -301,7 +302,7 @@ class Worker:
                 )
                 if source is None:
                     started = time.perf_counter()
-                    claim = await instances_sql.instance_claim(conn, **asked)
+                    claim = await claims_sql.instance_claim(conn, **asked)
                     metrics.CLAIM_DURATION.observe(time.perf_counter() - started)
                     queued.claims.append(claim)
                     until = claim.seconds_until_next

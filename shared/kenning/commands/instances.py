@@ -14,6 +14,7 @@ from kenning.db import Executor, connect
 from kenning.errors import WorkflowNotFoundError
 from kenning.runtime.config import add_database_options, add_logging_options, positive_int
 from kenning.storage import children as children_sql
+from kenning.storage import claims as claims_sql
 from kenning.storage import definitions as definitions_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
@@ -108,7 +109,7 @@ async def retry_instance(conn: Executor, row: InstanceRow) -> dict[str, Any]:
     its failed steps forgotten and their attempts reset; a crash-looped instance resumes
     as it was parked. Call it inside a transaction: two statements may run."""
     # a crash-looped instance resumes as it was parked, compensating ones included
-    crash_loop = (row.error or {}).get("reason") == instances_sql.CRASH_LOOP
+    crash_loop = (row.error or {}).get("reason") == claims_sql.CRASH_LOOP
     rerun = None if crash_loop else await sagas_sql.saga_retry(conn, row.id)
     if rerun is not None:  # the rollback stopped at a failed compensation: finish it
         return {"retried": True, "message": f"compensating again; {rerun} failed compensation(s) will run again"}
@@ -152,7 +153,7 @@ def _show(
         )
     )
     error = row["error"] or {}
-    if error.get("reason") == instances_sql.CRASH_LOOP:  # in full, with what to do: the table cuts it
+    if error.get("reason") == claims_sql.CRASH_LOOP:  # in full, with what to do: the table cuts it
         emit(f"\n{error.get('message')}")
     emit("")
     emit(

@@ -7,11 +7,8 @@ The database clock is the only clock; ``now`` parameters exist so tests can move
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from kenning.core.names import (
@@ -21,12 +18,12 @@ from kenning.core.names import (
     COMPENSATION_FAILED,
     EVENT_TIMEOUT,
 )
-from kenning.core.records import ClaimedInstance, FoldedWrites, InstanceRow, NewInstance, ParkedInstance, StartOutcome
-from kenning.db import Executor, Statement, statement
+from kenning.core.records import FoldedWrites, InstanceRow, NewInstance, StartOutcome
+from kenning.db import Executor, statement
 from kenning.storage.children import TOLD, tell_parents
-from kenning.storage.clock import NOW, seconds_or_none
+from kenning.storage.claims import CRASH_LOOP
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
-from kenning.storage.names import notify, notify_result, notify_results
+from kenning.storage.names import notify, notify_results
 from kenning.storage.queue_rows import QUEUE_ROWS, QUEUES_NOTIFIED, QUEUES_UNSEEN, queues_name
 
 # The one insert of new instances: a client's batch of starts, an event's start, a cron tick.
@@ -159,258 +156,6 @@ async def instance_find_existing(
     if existing is None:  # a concurrent insert of the same key has not committed yet
         raise RuntimeError(f"instance {instance_id} conflicts with an uncommitted start")
     return str(existing.id)
-
-
-# Runs in a row that may end without a clean end or a new step before the claim parks the
-# instance as failed (``crash_loop``); the worker's ``--max-runs``.
-DEFAULT_MAX_RUNS = 10
-CRASH_LOOP = "crash_loop"
-CRASH_LOOP_ERROR_TYPE = "kenning_worker.crashloop.CrashLoopError"
-# The one text of a crash loop's error: stored by the claim that parks the instance (the
-# statement fills it in with format()) and given to the failure hook (crash_loop_message).
-_CRASH_LOOP_MESSAGE = (
-    "crash loop: {runs} runs in a row ended without finishing cleanly or recording a step "
-    "(--max-runs {max_runs}); fix the cause, then run kenning instances retry {instance_id}"
-)
-
-
-def crash_loop_message(instance_id: str, runs: int, max_runs: int) -> str:
-    return _CRASH_LOOP_MESSAGE.format(runs=runs, max_runs=max_runs, instance_id=instance_id)
-
-
-def _crash_loop_format(max_runs: int) -> str:
-    """``_CRASH_LOOP_MESSAGE`` as a SQL string literal for format(runs, instance id)."""
-    template = _CRASH_LOOP_MESSAGE.replace("%", "%%").format(runs="%1$s", max_runs=max_runs, instance_id="%2$s")
-    return "'" + template.replace("'", "''") + "'"
-
-
-# What the claim writes into each row it takes: a lease, or for a parked instance
-# (``{park}`` true) none, and the crash-loop error with what ``kenning instances retry``
-# needs to resume it (resume_status, previous_error).
-_CLAIM_SET = """
-        status = CASE WHEN {park} THEN 'failed' WHEN i.status = 'pending' THEN 'running' ELSE i.status END,
-        lease_owner = CASE WHEN {park} THEN NULL ELSE :owner END,
-        lease_token = CASE WHEN {park} THEN NULL ELSE gen_random_uuid() END,
-        available_at = CASE WHEN {park} THEN NULL ELSE {now} + make_interval(secs => :lease_seconds) END,
-        run_count = CASE WHEN {park} THEN i.run_count ELSE i.run_count + 1 END,
-        runs_without_progress = {runs},
-        error = CASE WHEN {park} THEN jsonb_build_object(
-                    'type', '{error_type}', 'reason', '{reason}',
-                    'message', format({message}, {runs}, i.id),
-                    'args', jsonb_build_array(format({message}, {runs}, i.id)),
-                    'runs_without_progress', {runs},
-                    'resume_status', CASE WHEN i.status = 'compensating' THEN 'compensating' ELSE 'pending' END,
-                    'previous_error', i.error)
-                ELSE i.error END,
-        finished_at = CASE WHEN {park} THEN now() ELSE i.finished_at END,
-        started_at = coalesce(i.started_at, {now}),
-        -- the database's own clock, as history rows' created_at: progress is judged by it
-        claimed_at = now(),
-        updated_at = {now}"""
-
-
-@dataclass(frozen=True)
-class ClaimParts:
-    """What the plain claim and a queue's claim (``kenning/storage/queues.py``) share,
-    written around a CTE ``candidates`` (id, suspect, runs_without_progress, claimed_at,
-    available_at): ``chosen`` picks the rows to take, ``lease_filter`` narrows the
-    candidates, ``park`` says which chosen row is parked, ``set_clause`` is the UPDATE's
-    SET, ``returning`` the claimed rows' columns (``claimed_instances`` reads them)."""
-
-    chosen: str
-    lease_filter: str
-    park: str
-    set_clause: str
-    returning: str
-
-
-def _runs_counted(row: str) -> str:
-    """The run a claim of ``row`` counts against it: 0 unless it was taken over (its
-    lease still set) without recording a step since its claim; then one more than before."""
-    return f"""CASE WHEN {row}.lease_token IS NULL THEN 0
-                    WHEN EXISTS (SELECT FROM kenning_history AS h
-                                 WHERE h.instance_id = {row}.id
-                                   AND h.created_at >= coalesce({row}.claimed_at, CAST('-infinity' AS timestamptz)))
-                    THEN 0
-                    ELSE {row}.runs_without_progress + 1 END"""
-
-
-def takeover_columns(row: str) -> str:
-    """The candidates' columns ``claim_parts`` reads, for a row of kenning_instances named
-    ``row``: whether it is taken over, and the run counted against it. CASE reads the
-    history only for a row taken over (rare), so the common claim costs nothing more."""
-    return f"{row}.lease_token IS NOT NULL AS taken_over, {_runs_counted(row)} AS runs"
-
-
-@functools.cache
-def claim_parts(max_runs: int, take_suspect: bool) -> ClaimParts:
-    """The claim of a worker with this ``--max-runs`` that may (or may not, because it
-    runs one already) take a suspect.
-
-    A row whose lease is still set when claimed was *taken over*: its previous run did
-    not end cleanly (its lease expired, or the run raised and ``instance_release_crashed``
-    handed it back). The run counts against it unless it recorded a step since its claim.
-    It is a *suspect* only with evidence: the run before died so too (this claim counts
-    its second such run in a row or more). Suspects are taken one per claim and run one
-    at a time per worker, so one that kills its process takes no other suspect down with
-    it; every other takeover (all the instances a killed worker had in flight) is claimed
-    together, as many as the claim's limit, so a dead worker's instances recover at once.
-
-    Both are process constants, written into the statement as literals (``max_runs`` is a
-    validated int): a worker runs at most two variants, each compiled once. The common
-    path (nothing taken over) costs what the claim cost before crash loops were counted:
-    one locked index range, one update; the history is read only for a row taken over.
-    """
-    # The OR stops at a row that is no suspect: the subquery runs only when one was offered.
-    suspects = "c.id = (SELECT s.id FROM candidates AS s WHERE s.runs > 1 ORDER BY s.available_at, s.id LIMIT 1)"
-    chosen = f"""SELECT c.id, c.runs > 1 AS suspect, c.taken_over, c.runs
-        FROM candidates AS c
-        WHERE c.runs <= 1{" OR " + suspects if take_suspect else ""}"""
-    # A worker running a suspect leaves the others to other workers (or its next claim):
-    # here, every row whose run before died too, whether or not it then recorded a step
-    # (the filter needs no history read; one with a step is taken by the next such claim).
-    lease_filter = "" if take_suspect else "AND (lease_token IS NULL OR runs_without_progress = 0)"
-    park = f"(c.runs >= {max_runs:d})"
-    set_clause = _CLAIM_SET.format(
-        park=park,
-        runs="c.runs",
-        now=NOW,
-        error_type=CRASH_LOOP_ERROR_TYPE,
-        reason=CRASH_LOOP,
-        message=_crash_loop_format(max_runs),
-    )
-    returning = f"""i.id, i.workflow_name, i.status, i.input, i.cancel_requested,
-                  CAST(i.lease_token AS text) AS lease_token, i.run_count, i.attempts, i.trace_context,
-                  c.suspect, c.taken_over, i.runs_without_progress,
-                  -- a parked instance has finished: its awaiting clients are told
-                  CASE WHEN {park} THEN {notify_result("i.id")} ELSE false END AS park"""
-    return ClaimParts(chosen, lease_filter, park, set_clause, returning)
-
-
-@functools.cache
-def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
-    """The claim of instances in no queue: ``claim_parts`` around the claimable index's
-    range, which leaves queued instances out (their queue's claim takes them)."""
-    parts = claim_parts(max_runs, take_suspect)
-    return statement(
-        f"""
-    WITH candidates AS (
-        SELECT id, {takeover_columns("kenning_instances")}, runs_without_progress, claimed_at, available_at
-        FROM kenning_instances
-        WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
-          AND available_at <= {NOW}
-          AND workflow_name = ANY(:names)
-          {parts.lease_filter}
-        ORDER BY available_at
-        LIMIT :limit
-        FOR UPDATE SKIP LOCKED
-    ), chosen AS MATERIALIZED (
-        -- materialized: each row's count is computed once, not once per column using it
-        {parts.chosen}
-    ), claimed AS (
-        UPDATE kenning_instances AS i
-        SET {parts.set_clause}
-        FROM chosen AS c
-        WHERE i.id = c.id
-        RETURNING {parts.returning}
-    )
-    SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
-           suspect, taken_over, park, runs_without_progress, trace_context,
-           CAST(NULL AS float8) AS seconds_until_next
-    FROM claimed
-    UNION ALL
-    -- nothing claimed: one row saying when the next instance becomes claimable, so an
-    -- idle worker knows how long to sleep without a second round trip. min() stops at
-    -- the claimable index's first entry of these workflows: a due suspect this worker
-    -- leaves to others counts too (the worker does not spin on it, see Worker._claim_loop).
-    SELECT NULL AS id, NULL AS workflow_name, NULL AS status, NULL AS input, NULL AS cancel_requested,
-           NULL AS lease_token, NULL AS run_count, NULL AS attempts, NULL AS suspect, NULL AS taken_over,
-           NULL AS park,
-           NULL AS runs_without_progress, NULL AS trace_context,
-           (SELECT CAST(extract(epoch FROM min(available_at) - {NOW}) AS float8)
-            FROM kenning_instances
-            WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
-              AND workflow_name = ANY(:names))
-               AS seconds_until_next
-    WHERE NOT EXISTS (SELECT FROM claimed)
-    """
-    )
-
-
-# The statement of a worker with the default settings (the benchmark's bare engine runs it).
-_INSTANCE_CLAIM = _claim_statement(DEFAULT_MAX_RUNS, True)
-
-
-@dataclass(frozen=True)
-class Claim:
-    instances: list[ClaimedInstance]
-    # when nothing was claimed: seconds until the next instance becomes claimable
-    # (negative: due, but locked by another claim), None if there is none
-    seconds_until_next: float | None
-    # instances this claim parked as failed (crash loop) instead of handing them out
-    parked: list[ParkedInstance] = field(default_factory=list)
-
-
-async def instance_claim(
-    conn: Executor,
-    *,
-    owner: str,
-    workflow_names: Sequence[str],
-    limit: int,
-    lease_seconds: float,
-    max_runs: int = DEFAULT_MAX_RUNS,
-    take_suspect: bool = True,
-    now: datetime | None = None,
-) -> Claim:
-    """Claim up to ``limit`` runnable instances in one round trip.
-
-    Runnable means pending and due, or leased with an expired lease: expired leases are
-    reclaimed here, by the normal claim, not by a sweeper (docs/architecture.md invariant 4). An
-    expired lease is a run that did not end cleanly; ``max_runs`` of them in a row
-    without a step recorded park the instance (``Claim.parked``). ``take_suspect=False``
-    leaves expired leases to other workers (this one runs such an instance already).
-    """
-    if max_runs < 1:
-        raise ValueError("max_runs must be at least 1")
-    result = await conn.execute(
-        _claim_statement(max_runs, take_suspect),
-        {
-            "owner": owner,
-            "names": list(workflow_names),
-            "limit": limit,
-            "lease_seconds": lease_seconds,
-            "now": now,
-        },
-    )
-    claim = Claim([], None)
-    for row in result:
-        if row.id is None:
-            claim = Claim(claim.instances, seconds_or_none(row.seconds_until_next), claim.parked)
-        else:
-            claimed_row(claim, row)
-    return claim
-
-
-def claimed_row(claim: Claim, row: Any) -> None:
-    """Add a row of ``ClaimParts.returning`` to ``claim``: an instance handed out, or parked."""
-    if row.park:
-        claim.parked.append(ParkedInstance(row.id, row.workflow_name, row.run_count, row.runs_without_progress))
-        return
-    claim.instances.append(
-        ClaimedInstance(
-            id=row.id,
-            workflow_name=row.workflow_name,
-            status=row.status,
-            input=row.input,
-            trace_context=row.trace_context,
-            cancel_requested=row.cancel_requested,
-            lease_token=row.lease_token,
-            run_count=row.run_count,
-            attempts=row.attempts,
-            suspect=row.suspect,
-            taken_over=row.taken_over,
-        )
-    )
 
 
 # A lease renews only while it has not expired: an expired one is up for any claim (the
