@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import psycopg
+import pytest
 
 from kenning import Client
 from kenning.db import Database
@@ -89,3 +90,32 @@ async def test_sigterm_while_a_worker_starts_is_a_clean_stop(
         )
     )
     assert codes == [0] * len(STOPS_WHILE_STARTING), dict(zip(STOPS_WHILE_STARTING, codes, strict=True))
+
+
+@pytest.mark.parametrize("command", ["scheduler", "relayer"])
+async def test_sigterm_while_the_scheduler_or_relayer_starts_is_a_clean_stop(
+    command: str, database_url: str, processes: ProcessPool, tmp_path: Path
+) -> None:
+    """The same for the scheduler and the relayer, stopped while they load their app."""
+    codes = []
+    for n, delay in enumerate((0.0, 0.3)):
+        marker = tmp_path / f"imported-{n}"
+        env = {
+            "KENNING_TEST_IMPORTED_FILE": str(marker),
+            "KENNING_TEST_IMPORT_SECONDS": str(IMPORT_SECONDS),
+            "KENNING_DATABASE_URL": database_url,
+        }
+        extra = ["--broker-url", "http://127.0.0.1:9/"] if command == "relayer" else []
+        proc = processes.spawn(
+            [command, "--app", "tests.apps.slow_start", "--no-migrate", *extra], env=env, name=command
+        )
+        await eventually(
+            lambda m=marker, p=proc: m.exists() or p.poll() is not None, timeout=60, message="app imported"
+        )  # type: ignore[misc]
+        await asyncio.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            codes.append(await asyncio.to_thread(proc.wait, 30))
+        except psutil.TimeoutExpired:
+            raise AssertionError(f"{command} did not exit after SIGTERM {delay} s into its start") from None
+    assert codes == [0, 0]

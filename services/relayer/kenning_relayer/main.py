@@ -16,7 +16,7 @@ from kenning.runtime.appload import broker_url, database_url, load_app
 from kenning.runtime.config import add_settings, settings_from_args
 from kenning.runtime.loop import run as run_loop
 from kenning.runtime.scrape import serving_metrics
-from kenning.runtime.service import serve
+from kenning.runtime.service import Starting, serve
 from kenning_relayer.settings import RelayerSettings
 from kenning_relayer.targets import check_url
 
@@ -43,7 +43,7 @@ def settings_from(args: argparse.Namespace) -> RelayerSettings:
     return settings
 
 
-async def _serve(settings: RelayerSettings) -> None:
+async def _serve(settings: RelayerSettings, starting: Starting) -> None:
     from kenning_relayer.relayer import Relayer
 
     database = connect(
@@ -54,10 +54,13 @@ async def _serve(settings: RelayerSettings) -> None:
         direct_url=settings.direct_database_url,
     )
     async with serving_metrics(database, settings.metrics_host, settings.metrics_port):
-        await serve(Relayer(database, settings), close=database.dispose, health_file=settings.health_file)
+        await serve(
+            Relayer(database, settings), close=database.dispose, health_file=settings.health_file, starting=starting
+        )
 
 
 def run(args: argparse.Namespace) -> int:
+    starting = Starting.catch()  # a stop while it loads the app, migrates or connects: exit code 0
     settings = settings_from(args)
     if settings.migrate:
         migrate(settings.database_url)
@@ -71,5 +74,6 @@ def run(args: argparse.Namespace) -> int:
         listen=settings.listen,
     )
     tracing.configure("kenning-relayer")
-    run_loop(_serve(settings))
+    starting.defer()
+    run_loop(_serve(settings, starting))
     return 0

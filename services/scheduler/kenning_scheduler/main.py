@@ -14,7 +14,7 @@ from kenning.runtime.appload import database_url, load_app
 from kenning.runtime.config import add_settings, settings_from_args
 from kenning.runtime.loop import run as run_loop
 from kenning.runtime.scrape import serving_metrics
-from kenning.runtime.service import serve
+from kenning.runtime.service import Starting, serve
 from kenning.schedules import scheduled_workflows
 from kenning_scheduler.scheduler import Scheduler, SchedulerSettings
 
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings(parser, SchedulerSettings)
 
 
-async def _serve(settings: SchedulerSettings, app: App | None) -> None:
+async def _serve(settings: SchedulerSettings, app: App | None, starting: Starting) -> None:
     database = connect(
         settings.database_url,
         pool_size=2,
@@ -34,10 +34,16 @@ async def _serve(settings: SchedulerSettings, app: App | None) -> None:
         direct_url=settings.direct_database_url,
     )
     async with serving_metrics(database, settings.metrics_host, settings.metrics_port):
-        await serve(Scheduler(database, app, settings), close=database.dispose, health_file=settings.health_file)
+        await serve(
+            Scheduler(database, app, settings),
+            close=database.dispose,
+            health_file=settings.health_file,
+            starting=starting,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
+    starting = Starting.catch()  # a stop while it loads the app, migrates or connects: exit code 0
     settings = settings_from_args(SchedulerSettings, args)
     app = load_app(settings.app) if settings.app.strip() else None
     if app is not None:
@@ -52,5 +58,6 @@ def run(args: argparse.Namespace) -> int:
         poll_interval=settings.poll_interval,
         listen=settings.listen,
     )
-    run_loop(_serve(settings, app))
+    starting.defer()
+    run_loop(_serve(settings, app, starting))
     return 0
