@@ -109,9 +109,11 @@ async def test_sigterm_while_the_scheduler_or_relayer_starts_is_a_clean_stop(
         proc = processes.spawn(
             [command, "--app", "tests.apps.slow_start", "--no-migrate", *extra], env=env, name=command
         )
-        await eventually(
-            lambda m=marker, p=proc: m.exists() or p.poll() is not None, timeout=60, message="app imported"
-        )  # type: ignore[misc]
+
+        def imported(marker: Path = marker, proc: psutil.Popen = proc) -> bool:
+            return marker.exists() or proc.poll() is not None
+
+        await eventually(imported, timeout=60, message="app imported")
         await asyncio.sleep(delay)
         proc.send_signal(signal.SIGTERM)
         try:
