@@ -234,3 +234,49 @@ outbox = Table(
     _ts("created_at", False),
     _ts("published_at"),
 )
+
+
+# migration 0009: the fleet's processes, the operators' actions, the cron schedules
+processes = Table(
+    "kenning_processes",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("version", Text, nullable=False),
+    _ts("started_at", False),
+    _ts("last_seen", False),
+    Column("expires_after_seconds", DOUBLE_PRECISION, nullable=False),
+    Column("details", JSONB, nullable=False),
+)
+
+operator_actions = Table(
+    "kenning_operator_actions",
+    metadata,
+    Column("id", BigInteger, primary_key=True),
+    _ts("at", False),
+    Column("action", Text, nullable=False),
+    Column("origin", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("target", Text),
+    Column("filter", JSONB),
+    Column("affected", Integer, nullable=False),
+    Column("reason", Text),
+    Column("details", JSONB, nullable=False),
+)
+
+schedules = Table(
+    "kenning_schedules",
+    metadata,
+    Column("workflow_name", Text, primary_key=True),
+    Column("expression", Text, nullable=False),
+    Column("timezone", Text, nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("paused_reason", Text),
+    Column("overlap", Text, nullable=False),
+    _ts("last_tick"),
+    _ts("next_tick"),
+    _ts("updated_at", False),
+)
+
