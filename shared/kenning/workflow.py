@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from kenning.errors import ConfigurationError
 from kenning.registry import REGISTRY
-from kenning.schedules import parse_schedule
+from kenning.schedules import check_overlap, parse_schedule
 
 if TYPE_CHECKING:
     from kenning.client import StartedInstance
@@ -49,6 +49,7 @@ class Workflow(Generic[R]):
         timezone: str | None = None,
         retention: timedelta | None = None,
         queue: Queue | str | None = None,
+        overlap: str | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(func):
             raise TypeError(f"workflow {func.__qualname__} must be an async function")
@@ -63,6 +64,8 @@ class Workflow(Generic[R]):
             raise ConfigurationError(f"workflow {self.name!r}: timezone= needs schedule=")
         # The cron schedule the scheduler process starts it on (checked here, at import).
         self.cron: CronSchedule | None = parse_schedule(self.name, schedule, timezone) if schedule is not None else None
+        # what a tick does while the schedule's last instance runs (kenning/schedules.py)
+        self.overlap = check_overlap(self.name, overlap, schedule)
         if retention is not None and (not isinstance(retention, timedelta) or retention <= timedelta(0)):
             raise ConfigurationError(f"workflow {self.name!r}: retention= must be a positive timedelta")
         # How long the scheduler keeps a finished instance and its history (its definition
@@ -132,6 +135,7 @@ def workflow(
     timezone: str | None = None,
     retention: timedelta | None = None,
     queue: Queue | str | None = None,
+    overlap: str | None = None,
 ) -> WorkflowDecorator: ...
 
 
@@ -146,12 +150,15 @@ def workflow(
     timezone: str | None = None,
     retention: timedelta | None = None,
     queue: Queue | str | None = None,
+    overlap: str | None = None,
 ) -> Workflow[Any] | WorkflowDecorator:
     """``@workflow`` or ``@workflow(event_handler=True)``: register a durable workflow.
 
     With ``event_handler=True`` a CloudEvent whose type equals the workflow's name starts it.
     With ``schedule="*/5 * * * *"`` the scheduler process starts it on every cron tick, in
-    UTC or in ``timezone`` (an IANA name such as ``"Europe/Paris"``).
+    UTC or in ``timezone`` (an IANA name such as ``"Europe/Paris"``); ``overlap="skip"`` or
+    ``"buffer_one"`` holds a tick back while the schedule's last instance runs (default
+    ``"allow"``).
     With ``retention=timedelta(days=7)`` the scheduler deletes a finished instance and its
     history a week after it ended (default: the scheduler's ``--instance-retention-days``).
     With ``queue="payments"`` (a name or a ``kenning.Queue``) its instances start in that
@@ -168,6 +175,7 @@ def workflow(
             timezone=timezone,
             retention=retention,
             queue=queue,
+            overlap=overlap,
         )
         REGISTRY.add_workflow(wf)
         return wf

@@ -277,6 +277,6 @@ schedules = Table(
     Column("overlap", Text, nullable=False),
     _ts("last_tick"),
     _ts("next_tick"),
+    Column("last_instance_id", Text),  # the instance the schedule last started (overlap)
     _ts("updated_at", False),
 )
-

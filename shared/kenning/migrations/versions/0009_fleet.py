@@ -9,7 +9,10 @@
   bulk ``filter``), how many rows it changed, and why (``reason``).
 - ``kenning_schedules``: one row per cron schedule a scheduler knows (written by the
   schedulers from the workflows' ``@workflow(schedule=...)``): its expression and time
-  zone, whether it is paused, its overlap policy, the last tick started and the next due.
+  zone, whether it is paused, its overlap policy, the last tick decided (started, or
+  skipped: paused, overlapping, before the schedule was first seen) and the next due, and
+  the instance it last started (``last_instance_id``: the overlap policy reads that one
+  row by its key instead of the workflow's whole history).
 
 New tables and no change to existing ones: nothing is rewritten or locked for long.
 
@@ -62,6 +65,7 @@ CREATE TABLE IF NOT EXISTS kenning_schedules (
     overlap       text NOT NULL DEFAULT 'allow' CHECK (overlap IN ('skip', 'buffer_one', 'allow')),
     last_tick     timestamptz,
     next_tick     timestamptz,
+    last_instance_id text,
     updated_at    timestamptz NOT NULL DEFAULT now()
 );
 """
