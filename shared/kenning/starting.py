@@ -14,9 +14,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic
-
-from typing_extensions import TypeVar
+from typing import Any
 
 from kenning import serialization
 from kenning.core.limits import MAX_ID_LENGTH
@@ -29,9 +27,6 @@ from kenning.workflow import Workflow
 
 DefinitionKey = tuple[str, str]  # (workflow name, source hash)
 
-# the started workflow's result type, for Client.result (defaulted: a bare StartedInstance is Any)
-R = TypeVar("R", default=Any)
-
 
 class InvalidInputError(KenningError, TypeError):
     """``start()`` arguments that do not fit the workflow's signature or types (a
@@ -43,7 +38,7 @@ class InvalidInputError(KenningError, TypeError):
 
 
 @dataclass(frozen=True)
-class StartedInstance(Generic[R]):
+class StartedInstance:
     instance_id: str
     created: bool  # False when the instance id or idempotency key already existed
 

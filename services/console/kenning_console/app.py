@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 from kenning.app import App
 from kenning.core.names import env_name
 from kenning.db import Database
-from kenning_console import actions, events, instances, live, login, values
+from kenning_console import actions, events, instances, live, login, values, workers
 from kenning_console.pages import ErrorPageMiddleware, http_error, templates
 from kenning_console.security import SecurityMiddleware
 from kenning_console.settings import ConsoleSettings
@@ -32,7 +32,8 @@ from kenning_console.state import Console
 _log = structlog.get_logger("kenning.console")
 
 # Each page module's routes, in order (the first match wins). Add a module here.
-ROUTE_MODULES = (login, actions, events, instances, live, values)  # actions before instances: its ids take any path
+# actions before instances: its ids take any path
+ROUTE_MODULES = (login, actions, events, instances, live, values, workers)
 
 
 async def healthz(request: Request) -> Response:
@@ -71,7 +72,7 @@ def create_app(settings: ConsoleSettings, app: App | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         console.database = database(settings)
-        async with live.listening(console):
+        async with live.listening(console), workers.present(console):
             _log.info("console.started", host=settings.host, port=settings.port)
             try:
                 yield

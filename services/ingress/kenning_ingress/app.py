@@ -26,11 +26,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kenning.core.urls import hide_credentials
 from kenning.db import Database, Executor
 from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
 from kenning.observability import tracing
 from kenning.observability.logs import configure_logging
+from kenning.runtime.config import process_id
+from kenning.runtime.presence import Presence
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage.inbox import NewEvent
@@ -107,12 +110,31 @@ class Ingress:
         )
         try:
             # each broker source writes through the same group commit as the requests
-            async with running_sources(
-                self.settings.sources, self.inbox.store, self.settings.limits, self.settings.max_body_bytes
+            async with (
+                self._presence().running(),
+                running_sources(
+                    self.settings.sources, self.inbox.store, self.settings.limits, self.settings.max_body_bytes
+                ),
             ):
                 yield
         finally:
             await self.database.dispose()
+
+    def _presence(self) -> Presence:
+        """This process's entry in the fleet's registry (each uvicorn worker is one)."""
+        assert self.database is not None
+        settings = self.settings
+        return Presence(
+            self.database,
+            kind="ingress",
+            process_id=process_id("ingress-"),
+            interval=settings.presence_interval,
+            details=lambda: {
+                "listen": f"{settings.host}:{settings.port}",
+                "workers": settings.workers,
+                "sources": [hide_credentials(url) for url in settings.sources],
+            },
+        )
 
     # ---------------------------------------------------------------- database access
 

@@ -29,6 +29,7 @@ from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
 from kenning.runtime.config import process_id
 from kenning.runtime.passloop import PassLoop, listening
+from kenning.runtime.presence import Presence
 from kenning.storage import outbox as outbox_sql
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
 from kenning_relayer.publish import RetrySchedule
@@ -52,6 +53,14 @@ class Relayer:
         self.loop = PassLoop(
             self._pass, log=self.log, failed_event="relayer.claim_failed", retry_seconds=settings.poll_interval
         )
+        # its entry in the fleet's registry (`kenning workers list`)
+        self.presence = Presence(
+            database,
+            kind="relayer",
+            process_id=self.relayer_id,
+            interval=settings.presence_interval,
+            details=lambda: {"broker": hide_credentials(settings.broker_url), "batch_size": settings.batch_size},
+        )
 
     def stop(self) -> None:
         """Stop claiming; the batch in flight gets the grace period, then is released."""
@@ -63,12 +72,15 @@ class Relayer:
     async def run(self) -> None:
         try:
             # unreachable database: no error, the loop's polls retry it
-            async with listening(
-                self.database.listen_url,
-                [CHANNEL_OUTBOX],
-                self._notify,
-                enabled=self.settings.listen,
-                connected_within=5,
+            async with (
+                self.presence.running(),
+                listening(
+                    self.database.listen_url,
+                    [CHANNEL_OUTBOX],
+                    self._notify,
+                    enabled=self.settings.listen,
+                    connected_within=5,
+                ),
             ):
                 await self._publishing()
         finally:

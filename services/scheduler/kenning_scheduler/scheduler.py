@@ -24,6 +24,7 @@ from kenning.observability import metrics
 from kenning.observability.faults import fault_point
 from kenning.runtime.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
 from kenning.runtime.passloop import PassLoop, listening
+from kenning.runtime.presence import Presence
 from kenning.runtime.retention import RetentionSettings
 from kenning.schedules import scheduled_workflows
 from kenning.storage import messages as messages_sql
@@ -94,6 +95,15 @@ class Scheduler:
             failed_event="scheduler.pass_failed",
             retry_seconds=min(self.settings.poll_interval, 1.0),
         )
+        # its entry in the fleet's registry, whose long-stale entries it deletes
+        self.presence = Presence(
+            database,
+            kind="scheduler",
+            process_id=self.scheduler_id,
+            interval=self.settings.presence_interval,
+            details=lambda: {"app": self.settings.app, "schedules": sorted(wf.name for wf in self.cron.workflows)},
+            forget_stale=True,
+        )
 
     def stop(self) -> None:
         """Finish the current pass and return from ``run`` (SIGTERM)."""
@@ -104,8 +114,9 @@ class Scheduler:
 
     async def run(self) -> None:
         try:
-            async with listening(
-                self.database.listen_url, [CHANNEL_TIMERS], self._notify, enabled=self.settings.listen
+            async with (
+                self.presence.running(),
+                listening(self.database.listen_url, [CHANNEL_TIMERS], self._notify, enabled=self.settings.listen),
             ):
                 self.log.info(
                     "scheduler.started",

@@ -40,6 +40,7 @@ from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
 from kenning.runtime.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
 from kenning.runtime.passloop import PassLoop, listening
+from kenning.runtime.presence import Presence, code_version
 from kenning.storage import claims as claims_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
@@ -187,6 +188,28 @@ class Worker:
         # the queues it claims from under their limits (kenning_worker/queues.py)
         self.queues = WorkerQueues(database, app, log=self.log)
         self._queued: set[str] = set()  # lease tokens of queued instances in flight
+        # its entry in the fleet's registry, under the name its leases carry (`kenning why`)
+        self.presence = Presence(
+            database,
+            kind="worker",
+            process_id=self.worker_id,
+            interval=self.settings.presence_interval,
+            details=self.presence_details,
+        )
+
+    def presence_details(self) -> dict[str, Any]:
+        """What it says of itself in the fleet's registry (``kenning workers list``): its
+        workflows and queues, how many instances it may run and runs now."""
+        workflows = self.app.registry.workflows
+        return {
+            "workflows": self.workflow_names,
+            "queues": self.queues.names,
+            "concurrency": self.settings.concurrency,
+            "running": len(self._running),
+            "inbox": self.settings.inbox.enabled,
+            "app": self.settings.app,
+            "code_version": code_version({name: wf.source_hash for name, wf in workflows.items()}),
+        }
 
     def stop(self) -> None:
         """Stop claiming; in-flight runs get the grace period to finish (SIGTERM)."""
@@ -213,7 +236,10 @@ class Worker:
         if self.settings.inbox.enabled:
             channels += [CHANNEL_INBOX, CHANNEL_SUBSCRIPTIONS]
         try:
-            async with listening(self.database.listen_url, channels, self._notify, enabled=self.settings.listen):
+            async with (
+                self.presence.running(),
+                listening(self.database.listen_url, channels, self._notify, enabled=self.settings.listen),
+            ):
                 await self._claiming()
         finally:
             self.log.info("worker.stopped")

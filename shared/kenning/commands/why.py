@@ -5,7 +5,9 @@ timer's due time, an event's type, match and time-out) and since when; runs and 
 with the last error; its history's length and last step; whether any process registered
 its workflow (and this instance's version of it); what the stuck check recorded; when
 retention will delete it. All of it read in one statement
-(``kenning.storage.progress.instance_explain``), judged on the database's clock.
+(``kenning.storage.progress.instance_explain``), judged on the database's clock; then, from
+the fleet's registry (``kenning workers list``), how many live workers run its workflow:
+an instance a worker must take on is going nowhere while none does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kenning.commands.output import emit, emit_json
 from kenning.db import connect
 from kenning.errors import WorkflowNotFoundError
 from kenning.runtime.config import add_database_options, add_logging_options
+from kenning.storage import processes as processes_sql
 from kenning.storage import progress as progress_sql
 
 HELP = "explain why an instance is where it is and what will move it on"
@@ -38,6 +41,9 @@ async def _explain(args: argparse.Namespace) -> dict[str, Any]:
     try:
         async with database.connection() as conn:
             info = await progress_sql.instance_explain(conn, args.instance_id)
+            if info is not None:
+                live, registered = await processes_sql.processes_workers_of(conn, info["workflow_name"])
+                info["live_workers"], info["stale_workers"] = live, registered - live
     finally:
         await database.dispose()
     if info is None:
@@ -82,31 +88,41 @@ def _span(seconds: float) -> str:
 
 def way_forward(info: dict[str, Any]) -> str:
     """What will move the instance on (docs/architecture.md invariant 7), or that nothing will."""
-    now = info["db_now"]
     status = info["status"]
     known = bool(info["definitions"])
     if status in _TERMINAL:
         return f"none needed: {status}"
     if not known:
         return f"none: no process ever registered workflow {info['workflow_name']!r}; start a worker with its code"
-    available = info["available_at"]
-    if status in ("pending", "running", "compensating"):
-        if available is None:
-            return "NONE: no due time and no lease (the scheduler's stuck check repairs it)"
-        due = "due now" if available <= now else f"due {_ago(now, available)}"
-        if info["leased"]:
-            if available <= now and info["runs_without_progress"]:
-                # a suspect: the claim isolates it (crashloop.py), one per worker at a time
-                return (
-                    f"lease expired {_ago(now, available)}, and {info['runs_without_progress']} earlier run(s)"
-                    " died without recording a step: isolated, the next worker running no other such"
-                    " instance takes it over (while a worker runs one, for up to a lease)"
-                )
-            if available <= now:
-                return f"lease expired {_ago(now, available)}: the next claim of any worker takes it over"
-            return f"leased by {info['lease_owner'] or '?'} until {_ago(now, available)}"
-        what = "compensations run" if status == "compensating" else "a worker claims it"
-        return f"{what}: {due}"
+    if status in ("pending", "running", "compensating") and not _leased_now(info):
+        idle = _no_live_worker(info)
+        if idle:  # what would move it on, and that nothing will until a worker runs
+            return f"{_claimable(info)}; but {idle}"
+    return _claimable(info) if status in ("pending", "running", "compensating") else _waiting(info)
+
+
+def _claimable(info: dict[str, Any]) -> str:
+    now, status, available = info["db_now"], info["status"], info["available_at"]
+    if available is None:
+        return "NONE: no due time and no lease (the scheduler's stuck check repairs it)"
+    due = "due now" if available <= now else f"due {_ago(now, available)}"
+    if info["leased"]:
+        if available <= now and info["runs_without_progress"]:
+            # a suspect: the claim isolates it (crashloop.py), one per worker at a time
+            return (
+                f"lease expired {_ago(now, available)}, and {info['runs_without_progress']} earlier run(s)"
+                " died without recording a step: isolated, the next worker running no other such"
+                " instance takes it over (while a worker runs one, for up to a lease)"
+            )
+        if available <= now:
+            return f"lease expired {_ago(now, available)}: the next claim of any worker takes it over"
+        return f"leased by {info['lease_owner'] or '?'} until {_ago(now, available)}"
+    what = "compensations run" if status == "compensating" else "a worker claims it"
+    return f"{what}: {due}"
+
+
+def _waiting(info: dict[str, Any]) -> str:
+    now, status = info["db_now"], info["status"]
     if status == "waiting_for_timer":
         if not info["timers"]:
             return "NONE: waiting for a timer that does not exist (the stuck check repairs it)"
@@ -124,6 +140,26 @@ def way_forward(info: dict[str, Any]) -> str:
     match = f" matching {sub['match']}" if sub["match"] else ""
     timeout = f"; times out {_ago(now, sub['timeout_at'])}" if sub["timeout_at"] else "; no time-out"
     return f"an event of type {sub['event_type']!r}{match}{timeout}"
+
+
+def _leased_now(info: dict[str, Any]) -> bool:
+    return bool(info["leased"]) and info["available_at"] is not None and info["available_at"] > info["db_now"]
+
+
+def _no_live_worker(info: dict[str, Any]) -> str:
+    """Why nothing takes it on, when no live worker runs its workflow (else "")."""
+    if info.get("live_workers", 1):
+        return ""
+    stale = info.get("stale_workers", 0)
+    gone = f" ({stale} registered worker(s) running it are stale: stopped heartbeating)" if stale else ""
+    return f"no live worker runs workflow {info['workflow_name']!r}{gone}: start a worker with its code"
+
+
+def _workers(info: dict[str, Any]) -> str:
+    live, stale = info.get("live_workers", 0), info.get("stale_workers", 0)
+    name = info["workflow_name"]
+    text = f"{live} live worker(s) run {name!r}" if live else f"no live worker runs {name!r}"
+    return text + (f", {stale} stale" if stale else "") + " (kenning workers list)"
 
 
 def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
@@ -176,6 +212,8 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
         history += f"; {info['compensations']} compensations registered"
     out.append(("history", history))
     out.append(("workflow", _workflow(info)))
+    if info["status"] not in _TERMINAL and "live_workers" in info:
+        out.append(("workers", _workers(info)))
     stuck = info["stuck_reason"]
     if stuck:
         out.append(("stuck", f"{stuck} (found {_ago(now, info['stuck_at'])})"))

@@ -165,6 +165,7 @@ class DatabaseGauges(Collector):
                 yield from self._inbox(row)
         yield from self._outbox([r for r in self.rows if r.area == "outbox"])
         yield from self._queues([r for r in self.rows if r.area == "queues"])
+        yield from self._processes([r for r in self.rows if r.area == "processes"])
 
     def _instances(self, rows: Sequence[MetricsRow]) -> Iterable[Metric]:
         by_status = GaugeMetricFamily(
@@ -267,3 +268,15 @@ class DatabaseGauges(Collector):
             oldest.add_metric([row.workflow], row.oldest_seconds or 0.0)
             paused.add_metric([row.workflow], 1 if row.status == "paused" else 0)
         yield from (depth, running, oldest, paused)
+
+    @staticmethod
+    def _processes(rows: Sequence[MetricsRow]) -> Iterable[Metric]:
+        # a row per kind, always: a fleet that lost its last worker reads 0 (an alert's figure)
+        live = GaugeMetricFamily(
+            "kenning_processes_live",
+            "Processes of the fleet's registry heartbeating within their expiry, by kind (kenning workers list)",
+            labels=["kind"],
+        )
+        for row in rows:
+            live.add_metric([row.workflow], row.total)
+        yield live

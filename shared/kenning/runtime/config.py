@@ -365,6 +365,13 @@ class ProcessSettings:
         help="the database URL leads to pgbouncer (or another pooler) in transaction mode, so no server-side "
         "prepared statements; auto: find out on the first connection",
     )
+    # the fleet's registry (kenning.runtime.presence): stale after three missed heartbeats
+    presence_interval: float = setting(
+        10.0,
+        type=positive_float,
+        help="seconds between the heartbeats that keep this process in `kenning workers list`; after three missed "
+        "it shows as stale",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

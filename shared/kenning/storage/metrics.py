@@ -14,6 +14,9 @@ singles out, so its cost follows the work in flight, not the tables' history:
   ``kenning_instances_queued``, its unexpired leases from ``kenning_instances_queue_leased``,
   both index-only reads (their columns are the indexes' own), one probe per queue.
 
+- the fleet's registry (``kenning_processes``, a row per process): live and stale
+  processes of each kind.
+
 Parked inbox rows (``failed``) have no index of their own, so they are counted as they
 are parked (``kenning_inbox_parked_total``), not here.
 """
@@ -24,7 +27,7 @@ from kenning.core.records import MetricsRow
 from kenning.db import Executor, statement
 
 # One row per figure group: ``area`` says which (instances, stuck, timers, inbox, outbox,
-# queues), ``workflow`` and ``status`` label it; the timers, inbox and outbox rows are always
+# queues, processes), ``workflow`` and ``status`` label it; the timers, inbox and outbox rows are always
 # there (aggregates without GROUP BY), a queue's as long as the queue exists, instances and
 # stuck ones only for the groups that have some (a stuck row's ``status`` is its reason; a
 # queue's ``workflow`` is its name, its ``status`` 'paused' or 'active').
@@ -32,7 +35,8 @@ from kenning.db import Executor, statement
 # has come (runnable, due, claimable); ``oldest_seconds``: age of the oldest of those
 # (instances and queues: since it became runnable; inbox: since received; outbox: since
 # created); ``retrying``: rows with a failed attempt behind them; ``leased``: a queue's
-# instances held by an unexpired lease (the slots its limits count).
+# instances held by an unexpired lease (the slots its limits count). A processes row's
+# ``workflow`` is the kind, ``total`` its live processes, ``due`` its stale ones.
 _METRICS_SNAPSHOT = statement(
     """
     SELECT 'instances' AS area, workflow_name AS workflow, status,
@@ -101,6 +105,16 @@ _METRICS_SNAPSHOT = statement(
         WHERE i.queue_name = q.name AND i.queue_name IS NOT NULL AND i.lease_token IS NOT NULL
           AND i.available_at > now()
     ) AS l
+    UNION ALL
+    -- the fleet's registry (one row per process): live ones heartbeat within their expiry;
+    -- every kind has its row, so a fleet that lost its last worker reads 0, not "no data"
+    SELECT 'processes', k.kind, 'live',
+           count(p.id) FILTER (WHERE p.last_seen > now() - make_interval(secs => p.expires_after_seconds)),
+           count(p.id) FILTER (WHERE p.last_seen <= now() - make_interval(secs => p.expires_after_seconds)),
+           NULL, 0, 0
+    FROM unnest(ARRAY['worker', 'scheduler', 'relayer', 'ingress', 'console']) AS k(kind)
+    LEFT JOIN kenning_processes AS p ON p.kind = k.kind
+    GROUP BY k.kind
     """
 )
 
