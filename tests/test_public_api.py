@@ -21,6 +21,7 @@ EXPORTS = [
     "ConfigurationError",
     "EddaApp",
     "EventTimeoutError",
+    "HeartbeatTimeoutError",
     "HooksBase",
     "KenningError",
     "LeaseLostError",

@@ -33,11 +33,14 @@ class Activity(Generic[R]):
         func: Callable[..., Awaitable[R]] | Callable[..., R],
         retry_policy: RetryPolicy | None,
         timeout: float | None = None,
+        heartbeat_timeout: float | None = None,
     ) -> None:
         self.func = func
         self.name: str = func.__name__
         self.retry_policy = retry_policy
         self.timeout = timeout
+        # an attempt this long without ctx.heartbeat fails (HeartbeatTimeoutError)
+        self.heartbeat_timeout = heartbeat_timeout
         self.is_async = inspect.iscoroutinefunction(func)
         self.__name__ = func.__name__
         self.__qualname__ = func.__qualname__
@@ -71,7 +74,10 @@ def activity(func: Callable[..., Awaitable[R]], /) -> Activity[R]: ...
 def activity(func: Callable[..., R], /) -> Activity[R]: ...
 @overload
 def activity(
-    *, retry_policy: RetryPolicy | None = None, timeout: float | timedelta | None = None
+    *,
+    retry_policy: RetryPolicy | None = None,
+    timeout: float | timedelta | None = None,
+    heartbeat_timeout: float | timedelta | None = None,
 ) -> ActivityDecorator: ...
 
 
@@ -81,6 +87,7 @@ def activity(
     *,
     retry_policy: RetryPolicy | None = None,
     timeout: float | timedelta | None = None,
+    heartbeat_timeout: float | timedelta | None = None,
 ) -> Activity[Any] | ActivityDecorator:
     """Mark a function as an activity: ``@activity`` or ``@activity(retry_policy=..., timeout=...)``.
 
@@ -89,12 +96,22 @@ def activity(
     ``ActivityTimeoutError`` and the retry policy applies. An async activity is cancelled;
     a sync one cannot be stopped, so its thread is abandoned and keeps running in the
     background until the function returns (its result is then dropped).
+
+    ``heartbeat_timeout`` (seconds, or a ``timedelta``): an attempt that goes that long
+    without calling ``ctx.heartbeat`` fails with ``HeartbeatTimeoutError`` (an
+    ``ActivityTimeoutError``), stopped as a timed-out one is; the next attempt reads the
+    last details in ``ctx.heartbeat_details``.
     """
 
     def wrap(f: Callable[..., Any]) -> Activity[Any]:
         if isinstance(f, Activity):
             raise TypeError(f"{f.name} is already an activity")
-        return Activity(f, retry_policy, timeout_seconds(timeout, f"@activity {f.__qualname__}"))
+        return Activity(
+            f,
+            retry_policy,
+            timeout_seconds(timeout, f"@activity {f.__qualname__}"),
+            timeout_seconds(heartbeat_timeout, f"@activity {f.__qualname__} heartbeat"),
+        )
 
     return wrap(func) if func is not None else wrap
 
@@ -111,7 +128,7 @@ def timeout_seconds(value: float | timedelta | None, owner: str) -> float | None
 
 async def call_attempt(act: Activity[Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None) -> Any:
     """Run one attempt of ``act``; past ``timeout`` seconds raise ``ActivityTimeoutError``."""
-    if timeout is None:
+    if timeout is None and (act.is_async or act.heartbeat_timeout is None):
         if act.is_async:
             return await act.func(*args, **kwargs)
         return await asyncio.to_thread(act.func, *args, **kwargs)
@@ -128,10 +145,11 @@ async def call_attempt(act: Activity[Any], args: tuple[Any, ...], kwargs: dict[s
 
 
 async def _in_abandonable_thread(
-    act: Activity[Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float
+    act: Activity[Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
 ) -> Any:
     """A sync attempt in a daemon thread of its own: a thread cannot be stopped, and one
-    left in the default executor would hold up the loop's and the process's exit."""
+    left in the default executor would hold up the loop's and the process's exit. (With
+    ``timeout`` None, the heartbeat timeout around it is what may abandon it.)"""
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()  # ctx.session finds the attempt's transaction, as with to_thread
@@ -157,7 +175,7 @@ async def _in_abandonable_thread(
         async with asyncio.timeout(timeout):
             return await answer
     except TimeoutError:
-        if answer.cancelled():
+        if answer.cancelled() and timeout is not None:
             raise ActivityTimeoutError(
                 f"activity {act.name} timed out after {timeout:g} s (its thread keeps running in the background)"
             ) from None

@@ -140,8 +140,25 @@ class Runtime(Protocol):
         ...
 
 
+class Heartbeat(Protocol):
+    """One activity attempt's heartbeat, as ``ctx.heartbeat`` sees it; the engine
+    implements it (``kenning.engine.heartbeats``)."""
+
+    @property
+    def previous_details(self) -> Any:
+        """What the step's earlier attempts heartbeated last (None if nothing)."""
+        ...
+
+    def beat(self, details: Any) -> None:
+        """The attempt is alive and ``details`` is its checkpoint; callable from a sync
+        activity's thread."""
+        ...
+
+
 # The transaction of the activity or compensation attempt running in this task, if any.
 current_step: ContextVar[StepScope | None] = ContextVar("kenning_current_step", default=None)
+# The heartbeat of the activity attempt running in this task (or its thread), if any.
+current_heartbeat: ContextVar[Heartbeat | None] = ContextVar("kenning_current_heartbeat", default=None)
 
 
 class WorkflowContext:
@@ -192,6 +209,39 @@ class WorkflowContext:
         if step is None:
             raise RuntimeError("ctx.session is only available inside an activity or compensation")
         return step.session
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Inside an activity: say the attempt is alive, and keep ``details`` (any JSON
+        value) as its checkpoint (Temporal's ``activity.heartbeat``)::
+
+            @activity(heartbeat_timeout=30)
+            async def import_rows(ctx: WorkflowContext, path: str) -> int:
+                start = ctx.heartbeat_details or 0  # where an earlier attempt got to
+                for n, row in enumerate(read_rows(path)):
+                    if n >= start:
+                        await insert(row)
+                        ctx.heartbeat(n + 1)
+                return n + 1
+
+        With ``heartbeat_timeout``, an attempt that goes that long without a heartbeat
+        fails with ``HeartbeatTimeoutError`` (counted by the retry policy) long before its
+        lease would tell. The details are written to the database at most every few
+        seconds, and at once when the attempt fails; a sync activity may call it from its
+        thread. Outside an activity it raises ``RuntimeError``.
+        """
+        heartbeat = current_heartbeat.get()
+        if heartbeat is None:
+            raise RuntimeError("ctx.heartbeat is only available inside an activity")
+        heartbeat.beat(details)
+
+    @property
+    def heartbeat_details(self) -> Any:
+        """Inside an activity: the details the step's earlier attempts heartbeated last (a
+        retry's, or one whose worker died), as JSON values; None on a first attempt."""
+        heartbeat = current_heartbeat.get()
+        if heartbeat is None:
+            raise RuntimeError("ctx.heartbeat_details is only available inside an activity")
+        return heartbeat.previous_details
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:

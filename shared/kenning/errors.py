@@ -42,6 +42,13 @@ class ActivityTimeoutError(KenningError):
     """
 
 
+class HeartbeatTimeoutError(ActivityTimeoutError):
+    """An activity attempt declared ``@activity(heartbeat_timeout=...)`` and went that long
+    without calling ``ctx.heartbeat``: cancelled (a sync one abandoned in its thread) and
+    counted as a failed attempt, like any ``ActivityTimeoutError``. The next attempt reads
+    the last details it heartbeated in ``ctx.heartbeat_details``."""
+
+
 class UnstorableValueError(TerminalError):
     """A value headed for the database that PostgreSQL cannot store (a NUL character,
     NaN, a lone surrogate): the step's failure, never retried and never replayed in a loop."""

@@ -51,6 +51,7 @@ from kenning.engine.commands import (
     MessageSent,
     Publish,
     ReceiveMessage,
+    RecordHeartbeat,
     RecordStep,
     ReleaseWithDelay,
     SaveCompensation,
@@ -372,6 +373,16 @@ class PgInstancePort:
         elapsed, cancel = outcome
         self._cancel = self._cancel or cancel
         return AttemptCounted(elapsed, self._cancel)
+
+    async def record_heartbeat(self, command: RecordHeartbeat) -> bool:
+        # Its own commit, outside the lock: the attempt is still running, so nothing held
+        # back belongs before it, and a step write of a concurrent branch need not wait.
+        # Its errors are the engine's to log (a heartbeat is best effort), never mapped
+        # to the run's: a refused value here must not drop the held-back record.
+        async with self.database.connection() as conn:
+            return await instances_sql.instance_record_heartbeat(
+                conn, self.instance_id, self.token, command.step_id, command.details
+            )
 
     async def release(self, command: ReleaseWithDelay) -> None:
         released = await self._write_now(

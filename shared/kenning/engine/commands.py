@@ -45,6 +45,15 @@ class CountAttempt:
 
 
 @dataclass(frozen=True)
+class RecordHeartbeat:
+    """Keep an activity attempt's last heartbeat details on the instance (beside its
+    counted attempts), for the step's next attempt; not a step, never folded."""
+
+    step_id: str
+    details: Any  # JSON values, checked storable
+
+
+@dataclass(frozen=True)
 class AttemptCounted:
     """The port's answer to ``CountAttempt``."""
 

@@ -30,6 +30,7 @@ from kenning.engine.commands import (
     MessageSent,
     Publish,
     ReceiveMessage,
+    RecordHeartbeat,
     RecordStep,
     ReleaseWithDelay,
     SaveCompensation,
@@ -241,9 +242,16 @@ class MemoryPort:
     async def count_attempt(self, command: CountAttempt) -> AttemptCounted:
         self._fence(f"count attempt {command.attempt} of {command.step_id}")
         now = self._clock()
-        first = self.instance.attempts.setdefault(command.step_id, {"first_failure_at": now})["first_failure_at"]
+        # an entry its heartbeat details made has no failure yet
+        first = self.instance.attempts.setdefault(command.step_id, {}).setdefault("first_failure_at", now)
         self.instance.attempts[command.step_id].update(attempts=command.attempt, last_error=command.error)
         return AttemptCounted(now - float(first), self._cancel)
+
+    async def record_heartbeat(self, command: RecordHeartbeat) -> bool:
+        if self.instance.lease_token != self.token:
+            return False
+        self.instance.attempts.setdefault(command.step_id, {})["heartbeat_details"] = command.details
+        return True
 
     async def release(self, command: ReleaseWithDelay) -> None:
         self._fence(f"release after {command.delay:g} s")

@@ -27,6 +27,7 @@ from kenning.engine.commands import (
     MessageSent,
     Publish,
     ReceiveMessage,
+    RecordHeartbeat,
     RecordStep,
     ReleaseWithDelay,
     SaveCompensation,
@@ -64,6 +65,11 @@ class InstancePort(Protocol):
         ...
 
     async def count_attempt(self, command: CountAttempt) -> AttemptCounted: ...
+
+    async def record_heartbeat(self, command: RecordHeartbeat) -> bool:
+        """Keep the details (its own commit, never waiting for held-back writes); False
+        when the lease was lost (nothing written)."""
+        ...
 
     async def release(self, command: ReleaseWithDelay) -> None: ...
 

@@ -35,6 +35,7 @@ from kenning.engine.commands import (
     MessageSent,
     Publish,
     ReceiveMessage,
+    RecordHeartbeat,
     RecordStep,
     ReleaseWithDelay,
     SaveCompensation,
@@ -151,6 +152,9 @@ class ReplayOnlyPort:
         pass
 
     async def count_attempt(self, command: CountAttempt) -> AttemptCounted:
+        self._stop(command.step_id)
+
+    async def record_heartbeat(self, command: RecordHeartbeat) -> bool:
         self._stop(command.step_id)
 
     async def release(self, command: ReleaseWithDelay) -> None:

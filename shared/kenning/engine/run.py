@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import structlog
@@ -36,6 +37,7 @@ from kenning.engine.commands import (
     SuspendOnEvent,
     SuspendOnTimer,
 )
+from kenning.engine.heartbeats import AttemptHeartbeat
 from kenning.engine.history import HistoryCursor, StepRecord, StepTiming
 from kenning.engine.messages import publish, receive_message, send_message, subscribe
 from kenning.engine.outcomes import Attempted, GaveUp, RunOutcome
@@ -44,6 +46,7 @@ from kenning.engine.retries import GiveUp, GiveUpReason, RetryAfter, after_count
 from kenning.engine.saga import undo_saga
 from kenning.errors import (
     ActivityTimeoutError,
+    HeartbeatTimeoutError,
     LeaseLostError,
     NonDeterminismError,
     RetryExhaustedError,
@@ -138,9 +141,24 @@ class WorkflowRun:
         await self.before_new_step(step_id, act.name)
         policy = act.retry_policy or self.app.default_retry_policy or DEFAULT_RETRY_POLICY
         timeout = act.timeout if act.timeout is not None else self.activity_timeout
+        # an entry on the instance (counted attempts, heartbeat details) is cleared with the record
+        entry = self.claimed.attempts.get(step_id)
+        carried = _Carried(entry.get("heartbeat_details") if isinstance(entry, dict) else None, entry is not None)
 
         async def attempt(_: StepScope) -> tuple[Any, Any, bytes | None]:
-            result = await call_attempt(act, (self.ctx, *args), kwargs, timeout)
+            heartbeat = AttemptHeartbeat(
+                port=self.port,
+                instance_id=self.instance_id,
+                step_id=step_id,
+                activity_name=act.name,
+                previous=carried.details,
+                timeout=act.heartbeat_timeout,
+                is_async=act.is_async,
+            )
+            try:
+                result = await heartbeat.watch(lambda: call_attempt(act, (self.ctx, *args), kwargs, timeout))
+            finally:  # what the next attempt reads, and whether there is an entry to clear
+                carried.details, carried.entry = heartbeat.latest_details, carried.entry or heartbeat.beaten
             payload, payload_bytes = _encode_result(act, result)
             # its arguments are stored with the step record: checked here, so an
             # unstorable one is this attempt's failure
@@ -160,7 +178,7 @@ class WorkflowRun:
             act.name,
             payload,
             payload_bytes,
-            clear_attempts=outcome.counted,
+            clear_attempts=outcome.counted or carried.entry,
             timing=outcome.timing,
         )
         try:
@@ -343,7 +361,9 @@ class WorkflowRun:
                 tracing.end_attempt(span, error)
                 metrics.STEP_DURATION.labels(name, "failed").observe(timing.seconds)
                 await step.rollback()
-                if isinstance(error, ActivityTimeoutError):
+                if isinstance(error, HeartbeatTimeoutError):
+                    self.log.warning("activity.heartbeat_timed_out", step=step_id, attempt=attempt, error=str(error))
+                elif isinstance(error, ActivityTimeoutError):
                     self.log.warning("activity.timed_out", step=step_id, attempt=attempt, timeout=timeout)
                 if activity:
                     await self.hook("on_activity_failed", step_id, name, error)
@@ -500,6 +520,15 @@ class WorkflowRun:
             return RunOutcome.LEASE_LOST
         await self.hook("on_workflow_failed", self.workflow_name, error)
         return RunOutcome.FAILED
+
+
+@dataclass
+class _Carried:
+    """What one attempt of an activity leaves the next: its last heartbeat details, and
+    whether the step has an entry on the instance (cleared when the step is recorded)."""
+
+    details: Any
+    entry: bool
 
 
 def _activity_error(name: str, gave_up: GaveUp) -> BaseException:

@@ -293,7 +293,9 @@ async def instance_begin_compensating(
 _INSTANCE_RECORD_ATTEMPT = statement(
     """
     UPDATE kenning_instances
-    SET attempts = jsonb_set(attempts, ARRAY[CAST(:step AS text)], jsonb_build_object(
+    -- merged into the step's entry: the heartbeat details an attempt left stay for the next
+    SET attempts = jsonb_set(attempts, ARRAY[CAST(:step AS text)],
+            coalesce(attempts -> CAST(:step AS text), '{}') || jsonb_build_object(
             'attempts', CAST(:attempt AS integer),
             'first_failed_at', coalesce(attempts -> CAST(:step AS text) -> 'first_failed_at', to_jsonb(now())),
             'last_error', CAST(:error AS text))),
@@ -318,6 +320,30 @@ async def instance_record_attempt(
         )
     ).first()
     return None if row is None else (float(row.seconds_since_first_failure), bool(row.cancel_requested))
+
+
+_INSTANCE_RECORD_HEARTBEAT = statement(
+    """
+    UPDATE kenning_instances
+    SET attempts = jsonb_set(attempts, ARRAY[CAST(:step AS text)],
+            coalesce(attempts -> CAST(:step AS text), '{}')
+            || jsonb_build_object('heartbeat_details', CAST(:details AS jsonb)))
+    WHERE id = :id AND lease_token = CAST(:token AS uuid)
+    RETURNING 1 AS recorded
+    """
+)
+
+
+async def instance_record_heartbeat(conn: Executor, instance_id: str, token: str, step_id: str, details: Any) -> bool:
+    """Keep an activity attempt's heartbeat details in its step's entry of ``attempts``
+    (cleared with the entry when the step is recorded); False if the lease was lost."""
+    row = (
+        await conn.execute(
+            _INSTANCE_RECORD_HEARTBEAT,
+            {"id": instance_id, "token": token, "step": step_id, "details": json.dumps(details)},
+        )
+    ).first()
+    return row is not None
 
 
 _INSTANCE_RESCHEDULE = statement(
