@@ -1,23 +1,23 @@
 """Scheduled workflows the schedules tests run: each overlap policy, and one that ends at
-once for triggers and backfills. ``held_*`` wait for a ``schedule.release`` event naming
-their instance, so a test decides when a run finishes."""
+once for triggers and backfills. ``held_*`` wait for a message on their ``release``
+topic, so a test decides when a run finishes."""
 
 from __future__ import annotations
 
-from kenning import App, WorkflowContext, wait_event, workflow
+from kenning import App, WorkflowContext, receive, workflow
 
 app = App("kenning-schedule-tests")
 
 
 @workflow(schedule="* * * * * *", overlap="skip")
 async def held_skip(ctx: WorkflowContext) -> str:
-    await wait_event(ctx, "schedule.release", match={"instance_id": ctx.instance_id})
+    await receive(ctx, "release")
     return "released"
 
 
 @workflow(schedule="* * * * * *", overlap="buffer_one")
 async def held_buffer(ctx: WorkflowContext) -> str:
-    await wait_event(ctx, "schedule.release", match={"instance_id": ctx.instance_id})
+    await receive(ctx, "release")
     return "released"
 
 
