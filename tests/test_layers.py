@@ -9,6 +9,10 @@ engine implements it and imports neither storage nor the client; ``db`` (connect
 group commit) and ``storage`` (all SQL) import no SDK; the client (``kenning.client``,
 ``kenning.clients``) sits on the SDK and storage; the process runtime, the operator
 commands and the services (``kenning_*``) on everything below, each service on no other.
+The test harness (``kenning.testing``) sits beside the commands: on everything of the
+library, never on a service (its PostgreSQL mode reaches the worker and the scheduler by
+name, with ``importlib``, only when it opens, as the command line reaches them through
+entry points).
 
 An arrow against the floors fails with the file, the line and the import; the few
 allowed are listed in ``ALLOWED`` with their reason. A layer check that could not fail
@@ -39,11 +43,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "runtime": {"core", "observability", "sdk", "engine", "db", "storage", "client", "runtime"},
     "migrations": {"core", "db", "storage", "migrations"},
     "commands": {"core", "observability", "sdk", "engine", "db", "storage", "client", "runtime", "commands", "face"},
+    "testing": {"core", "observability", "sdk", "engine", "db", "storage", "client", "runtime", "face", "testing"},
     "face": {"core", "observability", "sdk", "client", "face"},  # kenning/__init__.py, examples
     "service": {"core", "observability", "sdk", "engine", "db", "storage", "client", "runtime", "commands", "face"},
     "devtools": {
         *("core", "observability", "sdk", "engine", "db", "storage", "client", "runtime", "commands", "face"),
-        *("service", "devtools"),
+        *("service", "devtools", "testing"),
     },
 }
 
@@ -104,6 +109,7 @@ def layer_of(module: str) -> str | None:
         "runtime": "runtime",
         "migrations": "migrations",
         "commands": "commands",
+        "testing": "testing",
     }.get(sub)
 
 

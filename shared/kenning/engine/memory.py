@@ -4,19 +4,35 @@
 ``MemoryPort`` is one run's lease on it, writing at once (no folding, no group commit).
 ``run_until_rest`` claims and runs an instance the way a worker would, resuming it after
 timers and retry back-offs, until it waits for an event or ends.
+
+Waits keep what the database keeps of them, on the port's clock (epoch seconds; a
+virtual one in ``kenning.testing``): a timer's due time, an event's or a receive's
+timeout, a back-off's end, a subscription's ``match`` and ``since`` window. ``takes``
+applies the delivery statement's rules (``kenning.storage.subscriptions``) and
+``fire_due`` the scheduler's, so the harness built on this port delivers and times out
+exactly as production does.
 """
 
 from __future__ import annotations
 
-import asyncio
+import itertools
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kenning.context import StepScope
 from kenning.core.mailbox import Undelivered
-from kenning.core.names import CHILD_STARTED, EVENT_RECEIVED, MESSAGE_RECEIVED, MESSAGE_TIMEOUT, TIMER_EXPIRED
+from kenning.core.names import (
+    CHILD_STARTED,
+    EVENT_RECEIVED,
+    EVENT_TIMEOUT,
+    MESSAGE_RECEIVED,
+    MESSAGE_TIMEOUT,
+    TIMER_EXPIRED,
+)
 from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord, OutboxEvent, SuspendOutcome
 from kenning.engine.commands import (
     AttemptCounted,
@@ -50,6 +66,56 @@ if TYPE_CHECKING:
 
     from kenning.app import App
 
+# Orders what happened at one instant of a clock that does not move during a run (a
+# virtual one): an event received after a subscription is taken by it, one received
+# before is not, as the database's timestamps order them.
+_sequence = itertools.count(1)
+
+
+def stamp(now: float) -> tuple[float, int]:
+    """``now`` and a sequence number: the order of two things at the same instant."""
+    return (now, next(_sequence))
+
+
+def iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat()
+
+
+def contains(data: Any, match: Any, *, top: bool = True) -> bool:
+    """PostgreSQL's ``jsonb @>``: an object contains a subset of the other's keys, each
+    value contained; an array contains every element of the other, each in some element;
+    scalars are equal (``true`` is not ``1``); at the top level only, an array contains a
+    scalar it has."""
+    if isinstance(match, dict):
+        return isinstance(data, dict) and all(k in data and contains(data[k], v, top=False) for k, v in match.items())
+    if isinstance(match, list):
+        return isinstance(data, list) and all(any(contains(d, m, top=False) for d in data) for m in match)
+    if isinstance(data, list):
+        return top and any(_same_scalar(d, match) for d in data)
+    return _same_scalar(data, match)
+
+
+def _same_scalar(a: Any, b: Any) -> bool:
+    if isinstance(a, dict | list) or isinstance(b, dict | list):
+        return False
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return bool(a == b)
+
+
+@dataclass(frozen=True)
+class MemoryEvent:
+    """One inbox row: a CloudEvent as the worker reads it."""
+
+    event_type: str
+    source: str
+    event_id: str
+    data: Any
+    received: tuple[float, int]  # received_at, on the port's clock
+    target: str | None = None  # the kenninginstanceid extension
+    payload: dict[str, Any] = field(default_factory=dict)  # its EventReceived record's
+    payload_bytes: bytes | None = None
+
 
 @dataclass
 class MemoryInstance:
@@ -76,6 +142,12 @@ class MemoryInstance:
     outbox: list[OutboxEvent] = field(default_factory=list)
     waiting_for: Suspend | WaitChild | None = None
     available_after: float = 0.0  # seconds of back-off asked for by the last release
+    available_at: float = 0.0  # when that back-off ends, on the port's clock
+    # the wait's row: when it is due (a timer, an event's or a receive's timeout), when it
+    # was registered, and an event subscription's since window (None: since registered)
+    due_at: float | None = None
+    waited_at: tuple[float, int] = (0.0, 0)
+    since_at: float | None = None
     # every write in order, for tests that check what was written and when
     writes: list[str] = field(default_factory=list)
     # child workflows (start_child): the children this instance started, and its own parent
@@ -103,19 +175,83 @@ class MemoryInstance:
     def append(self, step_id: str, kind: str, step_name: str, payload: Any, payload_bytes: bytes | None = None) -> None:
         self.history.append(HistoryRecord(step_id, kind, step_name, payload, payload_bytes))
 
-    def deliver_event(self, payload: dict[str, Any]) -> None:
-        """What the inbox does for a waiting instance: record the event, make it runnable."""
+    def takes(self, event: MemoryEvent) -> bool:
+        """The delivery statement's rules: waiting for the event's type, the data contains
+        ``match``, addressed to no instance or to this one, received at or after the
+        ``since`` point (else after the subscription), and not recorded here already."""
+        waiting = self.waiting_for
+        if self.status != "waiting_for_event" or not isinstance(waiting, SuspendOnEvent):
+            return False
+        if waiting.event_type != event.event_type or event.target not in (None, self.id):
+            return False
+        if waiting.match is not None and (event.payload_bytes is not None or not contains(event.data, waiting.match)):
+            return False
+        if self.since_at is not None:
+            if event.received[0] < self.since_at:
+                return False
+        elif event.received < self.waited_at:
+            return False
+        return not any(
+            r.kind == EVENT_RECEIVED
+            and (r.payload or {}).get("source") == event.source
+            and (r.payload or {}).get("id") == event.event_id
+            for r in self.history
+        )
+
+    def deliver_event(self, payload: dict[str, Any], payload_bytes: bytes | None = None) -> None:
+        """What the inbox does for a waiting instance: record the event, make it runnable.
+        An event the wait does not take (another type, data outside its ``match``) is refused."""
         waiting = self.waiting_for
         assert isinstance(waiting, SuspendOnEvent), f"{self.id} is not waiting for an event"
-        self.append(waiting.step_id, EVENT_RECEIVED, waiting.step_name, payload)
-        self.waiting_for, self.status = None, "pending"
+        event = MemoryEvent(
+            payload.get("type", ""),
+            payload.get("source", ""),
+            payload.get("id", ""),
+            payload.get("data"),
+            (float("inf"), 0),  # received now: after any subscription
+            payload_bytes=payload_bytes,
+        )
+        assert self.takes(event), f"{self.id}'s wait {waiting.step_id} does not take this event: {payload!r}"
+        self.record_event(payload, payload_bytes)
+
+    def record_event(self, payload: dict[str, Any], payload_bytes: bytes | None = None) -> None:
+        """The delivery's write: ``EventReceived`` at the wait's step, the wait removed."""
+        waiting = self.waiting_for
+        assert isinstance(waiting, SuspendOnEvent), f"{self.id} is not waiting for an event"
+        self.append(waiting.step_id, EVENT_RECEIVED, waiting.step_name, payload, payload_bytes)
+        self.waiting_for, self.status, self.due_at = None, "pending", None
 
     def fire_timer(self) -> None:
         """What the scheduler does when the timer is due."""
         waiting = self.waiting_for
         assert isinstance(waiting, SuspendOnTimer), f"{self.id} is not waiting for a timer"
-        self.append(waiting.step_id, TIMER_EXPIRED, waiting.step_name, {})
-        self.waiting_for, self.status = None, "pending"
+        due = self.due_at if self.due_at is not None else time.time()
+        self.append(waiting.step_id, TIMER_EXPIRED, waiting.step_name, {"due_at": iso(due), "fired_at": iso(due)})
+        self.waiting_for, self.status, self.due_at = None, "pending", None
+
+    def time_out_event(self, now: float) -> None:
+        """What the scheduler does when a ``wait_event``'s timeout is due."""
+        waiting = self.waiting_for
+        assert isinstance(waiting, SuspendOnEvent), f"{self.id} is not waiting for an event"
+        due = self.due_at if self.due_at is not None else now
+        payload = {"event_type": waiting.event_type, "timeout_at": iso(due), "fired_at": iso(now)}
+        self.append(waiting.step_id, EVENT_TIMEOUT, waiting.step_name, payload)
+        self.waiting_for, self.status, self.due_at = None, "pending", None
+
+    def fire_due(self, now: float) -> bool:
+        """The scheduler's pass for this instance: the timer, event timeout or receive
+        timeout due at ``now`` fired (True), or nothing was due."""
+        if self.due_at is None or self.due_at > now:
+            return False
+        if self.status == "waiting_for_timer" and isinstance(self.waiting_for, SuspendOnTimer):
+            self.fire_timer()
+        elif self.status == "waiting_for_event" and isinstance(self.waiting_for, SuspendOnEvent):
+            self.time_out_event(now)
+        elif self.status == "waiting_for_message" and self.receiving is not None:
+            self.time_out_receive(now)
+        else:
+            return False
+        return True
 
     def send_message(
         self, topic: str, data: Any, *, message_id: str | None = None, sender: str | None = None
@@ -129,15 +265,18 @@ class MemoryInstance:
             return None
         self.mailbox.append(MemoryMessage(len(self.mailbox) + 1, topic, message_id, data, sender))
         if self.receiving is not None and self.receiving.topic == topic:
-            self.receiving, self.status = None, "pending"
+            self.receiving, self.status, self.due_at = None, "pending", None
         return None
 
-    def time_out_receive(self) -> None:
+    def time_out_receive(self, now: float | None = None) -> None:
         """What the scheduler does when a receive's timeout is due."""
         waiting = self.receiving
         assert waiting is not None, f"{self.id} is not waiting for a message"
-        self.append(waiting.step_id, MESSAGE_TIMEOUT, waiting.step_name, {"topic": waiting.topic})
-        self.receiving, self.status = None, "pending"
+        payload: dict[str, Any] = {"topic": waiting.topic}
+        if now is not None:
+            payload.update(timeout_at=iso(self.due_at if self.due_at is not None else now), fired_at=iso(now))
+        self.append(waiting.step_id, MESSAGE_TIMEOUT, waiting.step_name, payload)
+        self.receiving, self.status, self.due_at = None, "pending", None
 
 
 @dataclass
@@ -196,7 +335,7 @@ class MemoryPort:
         self.token = token
         self._cancel = instance.cancel_requested
         self._unsaved: list[CompensationRecord] = []
-        self._clock = clock or asyncio.get_running_loop().time
+        self._clock = clock or time.time  # epoch seconds: wait_until's due times are on it
         self.first_failure: dict[str, float] = {}
 
     @property
@@ -259,15 +398,28 @@ class MemoryPort:
             self.instance.status = "pending"
         self.instance.lease_token = None
         self.instance.available_after = command.delay
+        self.instance.available_at = self._clock() + command.delay
 
     async def suspend(self, command: Suspend) -> SuspendOutcome:
         self._fence(f"suspend at {command.step_id}")
         if self._cancel:
             return SuspendOutcome.CANCELLED
         self._save_compensations()
-        self.instance.waiting_for = command
-        self.instance.status = "waiting_for_timer" if isinstance(command, SuspendOnTimer) else "waiting_for_event"
-        self.instance.lease_token = None
+        now = self._clock()
+        instance = self.instance
+        instance.waiting_for, instance.waited_at, instance.since_at = command, stamp(now), None
+        if isinstance(command, SuspendOnTimer):
+            instance.status = "waiting_for_timer"
+            delay = command.delay_seconds or 0.0
+            instance.due_at = command.due_at.timestamp() if command.due_at is not None else now + delay
+        else:
+            instance.status = "waiting_for_event"
+            instance.due_at = None if command.timeout_seconds is None else now + command.timeout_seconds
+            if command.since_at is not None:
+                instance.since_at = command.since_at.timestamp()
+            elif command.since_seconds is not None:
+                instance.since_at = now - command.since_seconds
+        instance.lease_token = None
         return SuspendOutcome.SUSPENDED
 
     async def start_child(self, command: StartChild) -> ChildStarted:
@@ -298,7 +450,7 @@ class MemoryPort:
         if child.status in ("completed", "failed", "cancelled"):
             self.instance.append(command.step_id, EVENT_RECEIVED, command.step_name, child_end_payload(child))
             return self.instance.history[-1]
-        self.instance.waiting_for = command
+        self.instance.waiting_for, self.instance.due_at = command, None
         self.instance.status = "waiting_for_event"
         self.instance.lease_token = None
         return SuspendOutcome.SUSPENDED
@@ -383,12 +535,22 @@ class MemoryPort:
             return self.instance.history[-1]
         self.instance.receiving = command
         self.instance.status = "waiting_for_message"
+        now = self._clock()
+        self.instance.due_at = None if command.timeout_seconds is None else now + command.timeout_seconds
+        self.instance.waited_at = stamp(now)
         self.instance.lease_token = None
         return SuspendOutcome.SUSPENDED
 
 
-async def run_once(app: App, instance: MemoryInstance, *, inline_retry_seconds: float = 5.0) -> RunOutcome:
-    """Claim ``instance`` and run it once, as a worker would."""
+async def run_once(
+    app: App,
+    instance: MemoryInstance,
+    *,
+    inline_retry_seconds: float = 5.0,
+    clock: Callable[[], float] | None = None,
+    activity_timeout: float | None = None,
+) -> RunOutcome:
+    """Claim ``instance`` and run it once, as a worker would (``clock``: the port's)."""
     from kenning.engine.run import WorkflowRun
 
     claimed = instance.claim()
@@ -398,8 +560,9 @@ async def run_once(app: App, instance: MemoryInstance, *, inline_retry_seconds: 
         claimed=claimed,
         history=list(instance.history),
         compensations=list(instance.compensations),
-        port=MemoryPort(instance, claimed.lease_token),
+        port=MemoryPort(instance, claimed.lease_token, clock=clock),
         inline_retry_seconds=inline_retry_seconds,
+        activity_timeout=activity_timeout,
     )
     return await run.run()
 
@@ -478,10 +641,12 @@ async def run_family(app: App, root: MemoryInstance, *, max_rounds: int = 200) -
 
 
 __all__ = [
+    "MemoryEvent",
     "MemoryInstance",
     "MemoryPort",
     "MemoryStep",
     "child_end_payload",
+    "contains",
     "run_family",
     "run_once",
     "run_until_rest",

@@ -108,6 +108,9 @@ _CHILD_START_AND_RECORD = statement(
         WHERE NOT fence.cancel_requested
           AND (EXISTS (SELECT FROM inserted)
                OR EXISTS (SELECT FROM existing WHERE existing.parent_id = fence.id))
+          -- read first, the held-back step is inserted first: history's seq keeps the
+          -- order the steps ran in (an unread CTE runs after the main query)
+          AND (SELECT count(*) FROM pending_step) >= 0
         RETURNING 1
     )
     SELECT fence.cancel_requested, EXISTS (SELECT FROM recorded) AS recorded,

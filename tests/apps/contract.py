@@ -1,0 +1,165 @@
+"""Workflows ``kenning.testing``'s tests run on both backends (tests/unit/test_testing_*.py,
+tests/integration/test_port_contract.py): every kind of wait, retries with long back-offs,
+children, messages, compensations. Activities count their attempts in ``ATTEMPTS`` (the
+environment runs them in this process, in memory and on PostgreSQL alike)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kenning import (
+    App,
+    EventTimeoutError,
+    RetryPolicy,
+    TerminalError,
+    WorkflowContext,
+    activity,
+    compensation,
+    on_failure,
+    publish,
+    receive,
+    send_message,
+    start_child,
+    subscribe,
+    wait_event,
+    wait_timer,
+    workflow,
+)
+
+app = App("kenning-contract-tests")
+
+ATTEMPTS: Counter[str] = Counter()  # "<activity> <instance id>" -> attempts made
+UNDONE: list[str] = []  # compensations run, "<what> <instance id>"
+
+
+@compensation
+async def unbook(ctx: WorkflowContext, what: str) -> None:
+    UNDONE.append(f"{what} {ctx.instance_id}")
+
+
+@activity
+@on_failure(unbook)
+async def book(ctx: WorkflowContext, what: str) -> str:
+    return f"booked {what}"
+
+
+@activity(retry_policy=RetryPolicy(initial_interval=30.0, backoff_coefficient=2.0, max_attempts=5, max_duration=None))
+async def flaky(ctx: WorkflowContext, failures: int) -> int:
+    """Fails ``failures`` times, then answers its attempt: back-offs of 30, 60, 60 s (max_interval)."""
+    key = f"flaky {ctx.instance_id}"
+    ATTEMPTS[key] += 1
+    if ATTEMPTS[key] <= failures:
+        raise ConnectionError(f"attempt {ATTEMPTS[key]} refused")
+    return ATTEMPTS[key]
+
+
+@activity(retry_policy=RetryPolicy(initial_interval=10.0, max_attempts=3, max_duration=None))
+async def always_fails(ctx: WorkflowContext) -> None:
+    ATTEMPTS[f"always_fails {ctx.instance_id}"] += 1
+    raise ConnectionError("the service is down")
+
+
+@activity(retry_policy=RetryPolicy(initial_interval=60.0, max_attempts=None, max_duration=150.0))
+async def until_deadline(ctx: WorkflowContext) -> None:
+    """Retried every 60 s until 150 s have passed since its first failure."""
+    ATTEMPTS[f"until_deadline {ctx.instance_id}"] += 1
+    raise ConnectionError("still down")
+
+
+@activity
+async def charge(ctx: WorkflowContext, amount: int) -> str:
+    return f"charged {amount}"
+
+
+@workflow(name="contract.retries")
+async def retries(ctx: WorkflowContext, failures: int) -> int:
+    await book(ctx, "seat")
+    return await flaky(ctx, failures)
+
+
+@workflow(name="contract.gives_up")
+async def gives_up(ctx: WorkflowContext) -> None:
+    await book(ctx, "room")
+    await always_fails(ctx)
+
+
+@workflow(name="contract.deadline")
+async def deadline(ctx: WorkflowContext) -> None:
+    await until_deadline(ctx)
+
+
+@workflow(name="contract.timers")
+async def timers(ctx: WorkflowContext) -> list[str]:
+    await wait_timer(ctx, 10)
+    await book(ctx, "after 10 s")
+    await wait_timer(ctx, 3600)
+    return [await charge(ctx, 5)]
+
+
+@workflow(name="contract.waits")
+async def waits(ctx: WorkflowContext, order_id: str, timeout: float, since: float | None = None) -> Any:
+    """A correlated wait: only this order's event, maybe one received before, or a timeout."""
+    await book(ctx, order_id)
+    try:
+        event = await wait_event(ctx, "paid", timeout_seconds=timeout, match={"order_id": order_id}, since=since)
+    except EventTimeoutError:
+        raise TerminalError(f"order {order_id} was not paid") from None
+    return event.data
+
+
+@workflow(name="contract.any_event")
+async def any_event(ctx: WorkflowContext) -> Any:
+    """A wait without match: any event of the type (or only one addressed to this instance)."""
+    event = await wait_event(ctx, "ping", timeout_seconds=60)
+    return event.data
+
+
+@workflow(name="contract.started_by_event", event_handler=True)
+async def started_by_event(ctx: WorkflowContext, order_id: str) -> str:
+    return await charge(ctx, len(order_id))
+
+
+@workflow(name="contract.child")
+async def child(ctx: WorkflowContext, seconds: float, fail: bool = False) -> str:
+    await wait_timer(ctx, seconds)
+    if fail:
+        raise TerminalError("the child gave up")
+    return f"slept {seconds:g}"
+
+
+@workflow(name="contract.parent")
+async def parent(ctx: WorkflowContext, seconds: float, fail: bool = False) -> str:
+    await book(ctx, "parent")
+    handle = await start_child(ctx, child, seconds=seconds, fail=fail)
+    return await handle.result()
+
+
+@workflow(name="contract.receiver")
+async def receiver(ctx: WorkflowContext) -> list[Any]:
+    """Two receives: the first takes a message, the second times out."""
+    got = [(await receive(ctx, "items", timeout_seconds=60)).data]
+    try:
+        got.append((await receive(ctx, "items", timeout_seconds=60)).data)
+    except EventTimeoutError:
+        got.append("timed out")
+    return got
+
+
+@workflow(name="contract.listener")
+async def listener(ctx: WorkflowContext) -> Any:
+    await subscribe(ctx, "news")
+    return (await receive(ctx, "news")).data
+
+
+@workflow(name="contract.announcer")
+async def announcer(ctx: WorkflowContext, to: str) -> int:
+    await send_message(ctx, to, "items", {"from": "announcer"})
+    return await publish(ctx, "news", "extra")
+
+
+@workflow(name="contract.cancellable")
+async def cancellable(ctx: WorkflowContext) -> None:
+    await book(ctx, "table")
+    await charge(ctx, 3)
+    await wait_timer(ctx, 86400)

@@ -1,0 +1,221 @@
+"""Fidelity, proven (issue 27, item 2): every scenario runs on ``kenning.testing``'s
+in-memory backend and on PostgreSQL (the real worker and scheduler, time skipped by
+moving stored times), and the two must agree on every instance: status, stored result,
+error (type and message), and history (kind, step id, step name of each step, in order).
+A divergence fails with both sides shown.
+
+Among the cases are the in-memory port's two old defects: an event outside a wait's
+``match`` was delivered, and an event timeout could not be driven
+(``test_a_planted_divergence_fails`` plants the first again and watches it fail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from kenning.engine.memory import MemoryEvent, MemoryInstance
+from kenning.examples import orders
+from kenning.testing import InstanceState, WorkflowEnvironment
+from tests.apps import contract
+from tests.logguard import expect_log
+
+Scenario = Callable[[WorkflowEnvironment], Awaitable[None]]
+ORDER = {"order_id": "o-1", "items": [{"sku": "book", "qty": 1}], "amount": 42}
+
+
+def order(order_id: str) -> dict[str, Any]:
+    return {**ORDER, "order_id": order_id}
+
+
+# ---------------------------------------------------------------- the scenarios
+
+
+async def order_saga_paths(env: WorkflowEnvironment) -> None:
+    """The README's saga: paid, declined, timed out, cancelled; an event for another order."""
+    paid = await env.start(orders.order_saga, instance_id="paid", order=order("o-1"))
+    await env.send_event("payment.completed", {"order_id": "o-9", "status": "approved"})  # not o-1's
+    await env.send_event("payment.completed", {"order_id": "o-1", "status": "approved"})
+    await env.sleep(timedelta(minutes=11))
+    await env.start(orders.order_saga, instance_id="declined", order=order("o-2"))
+    await env.send_event("payment.completed", {"order_id": "o-2", "status": "declined"})
+    await env.start(orders.order_saga, instance_id="timed-out", order=order("o-3"))
+    await env.sleep(timedelta(minutes=6))
+    await env.start(orders.order_saga, instance_id="cancelled", order=order("o-4"))
+    await env.cancel("cancelled")
+    await paid.state()
+
+
+async def match_and_since(env: WorkflowEnvironment) -> None:
+    await env.send_event("paid", {"order_id": "early", "amount": 1})
+    await env.start(contract.waits, instance_id="since-early", order_id="early", timeout=60, since=30)
+    await env.start(contract.waits, instance_id="plain-early", order_id="early", timeout=60)
+    await env.start(contract.waits, instance_id="other", order_id="mine", timeout=60)
+    await env.send_event("paid", {"order_id": "not-mine", "amount": 2})
+    await env.sleep(10)
+    await env.send_event("paid", {"order_id": "stale", "amount": 3})
+    await env.sleep(31)
+    await env.start(contract.waits, instance_id="since-stale", order_id="stale", timeout=60, since=30)
+    await env.sleep(timedelta(minutes=2))  # every wait left times out
+
+
+async def timers(env: WorkflowEnvironment) -> None:
+    await env.start(contract.timers, instance_id="timers")
+    await env.sleep(9)
+    await env.sleep(timedelta(hours=2))
+
+
+async def retries(env: WorkflowEnvironment) -> None:
+    await env.start(contract.retries, instance_id="retried", failures=3)
+    await env.start(contract.gives_up, instance_id="gave-up")
+    await env.start(contract.deadline, instance_id="deadline")
+    await env.sleep(timedelta(minutes=10))
+
+
+async def children(env: WorkflowEnvironment) -> None:
+    await env.start(contract.parent, instance_id="parent", seconds=7200)
+    await env.start(contract.parent, instance_id="parent-of-failing", seconds=5, fail=True)
+    await env.sleep(timedelta(hours=3))
+
+
+async def messages(env: WorkflowEnvironment) -> None:
+    await env.start(contract.receiver, instance_id="receiver")
+    await env.start(contract.listener, instance_id="listener")
+    await env.start(contract.announcer, instance_id="announcer", to="receiver")
+    await env.sleep(timedelta(minutes=2))  # the receiver's second receive times out
+
+
+async def events(env: WorkflowEnvironment) -> None:
+    await env.send_event("contract.started_by_event", {"order_id": "abcd"}, event_id="e-1")
+    await env.send_event("contract.started_by_event", {"order_id": "abcd"}, event_id="e-1")  # a duplicate
+    await env.start(contract.any_event, instance_id="one")
+    await env.start(contract.any_event, instance_id="two")
+    await env.send_event("ping", "for two", instance_id="two")
+    await env.sleep(timedelta(minutes=2))
+
+
+async def cancellations(env: WorkflowEnvironment) -> None:
+    await env.start(contract.cancellable, instance_id="cancelled-waiting")
+    await env.cancel("cancelled-waiting")
+    await env.start(contract.parent, instance_id="cancelled-parent", seconds=600)
+    await env.cancel("cancelled-parent")
+    await env.sleep(timedelta(minutes=20))
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "order_saga_paths": order_saga_paths,
+    "match_and_since": match_and_since,
+    "timers": timers,
+    "retries": retries,
+    "children": children,
+    "messages": messages,
+    "events": events,
+    "cancellations": cancellations,
+}
+
+
+# ---------------------------------------------------------------- running and comparing
+
+
+def error_of(error: dict[str, Any] | None) -> Any:
+    """What must agree of a stored error: its type and message, and the workflow's error
+    a failed saga keeps inside it."""
+    if error is None:
+        return None
+    kept = {k: error.get(k) for k in ("type", "message", "reason")}
+    if isinstance(error.get("workflow_error"), dict):
+        kept["workflow_error"] = error_of(error["workflow_error"])
+    return kept
+
+
+def comparable(state: InstanceState, ids: dict[str, str]) -> dict[str, Any]:
+    """An instance as both backends must agree on it (generated ids named by their order)."""
+
+    def named(text: Any) -> Any:
+        if not isinstance(text, str):
+            return text
+        for real, name in ids.items():
+            text = text.replace(real, name)
+        return text
+
+    return {
+        "workflow": state.workflow_name,
+        "status": state.status,
+        "result": state.result,
+        "error": None if state.error is None else {k: named(v) for k, v in error_of(state.error).items()},
+        "history": [(e.kind, named(e.step_id), e.step_name) for e in state.history],
+    }
+
+
+async def outcome(env: WorkflowEnvironment, scenario: Scenario) -> dict[str, dict[str, Any]]:
+    """Every instance after the scenario, keyed by its id (generated ids: by workflow and order)."""
+    contract.ATTEMPTS.clear()  # activities count attempts by instance id: each run its own
+    await scenario(env)
+    await env.settle()
+    states = [await env.backend.state(i) for i in await env.backend.instance_ids()]
+    states.sort(key=lambda s: (s.instance_id.startswith(s.workflow_name + "-"), s.workflow_name, s.instance_id))
+    ids: dict[str, str] = {}
+    for state in states:
+        if state.instance_id.startswith(state.workflow_name + "-"):  # generated: the child's, the event's
+            ids[state.instance_id] = f"{state.workflow_name}#{len(ids) + 1}"
+    return {ids.get(s.instance_id, s.instance_id): comparable(s, ids) for s in states}
+
+
+def divergences(memory: dict[str, dict[str, Any]], postgres: dict[str, dict[str, Any]]) -> list[str]:
+    found = [f"{i}: only in {'memory' if i in memory else 'postgresql'}" for i in sorted(set(memory) ^ set(postgres))]
+    for instance_id in sorted(set(memory) & set(postgres)):
+        for key, value in memory[instance_id].items():
+            theirs = postgres[instance_id][key]
+            if value != theirs:
+                found.append(f"{instance_id} {key}:\n  memory:     {value!r}\n  postgresql: {theirs!r}")
+    return found
+
+
+async def run_both(scenario: Scenario, database_url: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    async with WorkflowEnvironment(contract.app) as env:
+        memory = await outcome(env, scenario)
+    async with WorkflowEnvironment(contract.app, database_url=database_url, migrate=False) as env:
+        postgres = await outcome(env, scenario)
+    return memory, postgres
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_memory_and_postgresql_agree(name: str, database_url: str) -> None:
+    expect_log("instance.failed")  # the scenarios' failing paths
+    memory, postgres = await run_both(SCENARIOS[name], database_url)
+    assert memory, "the scenario started nothing"
+    problems = divergences(memory, postgres)
+    assert not problems, f"{name}: the in-memory backend diverges from PostgreSQL:\n" + "\n".join(problems)
+
+
+async def test_a_planted_divergence_fails(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old defect planted again (delivery ignoring ``match``): the contract catches it."""
+    expect_log("instance.failed")
+    _, postgres = await run_both(match_and_since, database_url)
+    takes = MemoryInstance.takes
+
+    def ignoring_match(self: MemoryInstance, event: MemoryEvent) -> bool:
+        waiting = self.waiting_for
+        if waiting is not None and getattr(waiting, "match", None) is not None:
+            self.waiting_for = type(waiting)(**{**vars(waiting), "match": None})
+            try:
+                return takes(self, event)
+            finally:
+                self.waiting_for = waiting
+        return takes(self, event)
+
+    monkeypatch.setattr(MemoryInstance, "takes", ignoring_match)
+    async with WorkflowEnvironment(contract.app) as env:
+        planted = await outcome(env, match_and_since)
+    problems = divergences(planted, postgres)
+    assert any(p.startswith("other status") for p in problems), problems
+
+
+@pytest.mark.parametrize("workflow_env", ["postgresql"], indirect=True)
+async def test_the_pytest_fixture_runs_on_postgresql(workflow_env: WorkflowEnvironment) -> None:
+    assert workflow_env.mode == "postgresql"
+    handle = await workflow_env.start(contract.timers)
+    assert await handle.result() == ["charged 5"]
