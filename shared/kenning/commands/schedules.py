@@ -111,14 +111,32 @@ async def _list(conn: Executor, args: argparse.Namespace) -> None:
     emit(table(["schedule", "expression", "overlap", "paused", "last tick", "next tick", "last instance"], rows))
 
 
-async def _pause_or_resume(conn: Executor, args: argparse.Namespace) -> None:
-    row = await _schedule(conn, args.name)
-    paused = args.action == "pause"
+async def set_paused(conn: Executor, row: ScheduleRow, *, paused: bool, reason: str | None = None) -> None:
+    """Pause or resume ``row``'s schedule (the command's and the console's)."""
     # resumed, it starts from the next tick: those that fell while paused count as decided
     skip_through = None if paused else _cron(row).latest_at_or_before(row.now)
     await schedules_sql.schedule_set_paused(
-        conn, row.workflow_name, paused=paused, reason=args.reason if paused else None, skip_through=skip_through
+        conn, row.workflow_name, paused=paused, reason=reason if paused else None, skip_through=skip_through
     )
+
+
+async def trigger(conn: Executor, row: ScheduleRow) -> tuple[str, bool]:
+    """Start one run of ``row``'s schedule now, inside the caller's transaction: its id,
+    and whether it was created (two triggers within a millisecond make one)."""
+    key = trigger_key(row.now)
+    instance_id = f"{row.workflow_name}@{key}"
+    # no source hash: the worker runs the code it has, as for a start by name
+    (outcome,) = await instances_sql.instances_start(conn, [NewInstance(instance_id, row.workflow_name, "", {}, key)])
+    created = outcome is StartOutcome.STARTED
+    if created:  # the next tick's overlap policy sees this run
+        await schedules_sql.schedule_record(conn, row.workflow_name, instance_id=instance_id)
+    return instance_id, created
+
+
+async def _pause_or_resume(conn: Executor, args: argparse.Namespace) -> None:
+    row = await _schedule(conn, args.name)
+    paused = args.action == "pause"
+    await set_paused(conn, row, paused=paused, reason=args.reason if paused else None)
     if args.json:
         emit_json({"schedule": row.workflow_name, "paused": paused})
     else:
@@ -128,14 +146,7 @@ async def _pause_or_resume(conn: Executor, args: argparse.Namespace) -> None:
 async def _trigger(database: Database, args: argparse.Namespace) -> None:
     async with database.transaction() as conn:
         row = await _schedule(conn, args.name)
-        key = trigger_key(row.now)
-        instance_id = f"{row.workflow_name}@{key}"
-        # no source hash: the worker runs the code it has, as for a start by name
-        start = NewInstance(instance_id, row.workflow_name, "", {}, key)
-        (outcome,) = await instances_sql.instances_start(conn, [start])
-        created = outcome is StartOutcome.STARTED
-        if created:  # the next tick's overlap policy sees this run
-            await schedules_sql.schedule_record(conn, row.workflow_name, instance_id=instance_id)
+        instance_id, created = await trigger(conn, row)
     if args.json:
         emit_json({"schedule": row.workflow_name, "instance_id": instance_id, "created": created})
     else:
