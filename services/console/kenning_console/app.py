@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 from kenning.app import App
 from kenning.core.names import env_name
 from kenning.db import Database
-from kenning_console import actions, events, instances, live, login, queues, schedules, values, workers
+from kenning_console import actions, events, instances, live, login, metrics, queues, schedules, values, workers
 from kenning_console.pages import ErrorPageMiddleware, http_error, templates
 from kenning_console.security import SecurityMiddleware
 from kenning_console.settings import ConsoleSettings
@@ -33,7 +33,7 @@ _log = structlog.get_logger("kenning.console")
 
 # Each page module's routes, in order (the first match wins). Add a module here.
 # actions before instances: its ids take any path
-ROUTE_MODULES = (login, actions, events, instances, live, values, workers, queues, schedules)
+ROUTE_MODULES = (login, metrics, actions, events, instances, live, values, workers, queues, schedules)
 
 
 async def healthz(request: Request) -> Response:
@@ -82,6 +82,7 @@ def create_app(settings: ConsoleSettings, app: App | None = None) -> Starlette:
     starlette = Starlette(
         routes=routes(),
         middleware=[
+            Middleware(metrics.RequestMetrics),  # outside: refused requests are counted too
             Middleware(
                 SecurityMiddleware,
                 admin_token=settings.admin_token,

@@ -88,5 +88,5 @@ class RequestMetrics:
 
 async def metrics_response(database: Database | None) -> Response:
     """``GET /metrics``: every worker's figures (multiprocess mode) or this process's."""
-    body = await scrape(database, multiprocess_dir=os.environ.get(MULTIPROCESS_VARIABLE, ""))
+    body = await scrape(metrics.INGRESS, database, multiprocess_dir=os.environ.get(MULTIPROCESS_VARIABLE, ""))
     return Response(body, media_type=CONTENT_TYPE)

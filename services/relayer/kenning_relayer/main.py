@@ -11,7 +11,7 @@ from kenning.core.urls import hide_credentials
 from kenning.db import connect
 from kenning.db.migrate import migrate
 from kenning.errors import ConfigurationError
-from kenning.observability import tracing
+from kenning.observability import metrics, tracing
 from kenning.runtime.appload import broker_url, database_url, load_app
 from kenning.runtime.config import add_settings, settings_from_args
 from kenning.runtime.loop import run as run_loop
@@ -53,7 +53,7 @@ async def _serve(settings: RelayerSettings, starting: Starting) -> None:
         pgbouncer=settings.pgbouncer,
         direct_url=settings.direct_database_url,
     )
-    async with serving_metrics(database, settings.metrics_host, settings.metrics_port):
+    async with serving_metrics(metrics.RELAYER, database, settings.metrics_host, settings.metrics_port):
         await serve(
             Relayer(database, settings), close=database.dispose, health_file=settings.health_file, starting=starting
         )

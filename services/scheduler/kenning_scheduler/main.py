@@ -10,6 +10,7 @@ import structlog
 from kenning.app import App
 from kenning.db import connect
 from kenning.db.migrate import migrate
+from kenning.observability import metrics
 from kenning.runtime.appload import database_url, load_app
 from kenning.runtime.config import add_settings, settings_from_args
 from kenning.runtime.loop import run as run_loop
@@ -33,7 +34,7 @@ async def _serve(settings: SchedulerSettings, app: App | None, starting: Startin
         pgbouncer=settings.pgbouncer,
         direct_url=settings.direct_database_url,
     )
-    async with serving_metrics(database, settings.metrics_host, settings.metrics_port):
+    async with serving_metrics(metrics.SCHEDULER, database, settings.metrics_host, settings.metrics_port):
         await serve(
             Scheduler(database, app, settings),
             close=database.dispose,

@@ -13,7 +13,7 @@ import structlog
 from kenning.app import App
 from kenning.db import connect
 from kenning.db.migrate import migrate
-from kenning.observability import tracing
+from kenning.observability import metrics, tracing
 from kenning.runtime.appload import database_url, load_app
 from kenning.runtime.config import add_settings, settings_from_args
 from kenning.runtime.loop import run as run_loop
@@ -40,7 +40,7 @@ async def _serve(settings: WorkerSettings, app: App, starting: Starting) -> None
     worker = Worker(database, app, settings)
     bound = ExitBound(settings.shutdown_grace_seconds)  # SIGTERM: exit within grace + a margin
     bound.install(asyncio.get_running_loop())
-    async with serving_metrics(database, settings.metrics_host, settings.metrics_port):
+    async with serving_metrics(metrics.WORKER, database, settings.metrics_host, settings.metrics_port):
         await serve(
             worker, close=database.dispose, health_file=settings.health_file, on_signal=bound.arm, starting=starting
         )

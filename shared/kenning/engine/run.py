@@ -359,7 +359,7 @@ class WorkflowRun:
                 # the attempt's time, not the rollback's, the hook's or the counting's after it
                 timing = StepTiming(attempt, wall_start, time.perf_counter() - monotonic_start)
                 tracing.end_attempt(span, error)
-                metrics.STEP_DURATION.labels(name, "failed").observe(timing.seconds)
+                metrics.STEP_DURATION.labels(self.workflow_name, name, "failed").observe(timing.seconds)
                 await step.rollback()
                 if isinstance(error, HeartbeatTimeoutError):
                     self.log.warning("activity.heartbeat_timed_out", step=step_id, attempt=attempt, error=str(error))
@@ -377,7 +377,7 @@ class WorkflowRun:
                     )
                 if isinstance(verdict, GiveUp):
                     return GaveUp(error, attempt, verdict.reason, counted, timing)
-                metrics.STEP_RETRIES.labels(name).inc()
+                metrics.STEP_RETRIES.labels(self.workflow_name, name).inc()
                 if activity:
                     self.raise_if_cancelled()
                 if verdict.release:
@@ -397,7 +397,7 @@ class WorkflowRun:
                 current_step.reset(token)
             tracing.end_attempt(span)
             timing = StepTiming(attempt, wall_start, time.perf_counter() - monotonic_start)
-            metrics.STEP_DURATION.labels(name, "completed").observe(timing.seconds)
+            metrics.STEP_DURATION.labels(self.workflow_name, name, "completed").observe(timing.seconds)
             return Attempted(result, step, counted, timing)
 
     async def _record_failure(

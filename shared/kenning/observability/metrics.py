@@ -9,14 +9,22 @@ Two kinds, by what they cost:
   status): ``DatabaseGauges``, made at scrape time from the one statement of
   ``kenning.storage.metrics``, never per event.
 
-``kenning.runtime.scrape`` serves both at ``/metrics``. Label values are bounded by the code
-(workflow, activity and route names, outcomes), never by data (no instance ids).
+Each family names the processes that export it (``exported_by``): every process imports
+this module, but a scrape of the worker carries the worker's families only, not 35 empty
+ones of the others. The database gauges come from one kind of process,
+``DATABASE_GAUGES_PROCESS`` (the scheduler): were every process to repeat them, a sum
+over processes would multiply the backlog by the number of processes.
+
+``kenning.runtime.scrape`` serves them at ``/metrics``. Label values are bounded by the
+code (workflow, activity and route names, outcomes), never by data (no instance ids);
+where a value comes from data (event types, workflow names in the database), the first
+``MAX_LABEL_VALUES`` keep their own series and the rest count as ``other``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar, Final, TypeVar
 
 from prometheus_client import Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
@@ -37,94 +45,218 @@ SLOW_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
+# ---------------------------------------------------------------- who exports what
+
+WORKER: Final = "worker"
+SCHEDULER: Final = "scheduler"
+RELAYER: Final = "relayer"
+INGRESS: Final = "ingress"
+CONSOLE: Final = "console"
+PROCESSES: Final = (WORKER, SCHEDULER, RELAYER, INGRESS, CONSOLE)
+# The scheduler reads the database gauges: it runs in every deployment (without it no timer
+# fires), as one or two replicas rather than a fleet scaled with the load, and its scrape's
+# statement competes with no claim. With two schedulers, take ``max`` across them.
+DATABASE_GAUGES_PROCESS: Final = SCHEDULER
+MAX_LABEL_VALUES: Final = 100  # distinct values of a label that comes from data, per process
+
+_M = TypeVar("_M", Counter, Histogram)
+_EXPORTERS: dict[str, frozenset[str]] = {}  # family name (no _total) -> the processes exporting it
+
+
+def _exported_by(metric: _M, *processes: str) -> _M:
+    for family in metric.describe():
+        _EXPORTERS[family.name] = frozenset(processes)
+    return metric
+
+
+def exported_by(process: str) -> frozenset[str]:
+    """The event families ``process`` exports (as ``prometheus_client`` names families:
+    a counter without its ``_total``)."""
+    return frozenset(name for name, exporters in _EXPORTERS.items() if process in exporters)
+
+
+def event_families() -> Mapping[str, frozenset[str]]:
+    """Every event family and the processes that export it."""
+    return dict(_EXPORTERS)
+
+
+class BoundedLabel:
+    """A label whose values come from data: the first ``limit`` distinct values keep
+    their own series, any later one is ``other`` (a flood of names cannot make a
+    scrape, or Prometheus's memory, grow without end)."""
+
+    def __init__(self, limit: int = MAX_LABEL_VALUES) -> None:
+        self.limit = limit
+        self._kept: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if value in self._kept:
+            return value
+        if len(self._kept) < self.limit:
+            self._kept.add(value)
+            return value
+        return "other"
+
+
 # ---------------------------------------------------------------- worker
 
-CLAIM_DURATION = Histogram(
-    "kenning_claim_duration_seconds",
-    "Time of one claim statement (it takes up to every free slot's instance at once)",
-    buckets=FAST_BUCKETS,
+CLAIM_DURATION = _exported_by(
+    Histogram(
+        "kenning_claim_duration_seconds",
+        "Time of one claim statement (it takes up to every free slot's instance at once)",
+        buckets=FAST_BUCKETS,
+    ),
+    WORKER,
 )
-CLAIMED = Counter("kenning_claimed_instances_total", "Instances claimed by this worker", ["workflow"])
-LEASE_TAKEOVERS = Counter(
-    "kenning_lease_takeovers_total",
-    "Instances claimed whose previous run did not end cleanly (its lease expired, or it crashed)",
-    ["workflow"],
+CLAIMED = _exported_by(
+    Counter("kenning_claimed_instances_total", "Instances claimed by this worker", ["workflow"]),
+    WORKER,
 )
-LEASES_LOST = Counter(
-    "kenning_leases_lost_total", "Runs cancelled by this worker because another took their lease over"
+LEASE_TAKEOVERS = _exported_by(
+    Counter(
+        "kenning_lease_takeovers_total",
+        "Instances claimed whose previous run did not end cleanly (its lease expired, or it crashed)",
+        ["workflow"],
+    ),
+    WORKER,
 )
-WORKFLOW_RUN_DURATION = Histogram(
-    "kenning_workflow_run_duration_seconds",
-    "Time of one run of a workflow instance, from its claim to where it came to rest, by outcome "
-    "(completed, failed, cancelled, suspended, lease_lost; released: cancelled at shutdown; "
-    "storage_unavailable; crashed)",
-    ["workflow", "outcome"],
-    buckets=SLOW_BUCKETS,
+LEASES_LOST = _exported_by(
+    Counter("kenning_leases_lost_total", "Runs cancelled by this worker because another took their lease over"),
+    WORKER,
 )
-STEP_DURATION = Histogram(
-    "kenning_step_duration_seconds",
-    "Time of one attempt of an activity or compensation, by outcome (completed, failed)",
-    ["step", "outcome"],
-    buckets=SLOW_BUCKETS,
+WORKFLOW_RUN_DURATION = _exported_by(
+    Histogram(
+        "kenning_workflow_run_duration_seconds",
+        "Time of one run of a workflow instance, from its claim to where it came to rest, by outcome "
+        "(completed, failed, cancelled, suspended, lease_lost; released: cancelled at shutdown; "
+        "storage_unavailable; crashed)",
+        ["workflow", "outcome"],
+        buckets=SLOW_BUCKETS,
+    ),
+    WORKER,
 )
-STEP_RETRIES = Counter(
-    "kenning_step_retries_total", "Retries scheduled after a failed attempt of an activity or compensation", ["step"]
+STEP_DURATION = _exported_by(
+    Histogram(
+        "kenning_step_duration_seconds",
+        "Time of one attempt of an activity or compensation, by workflow, step and outcome (completed, failed)",
+        ["workflow", "step", "outcome"],
+        buckets=SLOW_BUCKETS,
+    ),
+    WORKER,
 )
-NON_DETERMINISM_ERRORS = Counter(
-    "kenning_nondeterminism_errors_total",
-    "Runs failed because the code no longer replays the recorded history",
-    ["workflow"],
+STEP_RETRIES = _exported_by(
+    Counter(
+        "kenning_step_retries_total",
+        "Retries scheduled after a failed attempt of an activity or compensation",
+        ["workflow", "step"],
+    ),
+    WORKER,
 )
-INBOX_PARKED = Counter("kenning_inbox_parked_total", "Inbox rows parked as failed after their last delivery attempt")
-EVENTS_NO_RECEIVER = Counter(
-    "kenning_events_no_receiver_total",
-    "Events processed with nothing to receive them (no handler, no workflow started, no instance waiting), by type"
-    " (the first 100 types a worker meets; the rest as 'other')",
-    ["event_type"],
+NON_DETERMINISM_ERRORS = _exported_by(
+    Counter(
+        "kenning_nondeterminism_errors_total",
+        "Runs failed because the code no longer replays the recorded history",
+        ["workflow"],
+    ),
+    WORKER,
+)
+INBOX_PARKED = _exported_by(
+    Counter("kenning_inbox_parked_total", "Inbox rows parked as failed after their last delivery attempt"),
+    WORKER,
+)
+EVENTS_NO_RECEIVER = _exported_by(
+    Counter(
+        "kenning_events_no_receiver_total",
+        "Events processed with nothing to receive them (no handler, no workflow started, no instance waiting), by type"
+        " (the first 100 types a worker meets; the rest as 'other')",
+        ["event_type"],
+    ),
+    WORKER,
 )
 
 # ---------------------------------------------------------------- scheduler, relayer
 
-TIMER_LATENESS = Histogram(
-    "kenning_timer_lateness_seconds",
-    "How long after its due time a timer or a wait's timeout fired (kind: timer, event_timeout, receive_timeout)",
-    ["kind"],
-    buckets=LATENESS_BUCKETS,
+TIMER_LATENESS = _exported_by(
+    Histogram(
+        "kenning_timer_lateness_seconds",
+        "How long after its due time a timer or a wait's timeout fired (kind: timer, event_timeout, receive_timeout)",
+        ["kind"],
+        buckets=LATENESS_BUCKETS,
+    ),
+    SCHEDULER,
 )
-OUTBOX_DELIVERIES = Counter(
-    "kenning_outbox_deliveries_total",
-    "Outbox delivery attempts by outcome (published, retry, dead_letter)",
-    ["outcome"],
+OUTBOX_DELIVERIES = _exported_by(
+    Counter(
+        "kenning_outbox_deliveries_total",
+        "Outbox delivery attempts by outcome (published, retry, dead_letter)",
+        ["outcome"],
+    ),
+    RELAYER,
 )
 
 # ---------------------------------------------------------------- ingress, shared
 
-INGRESS_REQUESTS = Counter(
-    "kenning_ingress_requests_total", "Ingress HTTP requests by route and status code", ["route", "status"]
+INGRESS_REQUESTS = _exported_by(
+    Counter("kenning_ingress_requests_total", "Ingress HTTP requests by route and status code", ["route", "status"]),
+    INGRESS,
 )
-INGRESS_REQUEST_DURATION = Histogram(
-    "kenning_ingress_request_duration_seconds",
-    "Ingress HTTP request latency by route",
-    ["route"],
-    buckets=FAST_BUCKETS,
+INGRESS_REQUEST_DURATION = _exported_by(
+    Histogram(
+        "kenning_ingress_request_duration_seconds",
+        "Ingress HTTP request latency by route",
+        ["route"],
+        buckets=FAST_BUCKETS,
+    ),
+    INGRESS,
 )
-SOURCE_MESSAGES = Counter(
-    "kenning_source_messages_total",
-    "Messages a broker source (kenning ingress --source) took, by outcome (stored: written to the inbox, "
-    "a duplicate included, then acked; rejected: malformed, to the broker's dead letters; released: handed "
-    "back for redelivery, the database away or an internal error)",
-    ["source", "outcome"],
+SOURCE_MESSAGES = _exported_by(
+    Counter(
+        "kenning_source_messages_total",
+        "Messages a broker source (kenning ingress --source) took, by outcome (stored: written to the inbox, "
+        "a duplicate included, then acked; rejected: malformed, to the broker's dead letters; released: handed "
+        "back for redelivery, the database away or an internal error)",
+        ["source", "outcome"],
+    ),
+    INGRESS,
 )
-SOURCE_SETTLE_FAILURES = Counter(
-    "kenning_source_settle_failures_total",
-    "Acks, rejections and releases a broker did not take (its connection gone): it delivers the message again",
-    ["source", "action"],
+SOURCE_SETTLE_FAILURES = _exported_by(
+    Counter(
+        "kenning_source_settle_failures_total",
+        "Acks, rejections and releases a broker did not take (its connection gone): it delivers the message again",
+        ["source", "action"],
+    ),
+    INGRESS,
 )
-GROUP_COMMIT_BATCH_SIZE = Histogram(
-    "kenning_group_commit_batch_size",
-    "Items written by one group-commit statement (writer: ingress inbox, worker steps, starts)",
-    ["writer"],
-    buckets=BATCH_BUCKETS,
+GROUP_COMMIT_BATCH_SIZE = _exported_by(
+    Histogram(
+        "kenning_group_commit_batch_size",
+        "Items written by one group-commit statement (writer: ingress inbox, worker steps, starts)",
+        ["writer"],
+        buckets=BATCH_BUCKETS,
+    ),
+    INGRESS,
+    WORKER,
+    CONSOLE,
+)
+
+# ---------------------------------------------------------------- console
+
+CONSOLE_REQUESTS = _exported_by(
+    Counter(
+        "kenning_console_requests_total",
+        "Console HTTP requests by route (the path template, as /instances/{instance_id}) and status code",
+        ["route", "status"],
+    ),
+    CONSOLE,
+)
+CONSOLE_REQUEST_DURATION = _exported_by(
+    Histogram(
+        "kenning_console_request_duration_seconds",
+        "Console HTTP request latency by route (a live stream: until it closed)",
+        ["route"],
+        buckets=FAST_BUCKETS,
+    ),
+    CONSOLE,
 )
 
 # ---------------------------------------------------------------- database gauges
@@ -138,6 +270,7 @@ class DatabaseGauges(Collector):
     has nothing claimable: a backlog that drains reads 0, not "no data"."""
 
     _seen_workflows: ClassVar[set[str]] = set()  # per process, across scrapes
+    _workflow_label: ClassVar[BoundedLabel] = BoundedLabel()  # names in the database are data
 
     def __init__(self, rows: Sequence[MetricsRow] | None) -> None:
         self.rows = rows
@@ -154,9 +287,13 @@ class DatabaseGauges(Collector):
             "Instances the scheduler's stuck check marked because a repair cannot help, by reason",
             labels=["workflow", "reason"],
         )
+        marked: dict[tuple[str, str], int] = {}
         for row in self.rows:
             if row.area == "stuck":
-                stuck.add_metric([row.workflow, row.status], row.total)
+                key = (self._workflow_label(row.workflow), row.status)
+                marked[key] = marked.get(key, 0) + row.total
+        for (workflow, reason), total in marked.items():
+            stuck.add_metric([workflow, reason], total)
         yield stuck
         for row in self.rows:
             if row.area == "timers":
@@ -183,13 +320,17 @@ class DatabaseGauges(Collector):
             "How long the oldest runnable instance has been claimable",
             labels=["workflow"],
         )
+        totals: dict[tuple[str, str], int] = {}
         due: dict[str, int] = {}
         age: dict[str, float] = {}
         for row in rows:
-            by_status.add_metric([row.workflow, row.status], row.total)
-            due[row.workflow] = due.get(row.workflow, 0) + row.due
+            workflow = self._workflow_label(row.workflow)  # 'other' sums the workflows past the bound
+            totals[workflow, row.status] = totals.get((workflow, row.status), 0) + row.total
+            due[workflow] = due.get(workflow, 0) + row.due
             if row.oldest_seconds is not None:
-                age[row.workflow] = max(age.get(row.workflow, 0.0), row.oldest_seconds)
+                age[workflow] = max(age.get(workflow, 0.0), row.oldest_seconds)
+        for (workflow, status), total in totals.items():
+            by_status.add_metric([workflow, status], total)
         self._seen_workflows.update(due)
         for workflow in sorted(self._seen_workflows):
             runnable.add_metric([workflow], due.get(workflow, 0))

@@ -1,15 +1,18 @@
 """What ``GET /metrics`` answers, and the small HTTP server that answers it.
 
-A scrape reads the database gauges with one statement (``kenning.storage.metrics``; a
-database that does not answer within ``QUERY_TIMEOUT`` gives
-``kenning_database_metrics_up 0`` and the in-process metrics still), then renders the
-process's metrics in Prometheus's text format (``kenning.observability.metrics``).
+A scrape renders the process's own metrics in Prometheus's text format: the event
+families its kind of process exports (``kenning.observability.metrics.exported_by``; every
+process imports all of them, none reports another's), the process and GC collectors, and
+any the application registered. The scheduler's (``DATABASE_GAUGES_PROCESS``) also reads
+the database gauges with one statement (``kenning.storage.metrics``; a database that does
+not answer within ``QUERY_TIMEOUT`` gives ``kenning_database_metrics_up 0`` and the
+in-process metrics still).
 
 The worker, scheduler and relayer serve it on ``--metrics-port`` (off by default) with
 ``serving_metrics``: an ``asyncio`` server on the process's own event loop, so a scrape
 waits on the database without blocking anything and no thread touches the process's
 objects; it stops after the service drained (a scrape during the drain is answered).
-The ingress serves it as a route of its app (``kenning_ingress.app``); with several
+The ingress and the console serve it as a route of their app; with several
 uvicorn workers it uses ``prometheus_client``'s multiprocess mode, so the one worker
 that answers a scrape reports every worker's counts.
 """
@@ -29,7 +32,7 @@ from prometheus_client.registry import Collector
 
 from kenning.core.records import MetricsRow
 from kenning.db import Database
-from kenning.observability.metrics import DatabaseGauges
+from kenning.observability.metrics import DATABASE_GAUGES_PROCESS, DatabaseGauges, event_families
 from kenning.storage.metrics import metrics_snapshot
 
 _log = structlog.get_logger("kenning.metrics")
@@ -48,6 +51,19 @@ class _ThisProcess(Collector):
         return REGISTRY.collect()
 
 
+class _Exported(Collector):
+    """``source``'s metrics without the event families another kind of process exports
+    (a family this module does not know, the application's, passes)."""
+
+    def __init__(self, source: Collector, process: str) -> None:
+        self.source = source
+        self.process = process
+        self.others = {name for name, exporters in event_families().items() if process not in exporters}
+
+    def collect(self) -> Iterable[Metric]:
+        return (metric for metric in self.source.collect() if metric.name not in self.others)
+
+
 async def database_rows(database: Database | None) -> list[MetricsRow] | None:
     """The database gauges' snapshot, or None if the database did not answer in time."""
     if database is None:
@@ -60,16 +76,20 @@ async def database_rows(database: Database | None) -> list[MetricsRow] | None:
         return None
 
 
-async def scrape(database: Database | None, *, multiprocess_dir: str = "") -> bytes:
-    """The text of one scrape: the database gauges, then this process's metrics, or
-    with ``multiprocess_dir`` those every process wrote there (the ingress's workers)."""
-    rows = await database_rows(database)
+async def scrape(process: str, database: Database | None, *, multiprocess_dir: str = "") -> bytes:
+    """The text of one scrape of a ``process`` (``kenning.observability.metrics.PROCESSES``):
+    its metrics, or with ``multiprocess_dir`` those every process wrote there (the
+    ingress's workers); then, for the scheduler, the database gauges."""
     registry = CollectorRegistry(auto_describe=False)
-    if multiprocess_dir:
-        MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
-    else:
-        registry.register(_ThisProcess())
-    registry.register(DatabaseGauges(rows))
+    # registered through the filter only: the files hold every family a worker created
+    source: Collector = (
+        MultiProcessCollector(None, path=multiprocess_dir)  # type: ignore[no-untyped-call]
+        if multiprocess_dir
+        else _ThisProcess()
+    )
+    registry.register(_Exported(source, process))
+    if process == DATABASE_GAUGES_PROCESS:
+        registry.register(DatabaseGauges(await database_rows(database)))
     return generate_latest(registry)
 
 
@@ -93,7 +113,8 @@ async def _request_line(reader: asyncio.StreamReader) -> list[str]:
 class MetricsServer:
     """``GET /metrics`` on ``host:port``, one scrape per connection."""
 
-    def __init__(self, database: Database | None, host: str, port: int) -> None:
+    def __init__(self, process: str, database: Database | None, host: str, port: int) -> None:
+        self.process = process
         self.database = database
         self.host = host
         self.port = port
@@ -133,19 +154,21 @@ class MetricsServer:
             return _response("404 Not Found", b"only /metrics is served here\n")
         if method not in ("GET", "HEAD"):
             return _response("405 Method Not Allowed", b"GET /metrics\n")
-        body = await scrape(self.database)
+        body = await scrape(self.process, self.database)
         response = _response("200 OK", body, CONTENT_TYPE)
         return response[: len(response) - len(body)] if method == "HEAD" else response
 
 
 @contextlib.asynccontextmanager
-async def serving_metrics(database: Database, host: str, port: int) -> AsyncIterator[MetricsServer | None]:
-    """``GET /metrics`` on ``host:port`` while the block runs (nothing when ``port`` is
-    0, the settings' "off")."""
+async def serving_metrics(
+    process: str, database: Database, host: str, port: int
+) -> AsyncIterator[MetricsServer | None]:
+    """``process``'s ``GET /metrics`` on ``host:port`` while the block runs (nothing when
+    ``port`` is 0, the settings' "off")."""
     if not port:
         yield None
         return
-    server = MetricsServer(database, host, port)
+    server = MetricsServer(process, database, host, port)
     await server.start()
     try:
         yield server

@@ -1,0 +1,68 @@
+"""The console's ``GET /metrics``: its requests by route, counted by a middleware.
+
+The route label is the matched route's path template (``/instances/{instance_id:path}``),
+or ``other`` for a path no route matched: bounded by the route list, whatever paths
+browsers and scanners send. The endpoint carries no token, as ``/healthz`` and the
+ingress's ``/metrics``: request counts and the process's own figures say nothing about
+workflows' data, and a Prometheus scrape cannot log in.
+"""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kenning.observability import metrics
+from kenning.runtime.scrape import CONTENT_TYPE, scrape
+from kenning_console.state import console_of
+
+PATH = "/metrics"
+
+
+def route_of(scope: Scope) -> str:
+    """The ``route`` label of a request the router has seen."""
+    path = getattr(scope.get("route"), "path", None)
+    return path if isinstance(path, str) and path else "other"
+
+
+class RequestMetrics:
+    """ASGI middleware: ``kenning_console_requests_total`` and
+    ``kenning_console_request_duration_seconds`` for every HTTP request (an unhandled
+    error counts as the 500 it is answered with)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = route_of(scope)  # the router wrote it into this scope on its way
+            metrics.CONSOLE_REQUESTS.labels(route, str(status)).inc()
+            metrics.CONSOLE_REQUEST_DURATION.labels(route).observe(time.perf_counter() - started)
+
+
+async def metrics_page(request: Request) -> Response:
+    """The console's figures (no database gauges: the scheduler reports those)."""
+    body = await scrape(metrics.CONSOLE, console_of(request).database)
+    return Response(body, media_type=CONTENT_TYPE)
+
+
+def routes() -> list[BaseRoute]:
+    return [Route(PATH, metrics_page, methods=["GET"])]
