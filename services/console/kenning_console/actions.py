@@ -30,7 +30,7 @@ from starlette.routing import BaseRoute, Route
 
 from kenning import serialization
 from kenning.clients.starts import start_on
-from kenning.commands.instances import retry_instance
+from kenning.commands import steering
 from kenning.core.limits import MAX_ID_LENGTH
 from kenning.core.records import TERMINAL_STATUSES, InstanceRow
 from kenning.events import reserved_attribute_error
@@ -61,6 +61,12 @@ def _who(request: Request) -> dict[str, Any]:
     if via == "session" and SESSION_COOKIE not in request.cookies:
         via = "unknown"
     return {"client": client, "who": f"admin ({via})"}
+
+
+def console_who(request: Request) -> steering.Who:
+    """Who asked, as the operator action log records it: the admin and the client address."""
+    who = _who(request)
+    return steering.Who("console", " from ".join(str(v) for v in (who.get("who"), who["client"]) if v) or "unknown")
 
 
 def instance_path(instance_id: str) -> str:
@@ -94,35 +100,39 @@ def _text(form: FormData, name: str, default: str = "") -> str:
 
 async def cancel_page(request: Request) -> Response:
     row = await _instance(request)
-    context = {"instance": row, "finished": row.status in TERMINAL_STATUSES, "refused": None}
+    refused = steering.refusal("cancel", row)
+    context = {"instance": row, "finished": refused is not None, "refused": refused}
     return render(request, "actions/cancel.html", context)
 
 
 async def cancel(request: Request) -> Response:
     await require_csrf(request)
     row = await _instance(request)
-    outcome = await console_of(request).read(lambda conn: instances_sql.instance_request_cancel(conn, row.id))
-    accepted = bool(outcome and outcome[1])
-    log_action(request, "cancel", instance_id=row.id, workflow=row.workflow_name, accepted=accepted)
-    if not accepted:
-        context = {"instance": row, "finished": True, "refused": f"it is already {row.status}: nothing to cancel"}
+    who = console_who(request)
+    outcome = await console_of(request).write(lambda conn: steering.cancel(conn, row, who))
+    log_action(request, "cancel", instance_id=row.id, workflow=row.workflow_name, accepted=outcome.done)
+    if not outcome.done:
+        ended = outcome.status in TERMINAL_STATUSES  # the console's words for it, as before
+        refused = f"it is already {outcome.status}: nothing to cancel" if ended else outcome.message
+        context = {"instance": row, "finished": True, "refused": refused}
         return render(request, "actions/cancel.html", context, status=409)
     return RedirectResponse(instance_path(row.id), status_code=303)
 
 
 async def retry_page(request: Request) -> Response:
     row = await _instance(request)
-    return render(request, "actions/retry.html", {"instance": row, "refused": None})
+    return render(request, "actions/retry.html", {"instance": row, "refused": steering.refusal("retry", row)})
 
 
 async def retry(request: Request) -> Response:
     await require_csrf(request)
     row = await _instance(request)
-    # a saga's retry and the instance's: one decision, in one transaction
-    retried = await console_of(request).write(lambda conn: retry_instance(conn, row))
-    log_action(request, "retry", instance_id=row.id, workflow=row.workflow_name, **retried)
-    if not retried["retried"]:
-        return render(request, "actions/retry.html", {"instance": row, "refused": retried["message"]}, status=409)
+    who = console_who(request)
+    # a saga's retry and the instance's: one decision, in one transaction with its record
+    outcome = await console_of(request).write(lambda conn: steering.retry(conn, row, who))
+    log_action(request, "retry", instance_id=row.id, workflow=row.workflow_name, retried=outcome.done)
+    if not outcome.done:
+        return render(request, "actions/retry.html", {"instance": row, "refused": outcome.message}, status=409)
     return RedirectResponse(instance_path(row.id), status_code=303)
 
 

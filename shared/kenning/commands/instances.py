@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
+from kenning.commands import steering
 from kenning.commands.output import emit, emit_json, table
-from kenning.core.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED
+from kenning.commands.steering import BATCH_SIZE
+from kenning.core.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED, COMPENSATION_SKIPPED
 from kenning.core.records import INSTANCE_STATUSES, InstanceRow
-from kenning.db import Executor, connect
-from kenning.errors import WorkflowNotFoundError
+from kenning.db import Database, Executor, connect
+from kenning.errors import UsageError, WorkflowNotFoundError
 from kenning.runtime.config import add_database_options, add_logging_options, positive_int
 from kenning.storage import children as children_sql
 from kenning.storage import claims as claims_sql
@@ -19,10 +22,25 @@ from kenning.storage import definitions as definitions_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import progress as progress_sql
-from kenning.storage import sagas as sagas_sql
 from kenning.storage.children import ChildRow
 
-HELP = "list, show, cancel and retry workflow instances"
+HELP = "list, show, cancel, retry and terminate workflow instances, one or by filter; skip a compensation"
+
+# cancel, retry and terminate: one instance by id, or every instance a filter selects
+BULK_ACTIONS = {
+    "cancel": "cancel: compensate and end 'cancelled'",
+    "retry": "re-run a failed instance from its last good step, or its compensations that failed",
+    "terminate": "end it now, 'failed', without compensating (its reason is recorded)",
+}
+
+
+def _time(text: str) -> datetime:
+    """A ``--created-*`` time: ISO 8601, UTC when it names no zone."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time: use 2025-01-31T14:00 (ISO 8601)") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,21 +51,76 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--limit", type=positive_int, default=50)
     show = actions.add_parser("show", help="status, input, result or error, and the history timeline")
     show.add_argument("instance_id")
-    cancel = actions.add_parser("cancel", help="cancel: compensate and end 'cancelled'")
-    cancel.add_argument("instance_id")
-    retry = actions.add_parser(
-        "retry", help="re-run a failed instance from its last good step, or its compensations that failed"
+    subs = [listing, show]
+    for name, help_text in BULK_ACTIONS.items():
+        sub = actions.add_parser(name, help=help_text + "; by filter with no id")
+        sub.add_argument("instance_id", nargs="?", help="one instance; without it, every instance the filter selects")
+        sub.add_argument("--workflow", help="by filter: only this workflow")
+        sub.add_argument("--status", action="append", choices=INSTANCE_STATUSES, help="by filter: repeat for several")
+        sub.add_argument("--created-before", type=_time, metavar="TIME", help="by filter: created before (ISO 8601)")
+        sub.add_argument("--created-after", type=_time, metavar="TIME", help="by filter: created at or after")
+        sub.add_argument("--dry-run", action="store_true", help="by filter: print how many it selects, change nothing")
+        sub.add_argument("--batch-size", type=positive_int, default=BATCH_SIZE, help="by filter: per transaction")
+        sub.add_argument("--reason", required=name == "terminate", help="why: recorded in the action log")
+        subs.append(sub)
+    skip = actions.add_parser(
+        "skip-compensation", help="record a failing compensation as skipped so the saga can end (with --reason)"
     )
-    retry.add_argument("instance_id")
-    for sub in (listing, show, cancel, retry):
+    skip.add_argument("instance_id")
+    skip.add_argument("--compensation", metavar="COMP_ID", help="which one (default: the one failing)")
+    skip.add_argument("--reason", required=True, help="why: recorded in the history and the action log")
+    subs.append(skip)
+    for sub in subs:
         sub.add_argument("--json", action="store_true", help="machine-readable output")
         add_database_options(sub)
         add_logging_options(sub)
 
 
+def _filtered(args: argparse.Namespace) -> bool:
+    """Whether a cancel, retry or terminate names a filter (and then no id)."""
+    given = any(getattr(args, name, None) for name in ("workflow", "status", "created_before", "created_after"))
+    if args.instance_id is not None and (given or args.dry_run):
+        raise UsageError("give an instance id or a filter (--workflow, --status, --created-*), not both")
+    if args.instance_id is None and not given:
+        raise UsageError(
+            f"name the instances to {args.action}: an id, or a filter (--workflow, --status, --created-before, "
+            "--created-after)"
+        )
+    return args.instance_id is None
+
+
+async def _bulk(database: Database, args: argparse.Namespace) -> int:
+    selected = steering.bulk_filter(
+        args.action,
+        args.status,
+        workflow=args.workflow,
+        created_before=args.created_before,
+        created_after=args.created_after,
+    )
+    result = await steering.bulk(
+        database,
+        args.action,
+        selected,
+        steering.cli_who(),
+        reason=args.reason,
+        dry_run=args.dry_run,
+        batch_size=args.batch_size,
+    )
+    if args.json:
+        emit_json({"action": args.action, "dry_run": args.dry_run, "filter": selected.shown(), **asdict(result)})
+    elif args.dry_run:
+        emit(f"{result.matched} instance(s) match: {args.action} would apply to them (dry run: nothing changed)")
+    else:
+        done = {"cancel": "asked to cancel", "retry": "retried", "terminate": "terminated"}[args.action]
+        emit(f"{result.affected} of {result.matched} matching instance(s) {done} in {result.batches} batch(es)")
+    return 0
+
+
 async def _run(args: argparse.Namespace) -> int:
     database = connect(args.database_url, pool_size=1, max_overflow=0)
     try:
+        if args.action in BULK_ACTIONS and _filtered(args):
+            return await _bulk(database, args)
         async with database.transaction() as conn:
             if args.action == "list":
                 rows = await instances_sql.instance_list(
@@ -81,39 +154,28 @@ async def _run(args: argparse.Namespace) -> int:
                 if stuck_mark is not None and stuck_mark.reason and not args.json:  # the stuck check's verdict
                     emit(f"\nno way forward: {stuck_mark.reason} (see kenning why {row.id})")
                 return 0
-            if args.action == "cancel":
-                outcome = await instances_sql.instance_request_cancel(conn, row.id)
-                # the status the cancel met under its row lock, not the one read before it
-                before, accepted = outcome if outcome is not None else (row.status, False)
-                if args.json:
-                    emit_json({"instance_id": row.id, "cancel_requested": accepted, "status": before})
-                elif accepted:
-                    emit(f"{row.id}: cancellation requested")
-                else:
-                    emit(f"{row.id}: too late to cancel: it already ended {before}")
-                return 0 if accepted else 1
-            retried = await retry_instance(conn, row)
-            if args.json:
-                emit_json({"instance_id": row.id, **retried})
+            outcome = await _act(conn, args, row)
+            if args.json and args.action == "cancel":
+                emit_json({"instance_id": row.id, "cancel_requested": outcome.done, "status": outcome.status})
+            elif args.json:
+                done = {"retry": "retried", "terminate": "terminated"}.get(args.action, "skipped")
+                emit_json({"instance_id": row.id, done: outcome.done, "message": outcome.message})
             else:
-                emit(f"{row.id}: {retried['message']}")
-            return 0 if retried["retried"] else 1
+                emit(f"{row.id}: {outcome.message}")
+            return 0 if outcome.done else 1
     finally:
         await database.dispose()
 
 
-async def retry_instance(conn: Executor, row: InstanceRow) -> dict[str, Any]:
-    """Retry a failed instance (``kenning instances retry``, the console's retry):
-    ``{"retried": bool, "message": str}``. A rollback stopped at a failed compensation
-    runs its compensations not yet executed; any other failure re-runs from its history,
-    its failed steps forgotten and their attempts reset; a crash-looped instance resumes
-    as it was parked. Call it inside a transaction: two statements may run."""
-    # a crash-looped instance resumes as it was parked, compensating ones included
-    crash_loop = (row.error or {}).get("reason") == claims_sql.CRASH_LOOP
-    rerun = None if crash_loop else await sagas_sql.saga_retry(conn, row.id)
-    if rerun is not None:  # the rollback stopped at a failed compensation: finish it
-        return {"retried": True, "message": f"compensating again; {rerun} failed compensation(s) will run again"}
-    return await instances_sql.instance_retry(conn, row.id)
+async def _act(conn: Executor, args: argparse.Namespace, row: InstanceRow) -> steering.Outcome:
+    who = steering.cli_who()
+    if args.action == "cancel":
+        return await steering.cancel(conn, row, who)
+    if args.action == "retry":
+        return await steering.retry(conn, row, who)
+    if args.action == "terminate":
+        return await steering.terminate(conn, row, who, args.reason)
+    return await steering.skip_compensation(conn, row, who, args.reason, args.compensation)
 
 
 def _show(
@@ -153,7 +215,7 @@ def _show(
         )
     )
     error = row["error"] or {}
-    if error.get("reason") == claims_sql.CRASH_LOOP:  # in full, with what to do: the table cuts it
+    if error.get("reason") in (claims_sql.CRASH_LOOP, "terminated"):  # in full: the table cuts it
         emit(f"\n{error.get('message')}")
     emit("")
     emit(
@@ -185,7 +247,8 @@ def _show(
         )
         for c in compensations:  # in full: the table cuts long cells
             if c["error"]:
-                emit(f"compensation #{c['position']} {c['function_name']} failed: {c['error']}")
+                said = "was" if c["outcome"] == "skipped" else "failed:"
+                emit(f"compensation #{c['position']} {c['function_name']} {said} {c['error']}")
 
 
 def _took(seconds: float | None) -> str | None:
@@ -205,10 +268,13 @@ def _add_outcomes(compensations: list[dict[str, Any]], history: list[dict[str, A
     for comp in compensations:
         record = recorded.get(f"compensation:{comp['comp_id']}")
         kind = record["kind"] if record else None
-        comp["outcome"] = {COMPENSATION_EXECUTED: "executed", COMPENSATION_FAILED: "failed"}.get(kind or "", "not run")
+        outcomes = {COMPENSATION_EXECUTED: "executed", COMPENSATION_FAILED: "failed", COMPENSATION_SKIPPED: "skipped"}
+        comp["outcome"] = outcomes.get(kind or "", "not run")
         payload = (record or {}).get("payload") or {}
         error_type = str(payload.get("type", "")).rpartition(".")[2]
         comp["error"] = f"{error_type}: {payload.get('message')}" if kind == COMPENSATION_FAILED else None
+        if kind == COMPENSATION_SKIPPED:  # the operator's reason, shown where an error would be
+            comp["error"] = f"skipped by an operator: {payload.get('reason')}"
 
 
 def run(args: argparse.Namespace) -> int:

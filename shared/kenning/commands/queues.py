@@ -13,10 +13,13 @@ import asyncio
 from dataclasses import asdict
 
 from kenning.commands.output import emit, emit_json, table
+from kenning.commands.steering import cli_who
 from kenning.db import connect
 from kenning.errors import UsageError
 from kenning.runtime.config import add_database_options, add_logging_options
+from kenning.storage import actions as actions_sql
 from kenning.storage import queues as queues_sql
+from kenning.storage.actions import OperatorAction
 from kenning.storage.queues import QueueOverview
 
 HELP = "list queues (depth, running, oldest age, limits, paused); pause or resume one"
@@ -48,7 +51,7 @@ def _limits(q: QueueOverview) -> str:
 async def _run(args: argparse.Namespace) -> int:
     database = connect(args.database_url, pool_size=1, max_overflow=0)
     try:
-        async with database.connection() as conn:
+        async with database.transaction() as conn:  # a pause and its record commit together
             if args.action == "list":
                 queues = await queues_sql.queues_overview(conn)
                 if args.json:
@@ -70,6 +73,9 @@ async def _run(args: argparse.Namespace) -> int:
             paused = args.action == "pause"
             if not await queues_sql.queue_set_paused(conn, args.name, paused):
                 raise UsageError(f"no queue {args.name!r}: kenning queues list shows the queues there are")
+            who = cli_who()
+            action = OperatorAction(f"queue-{args.action}", who.origin, who.actor, target=args.name, affected=1)
+            await actions_sql.action_record(conn, action)
             if args.json:
                 emit_json({"queue": args.name, "paused": paused})
             else:

@@ -68,6 +68,10 @@ COMPENSATION_EXECUTED = "CompensationExecuted"
 COMPENSATION_FAILED = "CompensationFailed"
 
 
+# an operator skipped a compensation (``kenning instances skip-compensation``): done, never run
+COMPENSATION_SKIPPED = "CompensationSkipped"
+
+
 MESSAGE_SENT = "MessageSent"  # send_message: the message went into its recipient's mailbox
 
 
@@ -95,6 +99,7 @@ HISTORY_KINDS = frozenset(
         TIMER_EXPIRED,
         COMPENSATION_EXECUTED,
         COMPENSATION_FAILED,
+        COMPENSATION_SKIPPED,
         MESSAGE_SENT,
         MESSAGE_RECEIVED,
         MESSAGE_TIMEOUT,
