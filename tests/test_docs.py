@@ -74,6 +74,7 @@ DOCS = (
     "docs/console.md",
     "docs/guarantees.md",
     "docs/workflows.md",
+    "docs/testing.md",
     "docs/migrating-from-edda.md",
     "docs/configuration.md",
     "docs/layout.md",
@@ -340,6 +341,7 @@ STEPS: dict[str, list[Step]] = {
     "docs/nats.md": [],  # no commands: URL forms, the binding, guarantees
     "docs/guarantees.md": [],  # no commands: what holds, and how it is checked
     "docs/workflows.md": [],  # no shell commands: the SDK in Python
+    "docs/testing.md": [],  # no shell commands: its Python runs in tests/integration/test_testing_docs.py
     "docs/migrating-from-edda.md": [],  # no shell commands: Edda's idioms beside Kenning's, in Python
     "docs/configuration.md": [],  # no commands: generated tables of settings
     "docs/layout.md": [],  # no commands: where the code is
