@@ -1,4 +1,4 @@
-"""The chaos scenario of ``tests/test_chaos.py``, longer, for release checks.
+"""The chaos scenario of ``tests/system/test_chaos.py``, longer, for release checks.
 
     .venv/bin/python scripts/chaos.py --duration 300 --instances 1500 --seed 1307 --out bench-results/chaos.json
 

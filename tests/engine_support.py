@@ -1,4 +1,4 @@
-"""Workflows for the engine's unit tests (``tests/test_engine_*.py``): run on the in-memory
+"""Workflows for the engine's unit tests (``tests/unit/test_engine_*.py``): run on the in-memory
 port, without PostgreSQL. ``CALLS`` counts each activity's real executions."""
 
 from __future__ import annotations

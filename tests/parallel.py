@@ -4,8 +4,11 @@ and beside other pytest sessions on the same machine.
 - How many: :func:`workers`. The whole suite (no paths named, or a folder) runs on
   ``WORKERS`` workers: most tests wait on real processes, sockets and PostgreSQL, not on the
   CPU, so more workers than the 2 cores of CI still shorten the run. Named files or test IDs
-  (``pytest tests/test_db.py``) run in one process, as before: starting workers would cost
-  more than it saves. ``-n N`` or ``PYTEST_XDIST_AUTO_NUM_WORKERS`` choose otherwise.
+  (``pytest tests/integration/test_db.py``) run in one process, as before: starting workers
+  would cost more than it saves. So does the unit tier (``pytest tests/unit`` or ``-m unit``,
+  ``tests/tiers.py``): its tests wait on nothing but the CPU, and four workers each importing
+  and collecting took longer than one process running them all (33 s against 29 s, measured).
+  ``-n N`` or ``PYTEST_XDIST_AUTO_NUM_WORKERS`` choose otherwise.
 - What runs alone: a test marked ``@pytest.mark.serial`` (it measures throughput or pushes
   the machine hard enough that neighbours would distort it or miss their deadlines) waits
   until the tests running on the other workers end, and none starts until it is done:
@@ -38,19 +41,21 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import tiers
+
 WORKERS = 4
 SERIAL = "serial"
 # the files of the longest tests (20-70 s each under load), longest first
 FIRST = (
-    "tests/test_bench.py",
-    "tests/test_chaos.py",
-    "tests/test_docs.py",
-    "tests/test_up.py",
-    "tests/test_ingress_fuzz.py",
-    "tests/test_e2e.py",
-    "tests/test_metrics.py",
-    "tests/test_delivery_processes.py",
-    "tests/test_tracing.py",
+    "tests/system/test_bench.py",
+    "tests/system/test_chaos.py",
+    "tests/system/test_docs.py",
+    "tests/system/test_up.py",
+    "tests/integration/test_ingress_fuzz.py",
+    "tests/system/test_e2e.py",
+    "tests/system/test_metrics.py",
+    "tests/system/test_delivery_processes.py",
+    "tests/system/test_tracing.py",
 )
 
 
@@ -89,6 +94,8 @@ def workers(config: pytest.Config) -> int:
     if from_env:
         return int(from_env)
     if config.args_source == pytest.Config.ArgsSource.ARGS and all(_names_tests(arg) for arg in config.args):
+        return 0
+    if tiers.unit_only(config):
         return 0
     return WORKERS
 

@@ -19,11 +19,12 @@ import psutil
 from kenning.app import App
 from kenning.db import Database
 from kenning.storage.server import server_backend_pid
-from kenning_devtools import ports
 from kenning_worker import Worker, WorkerSettings
 from tests import logguard
 from tests.invariants import check_invariants as check_invariants  # its callers import it from here
 from tests.logguard import LogGuard
+from tests.ports import free_port as free_port  # the one way a test gets a port: tests/ports.py
+from tests.ports import free_ports as free_ports
 from tests.sidechannel import executions as executions  # and these
 from tests.sidechannel import record_execution as record_execution
 
@@ -109,44 +110,6 @@ def kenning_command(*args: str, url: str = "", pythonpath: str = "") -> subproce
     if url:
         env["KENNING_DATABASE_URL"] = url
     return run_kenning(args, env)
-
-
-# Ports for the servers a test starts (why not bind(0): kenning_devtools.ports): each
-# pytest-xdist worker takes them from a block of its own and hands each out once per pass
-# through it, so two tests never get the same port while both may still be starting.
-_PORTS_PER_PROCESS = 400
-
-
-def _port_block() -> range:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...; unset without xdist
-    index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
-    start = ports.TEST_PORTS.start + index * _PORTS_PER_PROCESS
-    if start + _PORTS_PER_PROCESS > ports.TEST_PORTS.stop:
-        raise RuntimeError(f"pytest-xdist worker {worker} has no block of ports: run fewer workers")
-    return range(start, start + _PORTS_PER_PROCESS)
-
-
-def _block_ports() -> Iterator[int]:
-    while True:
-        yield from _port_block()
-
-
-_next_port = _block_ports()
-
-
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free ports (``kenning up --metrics-port`` takes
-    such a run); none of them is handed out again this pass."""
-    block = _port_block()
-    first = ports.free_ports(count, (p for p in _next_port if p + count - 1 in block), tries=len(block))
-    for _ in range(count - 1):
-        next(_next_port)
-    return first
-
-
-def free_port() -> int:
-    """A free port, for a server a test starts."""
-    return free_ports(1)
 
 
 async def workers_started(processes: ProcessPool, workers: Sequence[psutil.Popen], timeout: float = 60) -> None:

@@ -2,7 +2,7 @@
 ``shared/kenning/storage/sql/``: the claims are assembled from shared parts in Python, so a
 reviewer reads them here as one text (as procrastinate's ``queries.sql`` and River's
 ``.sql`` files are read). ``python -m kenning_devtools.sqlsnapshots`` writes them;
-``tests/test_sql_snapshots.py`` fails while a checked-in file differs from its statement.
+``tests/unit/test_sql_snapshots.py`` fails while a checked-in file differs from its statement.
 """
 
 from __future__ import annotations

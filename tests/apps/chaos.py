@@ -1,4 +1,4 @@
-"""The chaos test's app as its NEW version has it (``tests/test_chaos.py``,
+"""The chaos test's app as its NEW version has it (``tests/system/test_chaos.py``,
 ``scripts/chaos.py``): everything of the old version (``tests.apps.chaos_core``), and what
 only this version has: an ``event_handler`` workflow for ``chaos.start``, an ``on_event``
 handler for ``chaos.audit``, and a slow workflow for the mass kill (a worker killed with

@@ -1,4 +1,4 @@
-"""The chaos test's app as its OLD version has it (``tests/test_chaos.py``,
+"""The chaos test's app as its OLD version has it (``tests/system/test_chaos.py``,
 ``scripts/chaos.py``): steps, timers, events, a saga that fails and compensates, and outbox
 sends. One worker of the chaos run runs only this module, beside workers on the new
 version (``tests.apps.chaos``, which imports this one and adds an ``event_handler``

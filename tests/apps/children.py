@@ -1,4 +1,4 @@
-"""Workflows for tests/test_children.py: parents starting child workflows.
+"""Workflows for tests/system/test_children.py: parents starting child workflows.
 
 Activities and compensations append ``<label> <instance id>`` to the side channel each
 time they really run, so a test counts executions across worker processes and crashes.

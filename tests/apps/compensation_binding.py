@@ -1,4 +1,4 @@
-"""Workflows for tests/test_compensation_binding.py: Edda-style ``@on_failure`` compensations.
+"""Workflows for tests/system/test_compensation_binding.py: Edda-style ``@on_failure`` compensations.
 
 Compensations append ``label instance_id`` to the side channel each time they really run.
 """

@@ -1,5 +1,5 @@
-"""Workflows and a handler the console's tests run (tests/test_console_actions.py,
-tests/test_console_browser.py).
+"""Workflows and a handler the console's tests run (tests/system/test_console_actions.py,
+tests/system/test_console_browser.py).
 
 Activities append a line to the side channel each time they really run, so a test can
 tell a replayed step from one run again. ``CONSOLE_TEST_BLOCKER`` names a file: while it

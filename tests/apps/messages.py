@@ -1,4 +1,4 @@
-"""Workflows the message tests run in real worker processes (tests/test_messages.py).
+"""Workflows the message tests run in real worker processes (tests/system/test_messages.py).
 
 ``note`` appends ``msg <instance> <data>`` to the side channel each time it really runs;
 with ``KENNING_TEST_BLOCK_FILE`` set it blocks on the message ``KENNING_TEST_BLOCK_AT``

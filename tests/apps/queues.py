@@ -1,4 +1,4 @@
-"""Workflows in queues with limits (tests/test_queues.py).
+"""Workflows in queues with limits (tests/system/test_queues.py).
 
 ``hold`` appends ``queue-run <queue> <instance> <pid> start|end <unix time>`` to the side channel
 around its sleep, so ``tests.invariants.queue_concurrency`` can count how many of a queue's

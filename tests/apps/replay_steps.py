@@ -1,5 +1,5 @@
 """The activities of ``replay_order``, whose versions (``tests.apps.replay_v1`` and the
-changed ones) ``tests/test_replay_check.py`` deploys over each other. Activities are
+changed ones) ``tests/system/test_replay_check.py`` deploys over each other. Activities are
 found by name in history, so every version shares these; each real run appends a line
 to the side channel."""
 

@@ -1,5 +1,5 @@
 """Workflows ending in each terminal state, for the result-notification tests
-(tests/test_results.py): each passes a gate first, an activity that waits while the file
+(tests/system/test_results.py): each passes a gate first, an activity that waits while the file
 ``KENNING_TEST_GATE_FILE`` exists, so a test can have every caller waiting before any of
 them finishes."""
 

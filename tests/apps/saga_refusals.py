@@ -1,4 +1,4 @@
-"""Sagas whose compensations the database refuses to store (tests/test_unstorable.py).
+"""Sagas whose compensations the database refuses to store (tests/integration/test_unstorable.py).
 
 The refusals themselves are patched into the storage functions by the tests: what the
 engine checks before a write (``serialization.storable_json``) leaves no value that would

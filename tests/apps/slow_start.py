@@ -1,7 +1,7 @@
 """An app that says when a worker imports it (it writes the worker's PID to the file
 ``KENNING_TEST_IMPORTED_FILE``), then takes ``KENNING_TEST_IMPORT_SECONDS`` to finish
 importing (a large application's imports): for the tests of a stop while a worker
-starts (tests/test_shutdown.py)."""
+starts (tests/system/test_shutdown.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The workflow tests/test_tracing.py traces: started by an event, an activity that can hold
+"""The workflow tests/system/test_tracing.py traces: started by an event, an activity that can hold
 its first attempt until the worker is killed, an outbox event, and an optional wait."""
 
 from __future__ import annotations

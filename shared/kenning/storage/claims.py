@@ -11,7 +11,7 @@ Expired leases are reclaimed here, by the ordinary claim, not by a sweeper: a ro
 lease is still set is *taken over*, its run counted unless it recorded a step, and parked
 as ``crash_loop`` at ``--max-runs`` (docs/architecture.md invariant 4). The statements as
 PostgreSQL receives them, for reading as one text, are checked in under
-``shared/kenning/storage/sql/`` (``tests/test_sql_snapshots.py`` keeps them current).
+``shared/kenning/storage/sql/`` (``tests/unit/test_sql_snapshots.py`` keeps them current).
 """
 
 from __future__ import annotations

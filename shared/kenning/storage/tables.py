@@ -1,6 +1,6 @@
 """The schema as SQLAlchemy Core tables, restating what the Alembic migrations create (the
 DDL is in ``kenning/migrations/versions/``): a reader's map of the tables, and what
-``tests/test_schema.py`` checks the migrated database against. Statements are written in
+``tests/integration/test_schema.py`` checks the migrated database against. Statements are written in
 SQL in the storage modules, not built from these tables.
 """
 
