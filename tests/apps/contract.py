@@ -131,7 +131,8 @@ async def child(ctx: WorkflowContext, seconds: float, fail: bool = False) -> str
 @workflow(name="contract.parent")
 async def parent(ctx: WorkflowContext, seconds: float, fail: bool = False) -> str:
     await book(ctx, "parent")
-    handle = await start_child(ctx, child, seconds=seconds, fail=fail)
+    # an id of its own: the contract suite names instances by id on both backends
+    handle = await start_child(ctx, child, seconds=seconds, fail=fail, child_id=f"{ctx.instance_id}.child")
     return await handle.result()
 
 
