@@ -26,6 +26,7 @@ from kenning.errors import (
     WorkflowCancelledException,
     WorkflowFailedError,
     WorkflowNotFoundError,
+    WorkflowTimeoutError,
 )
 from kenning.events import ReceivedEvent, wait_event
 from kenning.hooks import HooksBase, WorkflowHooks
@@ -71,6 +72,7 @@ __all__ = [
     "WorkflowFailedError",
     "WorkflowHooks",
     "WorkflowNotFoundError",
+    "WorkflowTimeoutError",
     "activity",
     "compensation",
     "on_failure",

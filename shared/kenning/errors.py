@@ -113,6 +113,13 @@ class ReplayedActivityError(Exception):
         self.message = message
 
 
+class WorkflowTimeoutError(KenningError):
+    """An instance outlived its workflow timeout (``@workflow(timeout=...)``, or a start's
+    ``wf.options(timeout=...)``): the scheduler requested its cancellation at the deadline,
+    its compensations ran, and it ended ``failed`` with this error (not ``cancelled``).
+    ``Client.result`` raises ``WorkflowFailedError`` naming it."""
+
+
 class ConfigurationError(KenningError):
     """A setting, flag or workflow definition is invalid; the message names it."""
 

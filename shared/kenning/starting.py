@@ -91,6 +91,7 @@ def prepare_start(
     queue: str | None = None,
     partition_key: str | None = None,
     priority: int | None = None,
+    timeout: float | None = None,
 ) -> Start:
     """``arguments`` (Python values, or JSON already) as the workflow's input. Raises
     ``InvalidInputError`` for an id or key PostgreSQL cannot index, an input it cannot
@@ -99,7 +100,8 @@ def prepare_start(
     are Kenning's own (an event's, a tick's), not a caller's, and not held to the length
     a caller's are. ``queue`` (else the workflow's ``@workflow(queue=...)``) puts it in a
     queue with limits (kenning/queues.py), with a ``partition_key`` and a ``priority``
-    (lower runs first) there."""
+    (lower runs first) there. ``timeout`` (seconds; else the workflow's
+    ``@workflow(timeout=...)``) sets the instance's deadline."""
     wf = workflow if isinstance(workflow, Workflow) else registry.workflows.get(workflow)
     name = workflow.name if isinstance(workflow, Workflow) else workflow
     queue_name = _queue_of(wf, queue, partition_key, priority)
@@ -129,6 +131,7 @@ def prepare_start(
         queue_name=queue_name,
         partition_key=partition_key,
         priority=0 if priority is None else priority,
+        timeout_seconds=timeout if timeout is not None else (wf.timeout if wf is not None else None),
     )
     return Start(instance, None if wf is None else Definition(name, wf.source_hash, wf.source, wf.retention_seconds))
 

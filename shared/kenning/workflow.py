@@ -50,6 +50,7 @@ class Workflow(Generic[R]):
         retention: timedelta | None = None,
         queue: Queue | str | None = None,
         overlap: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(func):
             raise TypeError(f"workflow {func.__qualname__} must be an async function")
@@ -73,6 +74,8 @@ class Workflow(Generic[R]):
         self.retention = retention
         # the queue its instances start in unless a start names one (kenning/queues.py)
         self.queue: str | None = _queue_name(self.name, queue)
+        # seconds from its start until it fails with WorkflowTimeoutError (None: never)
+        self.timeout = _timeout_seconds(self.name, timeout)
         self.__name__ = func.__name__
         self.__qualname__ = func.__qualname__
         self.__module__ = func.__module__
@@ -136,6 +139,7 @@ def workflow(
     retention: timedelta | None = None,
     queue: Queue | str | None = None,
     overlap: str | None = None,
+    timeout: float | timedelta | None = None,
 ) -> WorkflowDecorator: ...
 
 
@@ -151,6 +155,7 @@ def workflow(
     retention: timedelta | None = None,
     queue: Queue | str | None = None,
     overlap: str | None = None,
+    timeout: float | timedelta | None = None,
 ) -> Workflow[Any] | WorkflowDecorator:
     """``@workflow`` or ``@workflow(event_handler=True)``: register a durable workflow.
 
@@ -163,6 +168,9 @@ def workflow(
     history a week after it ended (default: the scheduler's ``--instance-retention-days``).
     With ``queue="payments"`` (a name or a ``kenning.Queue``) its instances start in that
     queue, whose limits the claim enforces, unless a start names another.
+    With ``timeout=timedelta(days=30)`` (or seconds) an instance still unfinished 30 days
+    after its start is cancelled by the scheduler, compensated, and ends ``failed`` with
+    ``WorkflowTimeoutError``.
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> Workflow[Any]:
@@ -176,6 +184,7 @@ def workflow(
             retention=retention,
             queue=queue,
             overlap=overlap,
+            timeout=timeout,
         )
         REGISTRY.add_workflow(wf)
         return wf
@@ -195,6 +204,12 @@ def _check_parameter_names(workflow_name: str, func: Callable[..., Any]) -> None
                 f"workflow {workflow_name!r}: parameter {parameter.name!r} is a start option's name "
                 f"({', '.join(sorted(RESERVED_PARAMETERS))}): rename it"
             )
+
+
+def _timeout_seconds(workflow_name: str, timeout: float | timedelta | None) -> float | None:
+    from kenning.activity import timeout_seconds
+
+    return timeout_seconds(timeout, f"workflow {workflow_name!r}")
 
 
 def _queue_name(workflow_name: str, queue: Queue | str | None) -> str | None:

@@ -41,6 +41,7 @@ EXPORTS = [
     "WorkflowFailedError",
     "WorkflowHooks",
     "WorkflowNotFoundError",
+    "WorkflowTimeoutError",
     "activity",
     "compensation",
     "on_failure",

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 import types
 from pathlib import Path
 
 from kenning import App
 from kenning.engine.memory import MemoryInstance, run_once
 from kenning.engine.outcomes import RunOutcome
+from tests.logguard import expect_log
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "workflows.md"
 
@@ -34,3 +36,13 @@ async def test_the_heartbeat_example_imports_every_row() -> None:
     instance = MemoryInstance(id="doc-1", workflow_name="nightly_import", input={"rows": ["a", "b", "c"]})
     assert await run_once(App(), instance) is RunOutcome.COMPLETED
     assert instance.result == {"result": 3}
+
+
+async def test_the_timeout_example_fails_at_its_deadline() -> None:
+    module = example("Workflow timeouts")
+    assert module.pay_or_release.timeout == 3 * 24 * 3600
+    instance = MemoryInstance(id="doc-2", workflow_name="pay_or_release", input={"order_id": "o-1"})
+    instance.deadline_at, instance.cancel_requested = time.time() - 1, True  # as the scheduler leaves it
+    expect_log("instance.timed_out")
+    assert await run_once(App(), instance) is RunOutcome.FAILED
+    assert instance.error is not None and instance.error["type"] == "kenning.errors.WorkflowTimeoutError"

@@ -1,4 +1,5 @@
-"""``Scheduler``: fires due timers and event timeouts, and starts cron ticks.
+"""``Scheduler``: fires due timers and event timeouts, and starts cron ticks; past a
+workflow timeout's deadline it requests the instance's cancellation (``deadline.fired``).
 
 Each pass fires a batch of due timers and a batch of due event timeouts (one statement
 and one commit each), starts the cron ticks that are due, then sleeps until the earliest
@@ -27,6 +28,7 @@ from kenning.runtime.passloop import PassLoop, listening
 from kenning.runtime.presence import Presence
 from kenning.runtime.retention import RetentionSettings
 from kenning.schedules import scheduled_workflows
+from kenning.storage import deadlines as deadlines_sql
 from kenning.storage import messages as messages_sql
 from kenning.storage import timers as timers_sql
 from kenning.storage.timers import FiredWait
@@ -138,22 +140,41 @@ class Scheduler:
         receives = await self._fire(
             messages_sql.message_wait_timeout_fire_due, ("message.timed_out", "message.timeout_discarded"), now
         )
+        deadlines = await self._fire_deadlines(now)
         if timers or timeouts or receives:
             self.log.info("scheduler.fired", timers=timers, timeouts=timeouts, receive_timeouts=receives)
             fault_point("timer.after_fire")
-        if self.settings.batch_size in (timers, timeouts, receives):
+        if self.settings.batch_size in (timers, timeouts, receives, deadlines):
             return 0.0  # a full batch: more may be due
         async with self.database.connection() as conn:
             next_due = await timers_sql.timer_next_due(conn, now)
+            next_deadline = await deadlines_sql.deadline_next_due(conn, now)
         if self.cron.workflows:
             await self.cron.start_due(next_due.now)
         waits = [self.settings.poll_interval, await self.upkeep.run_due()]
         if next_due.seconds is not None:
             waits.append(self._after_due(next_due.seconds, fired=timers + timeouts + receives > 0))
+        if next_deadline is not None:
+            # overdue yet not fired: its row is locked (a worker's write): look again soon
+            waits.append(next_deadline if next_deadline > 0 else _BUSY_BACKOFF_MAX)
         cron_wait = self.cron.seconds_until_next(next_due.now)
         if cron_wait is not None:
             waits.append(cron_wait)
         return max(min(waits), 0.0)
+
+    async def _fire_deadlines(self, now: datetime | None) -> int:
+        """Request the cancellation of instances past their workflow timeout (one
+        statement); their workers end them failed with ``WorkflowTimeoutError``."""
+        async with self.database.connection() as conn:
+            fired = await deadlines_sql.deadline_fire_due(conn, limit=self.settings.batch_size, now=now)
+        for deadline in fired:
+            self.log.info(
+                "deadline.fired",
+                instance_id=deadline.instance_id,
+                workflow=deadline.workflow_name,
+                lateness=round(deadline.lateness_seconds, 3),
+            )
+        return len(fired)
 
     def _after_due(self, seconds: float, *, fired: bool) -> float:
         if seconds > 0 or fired:

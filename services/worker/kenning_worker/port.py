@@ -66,6 +66,7 @@ from kenning.engine.history import StepRecord
 from kenning.errors import LeaseLostError, StorageUnavailable, UnstorableValueError
 from kenning.observability.faults import fault_point
 from kenning.storage import children as children_sql
+from kenning.storage import deadlines as deadlines_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
@@ -77,6 +78,8 @@ from kenning.storage.messages import SendStatus
 from kenning.storage.writes import InstanceWrite
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 T = TypeVar("T")
@@ -383,6 +386,13 @@ class PgInstancePort:
             return await instances_sql.instance_record_heartbeat(
                 conn, self.instance_id, self.token, command.step_id, command.details
             )
+
+    async def deadline_passed(self) -> datetime | None:
+        async def read() -> datetime | None:
+            async with self.database.connection() as conn:
+                return await deadlines_sql.instance_deadline_passed(conn, self.instance_id)
+
+        return await self._storage(read(), "a read of its deadline")
 
     async def release(self, command: ReleaseWithDelay) -> None:
         released = await self._write_now(

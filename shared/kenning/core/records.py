@@ -139,6 +139,8 @@ class NewInstance:
     queue_name: str | None = None
     partition_key: str | None = None
     priority: int = 0
+    # its workflow timeout: the deadline is this many seconds after the insert (database clock)
+    timeout_seconds: float | None = None
 
 
 class StartOutcome(enum.Enum):

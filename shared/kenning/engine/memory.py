@@ -133,6 +133,7 @@ class MemoryInstance:
     history: list[HistoryRecord] = field(default_factory=list)
     compensations: list[CompensationRecord] = field(default_factory=list)
     attempts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    deadline_at: float | None = None  # its workflow timeout's deadline, on the port's clock
     # messages: this instance's mailboxes (every topic, in sending order), the receive it
     # waits in (status waiting_for_message), and the instances it may send to by id
     mailbox: list[MemoryMessage] = field(default_factory=list)
@@ -391,6 +392,10 @@ class MemoryPort:
             return False
         self.instance.attempts.setdefault(command.step_id, {})["heartbeat_details"] = command.details
         return True
+
+    async def deadline_passed(self) -> datetime | None:
+        deadline = self.instance.deadline_at
+        return None if deadline is None or deadline > self._clock() else datetime.fromtimestamp(deadline, UTC)
 
     async def release(self, command: ReleaseWithDelay) -> None:
         self._fence(f"release after {command.delay:g} s")

@@ -39,7 +39,7 @@ from kenning.engine.commands import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from datetime import datetime
 
 
 class InstancePort(Protocol):
@@ -69,6 +69,11 @@ class InstancePort(Protocol):
     async def record_heartbeat(self, command: RecordHeartbeat) -> bool:
         """Keep the details (its own commit, never waiting for held-back writes); False
         when the lease was lost (nothing written)."""
+        ...
+
+    async def deadline_passed(self) -> datetime | None:
+        """The instance's workflow-timeout deadline if it has passed (database clock), else
+        None: asked only once a cancellation is seen, to tell a timeout from a cancel."""
         ...
 
     async def release(self, command: ReleaseWithDelay) -> None: ...

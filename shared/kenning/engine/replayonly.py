@@ -50,6 +50,8 @@ from kenning.engine.run import WorkflowRun
 from kenning.errors import NonDeterminismError
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from kenning.app import App
     from kenning.workflow import Workflow
 
@@ -156,6 +158,9 @@ class ReplayOnlyPort:
 
     async def record_heartbeat(self, command: RecordHeartbeat) -> bool:
         self._stop(command.step_id)
+
+    async def deadline_passed(self) -> datetime | None:
+        return None  # replayed code meets no deadline: it writes nothing
 
     async def release(self, command: ReleaseWithDelay) -> None:
         self._stop("a retry back-off")

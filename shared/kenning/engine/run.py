@@ -54,6 +54,7 @@ from kenning.errors import (
     Suspended,
     UnstorableValueError,
     WorkflowCancelledException,
+    WorkflowTimeoutError,
 )
 from kenning.hooks import call_hook
 from kenning.observability import metrics, tracing
@@ -482,6 +483,16 @@ class WorkflowRun:
 
     async def _undo(self, *, error: BaseException | None, cancelled: bool) -> RunOutcome:
         try:
+            if cancelled:
+                # the scheduler's cancel at the workflow timeout: compensated the same, but
+                # the instance ends failed with WorkflowTimeoutError (read once, on this path only)
+                deadline = await self.port.deadline_passed()
+                if deadline is not None:
+                    self.log.warning("instance.timed_out", deadline=deadline.isoformat())
+                    error = WorkflowTimeoutError(
+                        f"workflow {self.workflow_name} timed out: its deadline {deadline.isoformat()} passed"
+                    )
+                    cancelled = False
             return await undo_saga(self, error=error, cancelled=cancelled)
         except Suspended:  # a compensation's retry back-off released the instance
             return RunOutcome.SUSPENDED

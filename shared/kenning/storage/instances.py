@@ -32,20 +32,22 @@ _INSTANCES_INSERT = statement(
     WITH incoming AS (
         SELECT * FROM jsonb_to_recordset(CAST(:starts AS jsonb)) AS s(
             position integer, id text, name text, hash text, input jsonb, key text, not_before timestamptz,
-            trace jsonb, queue text, partition text, priority integer)
+            trace jsonb, queue text, partition text, priority integer, timeout double precision)
     ), admitted AS (
         -- a start with not_before (a cron tick) only if its workflow was first seen by then
-        SELECT s.position, s.id, s.name, s.hash, s.input, s.key, s.trace, s.queue, s.partition, s.priority
+        SELECT s.position, s.id, s.name, s.hash, s.input, s.key, s.trace, s.queue, s.partition, s.priority,
+               s.timeout
         FROM incoming AS s
         WHERE s.not_before IS NULL
            OR (SELECT min(d.created_at) FROM kenning_workflow_definitions AS d WHERE d.workflow_name = s.name)
               <= s.not_before
     ), inserted AS (
         INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at,
-                                       trace_context, queue_name, partition_key, priority)
+                                       trace_context, queue_name, partition_key, priority, deadline_at)
         SELECT id, name, hash, input, key, now(), trace,
                -- a queued row's partition is '' when it names none: the claim walks keys
-               queue, CASE WHEN queue IS NOT NULL THEN coalesce(partition, '') END, coalesce(priority, 0)
+               queue, CASE WHEN queue IS NOT NULL THEN coalesce(partition, '') END, coalesce(priority, 0),
+               now() + make_interval(secs => timeout)
         FROM admitted ORDER BY position
         ON CONFLICT DO NOTHING
         RETURNING id
@@ -91,6 +93,7 @@ async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, noti
             "queue": start.queue_name,
             "partition": start.partition_key,
             "priority": start.priority,
+            "timeout": start.timeout_seconds,
         }
         for position, start in enumerate(starts)
     ]

@@ -72,6 +72,7 @@ instances = Table(
     Column("parent_id", Text),
     Column("parent_step", Text),
     Column("on_parent_cancel", Text),
+    _ts("deadline_at"),  # migration 0010: when its workflow timeout runs out (storage/deadlines.py)
 )
 
 queues = Table(
