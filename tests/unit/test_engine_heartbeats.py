@@ -139,3 +139,12 @@ def test_the_heartbeat_timeout_is_checked_where_it_is_declared() -> None:
     assert activity(slow).heartbeat_timeout is None
     with pytest.raises(ConfigurationError, match="heartbeat: timeout must be a positive number"):
         activity(heartbeat_timeout=0)(slow)
+
+
+async def test_in_the_testing_environment_a_retry_resumes_from_the_details() -> None:
+    from kenning.testing import WorkflowEnvironment
+
+    async with WorkflowEnvironment() as env:
+        handle = await env.start(heartbeating, fail_first=3)
+        assert await handle.result() == 3
+    assert SEEN == [None, 3]
