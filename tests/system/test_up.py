@@ -540,7 +540,9 @@ def _running_with(marker: str) -> list[psutil.Process]:
 def test_up_stops_everything_with_the_error_when_a_child_fails_at_start(database_url: str, tmp_path: Path) -> None:
     """The scheduler's metrics port is taken (up checks only the ports of its servers at
     fixed addresses before it starts: ingress, console, sink)."""
-    port = free_port()
+    # the first of the run of four metrics ports up takes from it (scheduler, relayer, two
+    # workers), so that none of the run is a port of up's own servers
+    port = free_ports(4)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port))
         taken.listen()
