@@ -10,7 +10,9 @@ import math
 import threading
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Protocol, cast, overload
+
+from typing_extensions import ParamSpec, TypeVar
 
 from kenning.errors import ActivityTimeoutError, ConfigurationError
 from kenning.retry import RetryPolicy
@@ -18,19 +20,28 @@ from kenning.retry import RetryPolicy
 if TYPE_CHECKING:
     from kenning.context import WorkflowContext
 
-R = TypeVar("R")
+# The result first and the parameters defaulted (PEP 696), so ``Activity[Receipt]`` still
+# names an activity returning a Receipt, whatever it takes, as before parameters were typed.
+R = TypeVar("R", default=Any)
+P = ParamSpec("P", default=...)
+R2 = TypeVar("R2")
+P2 = ParamSpec("P2")
 
 
-class Activity(Generic[R]):
-    """A decorated activity; call it as ``await act(ctx, *args, activity_id=None, **kwargs)``.
+class Activity(Generic[R, P]):
+    """A decorated activity; call it as ``await act(ctx, *args, **kwargs)``, checked by the
+    type checker against the function's parameters (``P``, after the context).
 
+    ``activity_id=`` (Edda's, for concurrent calls) is accepted in the same call, but PEP 612
+    allows no keyword beside a function's own, so such a call is not checked; the checked
+    form is ``await act.options(activity_id="a")(ctx, *args, **kwargs)``.
     Sync functions are accepted and run in a thread (Edda 0.1.0 required ``async def``).
     ``timeout`` bounds each attempt (None: the worker's ``--activity-timeout``, if any).
     """
 
     def __init__(
         self,
-        func: Callable[..., Awaitable[R]] | Callable[..., R],
+        func: Callable[..., Awaitable[R]] | Callable[..., R],  # its parameters are bound to P by @activity
         retry_policy: RetryPolicy | None,
         timeout: float | None = None,
         heartbeat_timeout: float | None = None,
@@ -53,25 +64,56 @@ class Activity(Generic[R]):
         """The compensation ``@on_failure`` attached, whichever order the decorators came in."""
         return getattr(self, "_kenning_on_failure", None) or getattr(self.func, "_kenning_on_failure", None)
 
-    async def __call__(self, ctx: WorkflowContext, *args: Any, activity_id: str | None = None, **kwargs: Any) -> R:
+    @overload
+    async def __call__(self, ctx: WorkflowContext, /, *args: P.args, **kwargs: P.kwargs) -> R: ...
+    @overload
+    async def __call__(self, ctx: WorkflowContext, /, *args: Any, activity_id: str | None, **kwargs: Any) -> R: ...
+    async def __call__(self, ctx: WorkflowContext, /, *args: Any, **kwargs: Any) -> R:
+        activity_id = kwargs.pop("activity_id", None)
         result: R = await ctx.runtime.run_activity(self, args, kwargs, activity_id)
         return result
+
+    def options(self, *, activity_id: str) -> Callable[Concatenate[WorkflowContext, P], Awaitable[R]]:
+        """This activity called with ``activity_id``, its arguments checked as a plain call's:
+        ``await act.options(activity_id=f"square-{n}")(ctx, n)``."""
+
+        async def call(ctx: WorkflowContext, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            result: R = await ctx.runtime.run_activity(self, args, kwargs, activity_id)
+            return result
+
+        return call
 
     def __repr__(self) -> str:
         return f"<activity {self.__module__}.{self.__qualname__}>"
 
 
 class ActivityDecorator(Protocol):
+    # an async function also fits the last overload, as Activity[Coroutine]: the first match wins
     @overload
-    def __call__(self, func: Callable[..., Awaitable[R]], /) -> Activity[R]: ...
+    def __call__(  # type: ignore[overload-overlap]
+        self, func: Callable[Concatenate[WorkflowContext, P2], Awaitable[R2]], /
+    ) -> Activity[R2, P2]: ...
     @overload
-    def __call__(self, func: Callable[..., R], /) -> Activity[R]: ...
+    def __call__(self, func: Callable[Concatenate[WorkflowContext, P2], R2], /) -> Activity[R2, P2]: ...
+    @overload
+    def __call__(self, func: Callable[..., Awaitable[R2]], /) -> Activity[R2]: ...
+    @overload
+    def __call__(self, func: Callable[..., R2], /) -> Activity[R2]: ...
 
 
+# an async function also fits the sync overloads, as Activity[Coroutine]: the first match wins
 @overload
-def activity(func: Callable[..., Awaitable[R]], /) -> Activity[R]: ...
+def activity(  # type: ignore[overload-overlap]
+    func: Callable[Concatenate[WorkflowContext, P2], Awaitable[R2]], /
+) -> Activity[R2, P2]: ...
 @overload
-def activity(func: Callable[..., R], /) -> Activity[R]: ...
+def activity(func: Callable[Concatenate[WorkflowContext, P2], R2], /) -> Activity[R2, P2]: ...
+# a signature a checker cannot split into the context and P (mypy: ``(ctx, **kwargs)``, whose
+# ctx could be given by name): an activity of unchecked parameters, as before they were typed
+@overload
+def activity(func: Callable[..., Awaitable[R2]], /) -> Activity[R2]: ...
+@overload
+def activity(func: Callable[..., R2], /) -> Activity[R2]: ...
 @overload
 def activity(
     *,
@@ -113,7 +155,8 @@ def activity(
             timeout_seconds(heartbeat_timeout, f"@activity {f.__qualname__} heartbeat"),
         )
 
-    return wrap(func) if func is not None else wrap
+    # wrap is each overload of ActivityDecorator at once, which mypy cannot infer from its body
+    return wrap(func) if func is not None else cast(ActivityDecorator, wrap)
 
 
 def timeout_seconds(value: float | timedelta | None, owner: str) -> float | None:

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, overload
+
+from typing_extensions import ParamSpec, TypeVar
 
 from kenning import serialization
 from kenning.context import ChildOptions, WorkflowContext
@@ -31,6 +33,11 @@ from kenning.errors import ChildStartRefused, ChildWorkflowFailed
 from kenning.workflow import Workflow
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
+
+# the keywords start_child takes as its own options, beside the child's arguments
+_CHILD_OPTIONS = ("child_id", "on_parent_cancel", "queue", "partition_key", "priority")
 
 __all__ = ["ChildHandle", "ChildStartRefused", "ChildWorkflowFailed", "start_child"]
 
@@ -61,35 +68,63 @@ class ChildHandle(Generic[T]):
         return result
 
 
+@overload
 async def start_child(
-    ctx: WorkflowContext,
-    workflow: Workflow[T],
-    *,
-    child_id: str | None = None,
-    on_parent_cancel: str = "cancel",
-    queue: str | None = None,
-    partition_key: str | None = None,
-    priority: int | None = None,
-    **kwargs: Any,
-) -> ChildHandle[T]:
-    """Start ``workflow(**kwargs)`` as a child of this workflow and return its handle.
+    ctx: WorkflowContext, workflow: Workflow[R, P], /, *args: P.args, **kwargs: P.kwargs
+) -> ChildHandle[R]: ...
+# The options mixed with the arguments (the first form): the arguments are then unchecked
+# (PEP 612 allows no keyword beside the child's own); one overload per option, each
+# requiring it, so a start with none is checked above. Checked with options:
+# start_child(ctx, wf.options(instance_id=..., on_parent_cancel=...), ...).
+@overload
+async def start_child(
+    ctx: WorkflowContext, workflow: Workflow[R, P], /, *args: Any, child_id: str | None, **kwargs: Any
+) -> ChildHandle[R]: ...
+@overload
+async def start_child(
+    ctx: WorkflowContext, workflow: Workflow[R, P], /, *args: Any, on_parent_cancel: str, **kwargs: Any
+) -> ChildHandle[R]: ...
+@overload
+async def start_child(
+    ctx: WorkflowContext, workflow: Workflow[R, P], /, *args: Any, queue: str | None, **kwargs: Any
+) -> ChildHandle[R]: ...
+@overload
+async def start_child(
+    ctx: WorkflowContext, workflow: Workflow[R, P], /, *args: Any, partition_key: str | None, **kwargs: Any
+) -> ChildHandle[R]: ...
+@overload
+async def start_child(
+    ctx: WorkflowContext, workflow: Workflow[R, P], /, *args: Any, priority: int | None, **kwargs: Any
+) -> ChildHandle[R]: ...
+async def start_child(ctx: WorkflowContext, workflow: Workflow[Any], /, *args: Any, **kwargs: Any) -> ChildHandle[Any]:
+    """Start ``workflow(*args, **kwargs)`` as a child of this workflow and return its handle.
 
-    ``child_id``: the child's instance id (default: a new one, fixed by the recorded
-    step); starting with an id this parent's child already has returns that child, an
-    id some other instance has raises ``ChildStartRefused``. ``on_parent_cancel``:
-    ``"cancel"`` or ``"abandon"`` (the module's docstring). ``queue``, ``partition_key``
-    and ``priority`` as in ``Client.start``: a child runs in its workflow's
-    ``@workflow(queue=...)`` (or ``queue``) under that queue's limits, as any start does."""
-    if on_parent_cancel not in ON_PARENT_CANCEL:
-        raise ValueError(f"on_parent_cancel must be one of {', '.join(ON_PARENT_CANCEL)}, got {on_parent_cancel!r}")
+    Its options, given with ``workflow.options(...)`` (checked) or as keywords here:
+    ``child_id`` (or ``.options(instance_id=...)``): the child's instance id (default: a
+    new one, fixed by the recorded step); starting with an id this parent's child already
+    has returns that child, an id some other instance has raises ``ChildStartRefused``.
+    ``on_parent_cancel``: ``"cancel"`` (the default) or ``"abandon"`` (the module's
+    docstring). ``queue``, ``partition_key`` and ``priority`` as in ``Client.start``: a
+    child runs in its workflow's ``@workflow(queue=...)`` (or ``queue``) under that queue's
+    limits, as any start does."""
     if not isinstance(workflow, Workflow):
         raise TypeError(f"start_child takes a @workflow, got {workflow!r}")
-    options = ChildOptions(
-        child_id=child_id,
+    given = {name: kwargs.pop(name) for name in _CHILD_OPTIONS if name in kwargs}
+    child_id = given.pop("child_id", None)
+    options = workflow.start_options.merged(instance_id=child_id, **given)
+    if options["idempotency_key"] is not None:
+        raise TypeError(
+            "start_child: idempotency_key= applies to Client.start; a child's id is .options(instance_id=...)"
+        )
+    on_parent_cancel = options["on_parent_cancel"] or "cancel"
+    if on_parent_cancel not in ON_PARENT_CANCEL:
+        raise ValueError(f"on_parent_cancel must be one of {', '.join(ON_PARENT_CANCEL)}, got {on_parent_cancel!r}")
+    child_options = ChildOptions(
+        child_id=options["instance_id"],
         on_parent_cancel=on_parent_cancel,
-        queue=queue,
-        partition_key=partition_key,
-        priority=priority,
+        queue=options["queue"],
+        partition_key=options["partition_key"],
+        priority=options["priority"],
     )
-    child, step_id = await ctx.runtime.start_child(workflow, kwargs, options)
+    child, step_id = await ctx.runtime.start_child(workflow, workflow.named_arguments(args, kwargs), child_options)
     return ChildHandle(ctx, workflow, child, step_id)

@@ -10,9 +10,12 @@ import asyncio
 import inspect
 import os
 import uuid
-from typing import Any
+from typing import Any, overload
+
+from typing_extensions import ParamSpec, TypeVar
 
 from kenning import serialization
+from kenning.app import database_url_of_apps, warn_unloaded_hooks
 from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.clients.starts import Starter
 from kenning.core.mailbox import Undelivered, refusal
@@ -27,7 +30,13 @@ from kenning.starting import prepare_start
 from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
 from kenning.storage.messages import SendStatus
-from kenning.workflow import Workflow
+from kenning.workflow import StartOptions, Workflow
+
+R = TypeVar("R")
+P = ParamSpec("P")
+
+# the keywords Client.start takes as its own options, beside the workflow's arguments
+_START_OPTIONS = ("instance_id", "idempotency_key", "queue", "partition_key", "priority")
 
 
 class ResultTimeoutError(KenningError, TimeoutError):
@@ -43,7 +52,8 @@ class Client:
         result_poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> None:
         if database is None:
-            url = database_url or os.environ.get("KENNING_DATABASE_URL", "")
+            # as wf.start(): the environment's database, else the one this process's App names
+            url = database_url or os.environ.get("KENNING_DATABASE_URL") or database_url_of_apps(REGISTRY) or ""
             database = connect(url, pool_size=2, max_overflow=8)
             self._owns_database = True
         else:
@@ -72,9 +82,37 @@ class Client:
         if self._owns_database:
             await self.database.dispose()
 
+    @overload
+    async def start(self, workflow: Workflow[R, P], /, *args: P.args, **kwargs: P.kwargs) -> StartedInstance[R]: ...
+    # The options mixed with the arguments (the first form): the arguments are then
+    # unchecked (PEP 612 allows no keyword beside the workflow's own); one overload per
+    # option, each requiring it, so a start with none is checked above. Checked with
+    # options: client.start(wf.options(instance_id=...), ...).
+    @overload
+    async def start(
+        self, workflow: Workflow[R, P], /, *args: Any, instance_id: str | None, **kwargs: Any
+    ) -> StartedInstance[R]: ...
+    @overload
+    async def start(
+        self, workflow: Workflow[R, P], /, *args: Any, idempotency_key: str | None, **kwargs: Any
+    ) -> StartedInstance[R]: ...
+    @overload
+    async def start(
+        self, workflow: Workflow[R, P], /, *args: Any, queue: str | None, **kwargs: Any
+    ) -> StartedInstance[R]: ...
+    @overload
+    async def start(
+        self, workflow: Workflow[R, P], /, *args: Any, partition_key: str | None, **kwargs: Any
+    ) -> StartedInstance[R]: ...
+    @overload
+    async def start(
+        self, workflow: Workflow[R, P], /, *args: Any, priority: int | None, **kwargs: Any
+    ) -> StartedInstance[R]: ...
+    # a workflow by name: this process may not have its code, so nothing to check against
+    @overload
     async def start(
         self,
-        workflow: Workflow[Any] | str,
+        workflow: str,
         /,
         *,
         instance_id: str | None = None,
@@ -83,24 +121,32 @@ class Client:
         partition_key: str | None = None,
         priority: int | None = None,
         **kwargs: Any,
-    ) -> StartedInstance:
+    ) -> StartedInstance[Any]: ...
+    async def start(self, workflow: Workflow[Any] | str, /, *args: Any, **kwargs: Any) -> StartedInstance[Any]:
         """Start an instance; starting again with the same ``instance_id`` or
         ``idempotency_key`` returns the existing instance (``created=False``).
 
-        ``queue`` (default: the workflow's ``@workflow(queue=...)``) starts it in a queue
-        whose limits the claim enforces (``kenning.Queue``); there ``partition_key`` names
-        its partition (served round-robin, ``partition_concurrency`` per key) and
-        ``priority`` orders it (lower first, default 0). The three names are taken by
-        these parameters, so a workflow argument cannot be called ``queue``,
-        ``partition_key`` or ``priority``."""
+        The workflow's arguments are checked against its signature here and by a type
+        checker (positional ones are bound to its parameters' names); its options are
+        given with ``wf.options(...)`` or as keywords here. ``queue`` (default: the
+        workflow's ``@workflow(queue=...)``) starts it in a queue whose limits the claim
+        enforces (``kenning.Queue``); there ``partition_key`` names its partition (served
+        round-robin, ``partition_concurrency`` per key) and ``priority`` orders it (lower
+        first, default 0). The options' names are taken by them, so a workflow argument
+        cannot be called ``queue``, ``partition_key`` or ``priority``."""
+        given = {name: kwargs.pop(name) for name in _START_OPTIONS if name in kwargs}
+        options = (workflow.start_options if isinstance(workflow, Workflow) else StartOptions()).merged(**given)
+        if options["on_parent_cancel"] is not None:
+            raise InvalidInputError("on_parent_cancel= applies to start_child only, not to Client.start")
         start = prepare_start(
             workflow,
-            kwargs,
-            instance_id=instance_id,
-            idempotency_key=idempotency_key,
-            queue=queue,
-            partition_key=partition_key,
-            priority=priority,
+            _named_arguments(workflow, args, kwargs),
+            instance_id=options["instance_id"],
+            idempotency_key=options["idempotency_key"],
+            queue=options["queue"],
+            partition_key=options["partition_key"],
+            priority=options["priority"],
+            timeout=options["timeout"],
         )
         self.results.expect(start.instance.instance_id)  # result() may then wait without reading first
         try:
@@ -120,14 +166,21 @@ class Client:
             raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
         return row
 
-    async def result(self, instance_id: str, timeout: float | None = None) -> Any:
-        """Wait for the instance to finish and return its result: woken by the NOTIFY of
+    @overload
+    async def result(self, instance: StartedInstance[R], timeout: float | None = None) -> R: ...
+    @overload
+    async def result(self, instance: str, timeout: float | None = None) -> Any: ...
+    async def result(self, instance: StartedInstance[Any] | str, timeout: float | None = None) -> Any:
+        """Wait for the instance to finish and return its result, of the workflow's return
+        type when given what ``start`` returned (an id alone says nothing of its type):
+        woken by the NOTIFY of
         the statement that finished it (``kenning.clients.results``), read again every
         ``result_poll_interval`` seconds in case a notification was missed.
 
         Raises ``WorkflowFailedError`` if it failed or was cancelled, ``TimeoutError``
         after ``timeout`` seconds.
         """
+        instance_id = instance.instance_id if isinstance(instance, StartedInstance) else instance
         row = await self.results.until_finished(instance_id, lambda: self.status(instance_id), timeout)
         if row is None:  # the time ran out before a read: the caller hears how it stands
             row = await self.status(instance_id)
@@ -196,18 +249,43 @@ class Client:
             return await instances_sql.instance_list(conn, status=status, workflow_name=workflow, limit=limit)
 
 
+def _named_arguments(workflow: Workflow[Any] | str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(workflow, Workflow):
+        try:
+            return workflow.named_arguments(args, kwargs)
+        except TypeError as error:
+            raise InvalidInputError(f"invalid input for workflow {workflow.name!r}: {error}", str(error)) from None
+    if args:
+        raise InvalidInputError(f"workflow {workflow!r} is given by name: pass its arguments by keyword")
+    return kwargs
+
+
 _default_clients: dict[asyncio.AbstractEventLoop, Client] = {}
 
 
 def default_client() -> Client:
-    """The client ``Workflow.start`` uses, from ``KENNING_DATABASE_URL``; one per event loop
-    because async connections belong to the loop that made them."""
+    """The client ``Workflow.start`` uses: ``KENNING_DATABASE_URL``, else the ``db_url`` of
+    the ``App`` this process made (Edda's ``EddaApp(db_url=...)`` in ``main()``); one per
+    event loop because async connections belong to the loop that made them."""
     loop = asyncio.get_running_loop()
     client = _default_clients.get(loop)
     if client is None:
-        if not os.environ.get("KENNING_DATABASE_URL"):
-            raise ConfigurationError("Workflow.start needs KENNING_DATABASE_URL, or use kenning.Client(url).start")
+        url = os.environ.get("KENNING_DATABASE_URL") or database_url_of_apps(REGISTRY)
+        if not url:
+            raise ConfigurationError(
+                "Workflow.start needs a database: make an App(db_url=...) in this process, set "
+                "KENNING_DATABASE_URL, or use kenning.Client(url).start"
+            )
+        warn_unloaded_hooks(REGISTRY)
         for stale in [lp for lp in _default_clients if lp.is_closed()]:
             del _default_clients[stale]
-        client = _default_clients[loop] = Client()
+        client = _default_clients[loop] = Client(url)
     return client
+
+
+async def close_default_client() -> None:
+    """Close the client ``Workflow.start`` opened in this event loop, if any (Edda's
+    ``await app.shutdown()``): its connections, and its starts announced."""
+    client = _default_clients.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.close()

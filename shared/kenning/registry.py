@@ -2,16 +2,20 @@
 
 It maps workflow names to workflows and compensation names to functions, so any worker
 that imported the user's modules can resume any instance or finish its compensations.
+It also knows the ``App``s this process made, weakly (an App dropped is gone from it), for
+``wf.start()``: their ``db_url`` is its database when the environment names none.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kenning.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from kenning.app import App
     from kenning.queues import Queue
     from kenning.workflow import Workflow
 
@@ -27,6 +31,7 @@ class Registry:
         self.workflows: dict[str, Workflow[Any]] = {}
         self.compensations: dict[str, Callable[..., Any]] = {}
         self.queues: dict[str, Queue] = {}  # kenning.Queue declarations, synced by workers
+        self.apps: weakref.WeakSet[App] = weakref.WeakSet()  # each App adds itself
 
     def add_workflow(self, wf: Workflow[Any]) -> None:
         existing = self.workflows.get(wf.name)

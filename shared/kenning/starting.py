@@ -14,7 +14,9 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
 
 from kenning import serialization
 from kenning.core.limits import MAX_ID_LENGTH
@@ -27,6 +29,9 @@ from kenning.workflow import Workflow
 
 DefinitionKey = tuple[str, str]  # (workflow name, source hash)
 
+# the started workflow's result type, for Client.result (defaulted: a bare StartedInstance is Any)
+R = TypeVar("R", default=Any)
+
 
 class InvalidInputError(KenningError, TypeError):
     """``start()`` arguments that do not fit the workflow's signature or types (a
@@ -38,7 +43,7 @@ class InvalidInputError(KenningError, TypeError):
 
 
 @dataclass(frozen=True)
-class StartedInstance:
+class StartedInstance(Generic[R]):
     instance_id: str
     created: bool  # False when the instance id or idempotency key already existed
 

@@ -1,13 +1,27 @@
-"""``@workflow``: a durable function, replayed from history on any worker."""
+"""``@workflow``: a durable function, replayed from history on any worker.
+
+A ``Workflow[R, P]`` returns ``R`` and takes ``P`` after its context, so every start
+(``Client.start``, ``wf.start``, ``start_child``) is checked against its parameters and
+``Client.result`` returns ``R``. PEP 612 allows no keyword beside a function's own
+parameters, so options are given apart, with ``wf.options(instance_id=..., queue=...)``,
+which returns the workflow with those options, checked as any start. Options mixed with the
+arguments (``client.start(wf, order_id="o-1", instance_id="o-1")``, Edda's and Kenning's
+first form) still work, through overloads that leave the arguments unchecked.
+"""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import inspect
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Protocol, cast, overload
+
+from typing_extensions import ParamSpec, TypeVar
 
 from kenning.errors import ConfigurationError
 from kenning.registry import REGISTRY
@@ -15,10 +29,16 @@ from kenning.schedules import check_overlap, parse_schedule
 
 if TYPE_CHECKING:
     from kenning.client import StartedInstance
+    from kenning.context import WorkflowContext
     from kenning.core.cron import CronSchedule
     from kenning.queues import Queue
 
-R = TypeVar("R")
+# The result first and the parameters defaulted (PEP 696), so ``Workflow[float]`` still
+# names a workflow returning a float, whatever it takes, as before parameters were typed.
+R = TypeVar("R", default=Any)
+P = ParamSpec("P", default=...)
+R2 = TypeVar("R2")
+P2 = ParamSpec("P2")
 
 # Keyword options of the start calls (Client.start, Workflow.start, start_child): a workflow
 # parameter of one of these names would be taken by the option instead of reaching the
@@ -37,10 +57,37 @@ RESERVED_PARAMETERS = frozenset(
 )
 
 
-class Workflow(Generic[R]):
+@dataclass(frozen=True)
+class StartOptions:
+    """How a start is made, given with ``wf.options(...)``; None: not given. ``instance_id``
+    is a child's id under ``start_child``; ``idempotency_key`` applies to a client's start
+    only, ``on_parent_cancel`` to a child's only."""
+
+    instance_id: str | None = None
+    idempotency_key: str | None = None
+    queue: str | None = None
+    partition_key: str | None = None
+    priority: int | None = None
+    on_parent_cancel: str | None = None
+    timeout: float | None = None  # seconds: this start's workflow timeout
+
+    def merged(self, **given: Any) -> dict[str, Any]:
+        """These options with the ones a call gave as keywords (None: not given); one given
+        both ways with another value is the caller's mistake, said so."""
+        merged = dataclasses.asdict(self)
+        for name, value in given.items():
+            if value is None:
+                continue
+            if merged.get(name) is not None and merged[name] != value:
+                raise TypeError(f"{name} is given both by .options() ({merged[name]!r}) and by the call ({value!r})")
+            merged[name] = value
+        return merged
+
+
+class Workflow(Generic[R, P]):
     def __init__(
         self,
-        func: Callable[..., Awaitable[R]],
+        func: Callable[..., Awaitable[R]],  # its parameters are bound to P by @workflow
         *,
         name: str | None = None,
         event_handler: bool = False,
@@ -76,6 +123,8 @@ class Workflow(Generic[R]):
         self.queue: str | None = _queue_name(self.name, queue)
         # seconds from its start until it fails with WorkflowTimeoutError (None: never)
         self.timeout = _timeout_seconds(self.name, timeout)
+        # what wf.options(...) gave: the starts of this copy use them
+        self.start_options = StartOptions()
         self.__name__ = func.__name__
         self.__qualname__ = func.__qualname__
         self.__module__ = func.__module__
@@ -97,37 +146,115 @@ class Workflow(Generic[R]):
     def retention_seconds(self) -> float | None:
         return None if self.retention is None else self.retention.total_seconds()
 
-    async def start(
+    def options(
         self,
         *,
         instance_id: str | None = None,
         idempotency_key: str | None = None,
-        lock_timeout_seconds: float | None = None,
-        **kwargs: Any,
-    ) -> str:
-        """Start an instance through the default client (``KENNING_DATABASE_URL``).
+        queue: str | None = None,
+        partition_key: str | None = None,
+        priority: int | None = None,
+        on_parent_cancel: str | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> Workflow[R, P]:
+        """This workflow with start options, for the checked start calls:
+        ``await client.start(order.options(instance_id="o-1"), order_id="o-1")``,
+        ``await start_child(ctx, ship.options(instance_id=f"{ctx.instance_id}-ship"), parcel=1)``
+        (``instance_id`` is then the child's id), ``await order.options(queue="q").start(...)``.
+        The copy is the same workflow (its name, code and registry entry); options given
+        again are added to these. ``timeout`` (seconds or a ``timedelta``) replaces the
+        workflow's ``@workflow(timeout=...)`` for these starts."""
+        configured = copy.copy(self)
+        configured.start_options = StartOptions(
+            **self.start_options.merged(
+                instance_id=instance_id,
+                idempotency_key=idempotency_key,
+                queue=queue,
+                partition_key=partition_key,
+                priority=priority,
+                on_parent_cancel=on_parent_cancel,
+                timeout=_timeout_seconds(self.name, timeout),
+            )
+        )
+        return configured
 
-        Returns the instance id. Unlike Edda 0.1.0 this does not run the workflow in the
-        caller: a worker process picks it up. ``lock_timeout_seconds`` is accepted for
-        Edda compatibility; leases are set by the worker (``--lease-seconds``).
+    def named_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A start's arguments by name, as its input is stored: positional ones take the
+        names of the parameters after the context, in order (a type checker accepts them,
+        so a start does too). Raises ``TypeError`` if there are more than those names."""
+        if not args:
+            return kwargs
+        parameters = list(inspect.signature(self.func).parameters.values())[1:]
+        names = [
+            p.name
+            for p in parameters
+            if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        ]
+        if len(args) > len(names):
+            raise TypeError(
+                f"workflow {self.name!r} takes {len(names)} positional argument(s) after its context, got {len(args)}"
+            )
+        named = dict(zip(names, args, strict=False))
+        for name in named:
+            if name in kwargs:
+                raise TypeError(f"workflow {self.name!r} got two values for {name!r}")
+        return {**named, **kwargs}
+
+    @overload
+    async def start(self, *args: P.args, **kwargs: P.kwargs) -> str: ...
+    # The options mixed with the arguments (Edda's form): the arguments are then unchecked.
+    # One overload per option, each requiring it, so a call with none is checked above.
+    @overload
+    async def start(self, *args: Any, instance_id: str | None, **kwargs: Any) -> str: ...
+    @overload
+    async def start(self, *args: Any, idempotency_key: str | None, **kwargs: Any) -> str: ...
+    @overload
+    async def start(self, *args: Any, lock_timeout_seconds: float | None, **kwargs: Any) -> str: ...
+    @overload
+    async def start(self, *args: Any, queue: str | None, **kwargs: Any) -> str: ...
+    @overload
+    async def start(self, *args: Any, partition_key: str | None, **kwargs: Any) -> str: ...
+    @overload
+    async def start(self, *args: Any, priority: int | None, **kwargs: Any) -> str: ...
+    async def start(self, *args: Any, **kwargs: Any) -> str:
+        """Start an instance through the default client (``KENNING_DATABASE_URL``, else the
+        ``db_url`` of this process's ``App``) and return its id.
+
+        Unlike Edda 0.1.0 this does not run the workflow in the caller: a worker process
+        picks it up. ``lock_timeout_seconds`` is accepted for Edda compatibility; leases are
+        set by the worker (``--lease-seconds``).
         """
         from kenning.client import default_client
 
-        started: StartedInstance = await default_client().start(
-            self, instance_id=instance_id, idempotency_key=idempotency_key, **kwargs
-        )
+        kwargs.pop("lock_timeout_seconds", None)
+        client = default_client()
+        started: StartedInstance[R] = await client.start(self, *args, **kwargs)
         return started.instance_id
 
     def __repr__(self) -> str:
         return f"<workflow {self.name}>"
 
 
+async def close_default_client() -> None:
+    """Close the client ``Workflow.start`` opened in this event loop (``App.shutdown``)."""
+    from kenning.client import close_default_client
+
+    await close_default_client()
+
+
 class WorkflowDecorator(Protocol):
-    def __call__(self, func: Callable[..., Awaitable[R]], /) -> Workflow[R]: ...
+    @overload
+    def __call__(self, func: Callable[Concatenate[WorkflowContext, P2], Awaitable[R2]], /) -> Workflow[R2, P2]: ...
+    @overload
+    def __call__(self, func: Callable[..., Awaitable[R2]], /) -> Workflow[R2]: ...
 
 
 @overload
-def workflow(func: Callable[..., Awaitable[R]], /) -> Workflow[R]: ...
+def workflow(func: Callable[Concatenate[WorkflowContext, P2], Awaitable[R2]], /) -> Workflow[R2, P2]: ...
+# a signature a checker cannot split into the context and P (mypy: ``(ctx, **kwargs)``, whose
+# ctx could be given by name): a workflow of unchecked parameters, as before they were typed
+@overload
+def workflow(func: Callable[..., Awaitable[R2]], /) -> Workflow[R2]: ...
 @overload
 def workflow(
     *,
@@ -170,7 +297,7 @@ def workflow(
     queue, whose limits the claim enforces, unless a start names another.
     With ``timeout=timedelta(days=30)`` (or seconds) an instance still unfinished 30 days
     after its start is cancelled by the scheduler, compensated, and ends ``failed`` with
-    ``WorkflowTimeoutError``.
+    ``WorkflowTimeoutError``; ``wf.options(timeout=...)`` sets another for one start.
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> Workflow[Any]:
@@ -189,7 +316,8 @@ def workflow(
         REGISTRY.add_workflow(wf)
         return wf
 
-    return wrap(func) if func is not None else wrap
+    # wrap is WorkflowDecorator, which mypy cannot infer from its body
+    return wrap(func) if func is not None else cast(WorkflowDecorator, wrap)
 
 
 def _check_parameter_names(workflow_name: str, func: Callable[..., Any]) -> None:

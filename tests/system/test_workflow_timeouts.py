@@ -94,3 +94,15 @@ async def test_an_instance_that_ends_in_time_is_left_alone(
             lambda: sql.execute("SELECT now() > %s", (row[0],)).fetchone() == (True,), message="deadline passed"
         )
         assert (await client.status(started.instance_id)).status == "completed"
+
+
+async def test_a_start_sets_its_own_timeout(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool, side_channel: str
+) -> None:
+    expect_log("instance.timed_out", workflow="unbounded_order")
+    await _stack(processes, database_url, side_channel)
+    async with Client(database=database) as client:
+        own = await client.start(deadlines.unbounded_order.options(timeout=0.5), order_id="o-2")
+        await _fails_by_timeout(client, own.instance_id)
+    assert executions(side_channel)[f"release_stock {own.instance_id}"] == 1
+    check_invariants(sql)

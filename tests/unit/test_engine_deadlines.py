@@ -84,3 +84,7 @@ def test_the_timeout_is_declared_checked_and_overridden_per_start() -> None:
     with pytest.raises(ConfigurationError, match="timeout must be a positive number of seconds"):
         workflow(timeout=0)(bounded.func)
     assert issubclass(WorkflowTimeoutError, Exception)
+
+
+def test_a_start_overrides_the_timeout_with_options() -> None:
+    assert bounded.options(timeout=timedelta(seconds=30)).start_options.timeout == 30.0
