@@ -10,7 +10,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kenning import App, WorkflowContext, activity, compensation, on_failure, workflow
+from kenning import (
+    App,
+    WorkflowContext,
+    activity,
+    compensation,
+    on_failure,
+    register_compensation,
+    wait_event,
+    workflow,
+)
 from tests.sidechannel import record_execution
 
 app = App("kenning-takeover-tests")
@@ -65,3 +74,19 @@ async def hang(ctx: WorkflowContext) -> None:
 @workflow
 async def hung(ctx: WorkflowContext) -> None:
     await hang(ctx)
+
+
+@compensation
+async def unlist(ctx: WorkflowContext, item: str) -> None:
+    side(f"unlist:{item}", ctx)
+
+
+@workflow
+async def listed_then_waits(ctx: WorkflowContext, order_id: str) -> str:
+    """Two compensations registered without ids, then a wait: a cancel while it waits
+    replays the body, which registers them again."""
+    await work_for(ctx, 0.0)
+    await register_compensation(ctx, unlist, "first")
+    await register_compensation(ctx, unlist, "second")
+    await wait_event(ctx, "never.comes", match={"order_id": order_id}, timeout_seconds=3600)
+    return order_id

@@ -72,3 +72,42 @@ async def test_a_cancel_after_the_completion_is_answered_too_late(
     assert shown == {"instance_id": started.instance_id, "cancel_requested": False, "status": "completed"}
     assert executions(side_channel)[f"unbook {started.instance_id}"] == 0
     await asyncio.sleep(0)
+
+
+async def test_a_cancel_while_waiting_runs_each_compensation_once(
+    database: Database,
+    database_url: str,
+    sql: psycopg.Connection[tuple[object, ...]],
+    processes: ProcessPool,
+    side_channel: str,
+) -> None:
+    """Compensations registered without an id are numbered by their order in the run. A
+    cancel loads the saved ones before the body replays, and the replay registered them
+    again under new numbers (comp:3, comp:4), so each ran twice."""
+    worker = processes.worker(database_url, APP, env={"KENNING_TEST_SIDE_CHANNEL": side_channel})
+    await workers_started(processes, [worker])
+    async with Client(database=database) as client:
+        started = await client.start("listed_then_waits", order_id="o-9")
+        instance = started.instance_id
+        await eventually(
+            lambda: (
+                sql.execute("SELECT status FROM kenning_instances WHERE id = %s", (instance,)).fetchone()
+                == ("waiting_for_event",)
+            ),
+            message="it waits",
+        )
+        assert await client.cancel(instance)
+        await eventually(
+            lambda: (
+                sql.execute("SELECT status FROM kenning_instances WHERE id = %s", (instance,)).fetchone()
+                == ("cancelled",)
+            ),
+            message="cancelled",
+        )
+    counts = executions(side_channel)
+    assert (counts[f"unlist:first {instance}"], counts[f"unlist:second {instance}"]) == (1, 1), counts
+    saved = sql.execute(
+        "SELECT comp_id FROM kenning_compensations WHERE instance_id = %s ORDER BY position", (instance,)
+    )
+    assert [row[0] for row in saved] == ["comp:1", "comp:2"]
+    check_invariants(sql)

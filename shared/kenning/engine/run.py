@@ -101,6 +101,11 @@ class WorkflowRun:
         self.barrier = ReplayBarrier(lambda: not self.cursor.unconsumed)
         self.cursor.on_drained = self.barrier.drained
         self.compensations = list(compensations)
+        # registrations made by this run's code, replayed ones included: a compensation
+        # without an id is numbered by it. Not len(self.compensations): a cancel or a
+        # saga's recovery loads the saved ones first, and the replay registering them
+        # again must give them their old numbers, not new ones (they would run twice).
+        self.registrations = 0
         self.cancelled = False
         self.inline_retry_seconds = inline_retry_seconds
         # the worker's --activity-timeout, for activities that declare none
@@ -201,7 +206,8 @@ class WorkflowRun:
         owner: str = "",
     ) -> None:
         """``owner`` prefixes the error naming an argument that cannot be stored."""
-        position = len(self.compensations) + 1
+        self.registrations += 1
+        position = self.registrations
         policy = retry_policy or getattr(func, "retry_policy", None)
         name = qualified_name(func)
         record = CompensationRecord(
