@@ -83,9 +83,10 @@ class PostgresBackend:
             **self.worker_options,
         }
         worker = worker_module.Worker(database, self.app, worker_module.WorkerSettings(**worker_settings))
-        scheduler = scheduler_module.Scheduler(
-            database, self.app, scheduler_module.SchedulerSettings(poll_interval=0.05)
-        )
+        # no app: the scheduler fires timers and timeouts but ticks no cron schedule, as in
+        # memory; the process's registry holds every workflow imported, a test's schedules
+        # of other apps included, whose ticks would start instances of their own
+        scheduler = scheduler_module.Scheduler(database, None, scheduler_module.SchedulerSettings(poll_interval=0.05))
         for name, service in (("worker", worker), ("scheduler", scheduler)):
             self._tasks.append(asyncio.create_task(service.run(), name=f"kenning-testing-{name}"))
             self._stops.append(service.stop)
