@@ -82,7 +82,7 @@ def create_app(settings: ConsoleSettings, app: App | None = None) -> Starlette:
     starlette = Starlette(
         routes=routes(),
         middleware=[
-            Middleware(metrics.RequestMetrics),  # outside: refused requests are counted too
+            Middleware(metrics.request_metrics),  # outside: refused requests are counted too
             Middleware(
                 SecurityMiddleware,
                 admin_token=settings.admin_token,

@@ -9,14 +9,13 @@ workflows' data, and a Prometheus scrape cannot log in.
 
 from __future__ import annotations
 
-import time
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Scope
 
 from kenning.observability import metrics
+from kenning.runtime.request_metrics import RequestMetrics
 from kenning.runtime.scrape import CONTENT_TYPE, scrape
 from kenning_console.state import console_of
 
@@ -29,33 +28,11 @@ def route_of(scope: Scope) -> str:
     return path if isinstance(path, str) and path else "other"
 
 
-class RequestMetrics:
-    """ASGI middleware: ``kenning_console_requests_total`` and
-    ``kenning_console_request_duration_seconds`` for every HTTP request (an unhandled
-    error counts as the 500 it is answered with)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            route = route_of(scope)  # the router wrote it into this scope on its way
-            metrics.CONSOLE_REQUESTS.labels(route, str(status)).inc()
-            metrics.CONSOLE_REQUEST_DURATION.labels(route).observe(time.perf_counter() - started)
+def request_metrics(app: ASGIApp) -> RequestMetrics:
+    """``kenning_console_requests_total`` and ``kenning_console_request_duration_seconds``."""
+    return RequestMetrics(
+        app, route_of=route_of, requests=metrics.CONSOLE_REQUESTS, duration=metrics.CONSOLE_REQUEST_DURATION
+    )
 
 
 async def metrics_page(request: Request) -> Response:

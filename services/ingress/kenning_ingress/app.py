@@ -39,7 +39,7 @@ from kenning.storage import instances as instances_sql
 from kenning.storage.inbox import NewEvent
 from kenning_ingress import responses
 from kenning_ingress.auth import authorized, required_token
-from kenning_ingress.metrics import RequestMetrics, metrics_response
+from kenning_ingress.metrics import metrics_response, request_metrics
 from kenning_ingress.parsing import InvalidEventError, parse_request
 from kenning_ingress.settings import IngressSettings, settings_from_environment
 from kenning_ingress.sources import running_sources
@@ -328,7 +328,7 @@ def create_app(settings: IngressSettings) -> Starlette:
             Route("/{path:path}", ingress.receive, methods=["POST"]),
         ],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
-        middleware=[Middleware(RequestMetrics)],
+        middleware=[Middleware(request_metrics)],
         lifespan=ingress.lifespan,
     )
 

@@ -17,14 +17,14 @@ import contextlib
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from kenning.db import Database
 from kenning.observability import metrics
+from kenning.runtime.request_metrics import RequestMetrics
 from kenning.runtime.scrape import CONTENT_TYPE, scrape
 
 MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's name for it
@@ -57,33 +57,14 @@ def route_of(method: str, path: str) -> str:
     return "events" if method == "POST" else "other"
 
 
-class RequestMetrics:
-    """ASGI middleware: ``kenning_ingress_requests_total`` and
-    ``kenning_ingress_request_duration_seconds`` for every HTTP request (an unhandled
-    error counts as the 500 it is answered with)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            route = route_of(scope["method"], scope["path"])
-            metrics.INGRESS_REQUESTS.labels(route, str(status)).inc()
-            metrics.INGRESS_REQUEST_DURATION.labels(route).observe(time.perf_counter() - started)
+def request_metrics(app: ASGIApp) -> RequestMetrics:
+    """``kenning_ingress_requests_total`` and ``kenning_ingress_request_duration_seconds``."""
+    return RequestMetrics(
+        app,
+        route_of=lambda scope: route_of(scope["method"], scope["path"]),
+        requests=metrics.INGRESS_REQUESTS,
+        duration=metrics.INGRESS_REQUEST_DURATION,
+    )
 
 
 async def metrics_response(database: Database | None) -> Response:
