@@ -78,6 +78,7 @@ DOCUMENTED_PATHS = {
     "kenning.timers": ["wait_timer", "wait_until", "sleep", "sleep_until"],
     "kenning.workflow": ["workflow", "Workflow"],
     "kenning.examples.orders": ["app"],
+    "kenning.testing": ["WorkflowEnvironment"],
 }
 
 
