@@ -140,7 +140,7 @@ class Client:
             raise InvalidInputError("on_parent_cancel= applies to start_child only, not to Client.start")
         start = prepare_start(
             workflow,
-            _named_arguments(workflow, args, kwargs),
+            named_arguments(workflow, args, kwargs),
             instance_id=options["instance_id"],
             idempotency_key=options["idempotency_key"],
             queue=options["queue"],
@@ -249,7 +249,9 @@ class Client:
             return await instances_sql.instance_list(conn, status=status, workflow_name=workflow, limit=limit)
 
 
-def _named_arguments(workflow: Workflow[Any] | str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+def named_arguments(workflow: Workflow[Any] | str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A start's arguments by parameter name (positional ones bound to the workflow's
+    parameters); ``InvalidInputError`` for ones that do not fit."""
     if isinstance(workflow, Workflow):
         try:
             return workflow.named_arguments(args, kwargs)

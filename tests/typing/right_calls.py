@@ -9,6 +9,7 @@ from typing import Any, assert_type
 import pydantic
 
 from kenning import ChildHandle, Client, StartedInstance, WorkflowContext, activity, start_child, workflow
+from kenning.testing import WorkflowEnvironment
 
 
 class Receipt(pydantic.BaseModel):
@@ -63,3 +64,9 @@ async def main(url: str) -> None:
     assert_type(await order.start(sku="book"), str)  # Edda's start, through the default client
     await order.start(sku="book", lock_timeout_seconds=30)
     await order.options(instance_id="o-3").start("book", 3)
+
+
+async def under_test() -> None:
+    async with WorkflowEnvironment() as env:
+        handle = await env.start(order, sku="book", qty=2)
+        assert_type(await handle.result(), Receipt)

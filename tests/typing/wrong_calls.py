@@ -7,6 +7,7 @@ from __future__ import annotations
 import pydantic
 
 from kenning import Client, WorkflowContext, activity, start_child, workflow
+from kenning.testing import WorkflowEnvironment
 
 
 class Receipt(pydantic.BaseModel):
@@ -60,3 +61,11 @@ async def main(url: str) -> None:
     await order.start(sku=["book"])  # E: a wrong type
     await order.options(queue="q").start(qty=1)  # E: sku missing
     print(receipt)
+
+
+async def under_test() -> None:
+    async with WorkflowEnvironment() as env:
+        await env.start(order, skus="book")  # E: kenning.testing's start is checked too
+        handle = await env.start(order, sku="book")
+        result: str = await handle.result()  # E: the result is a Receipt
+        print(result)

@@ -21,8 +21,9 @@ from tests.logguard import expect_log
 ORDER = {"order_id": "o-1", "items": [{"sku": "book", "qty": 1}], "amount": 42}
 
 
-def order(order_id: str) -> dict[str, Any]:
-    return {**ORDER, "order_id": order_id}
+def order(order_id: str) -> orders.OrderCreated:
+    """The saga's input, typed as its workflow takes it (env.start is checked against it)."""
+    return orders.OrderCreated.model_validate({**ORDER, "order_id": order_id})
 
 
 def kinds(history: Any) -> list[str]:

@@ -19,20 +19,21 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 import structlog
 
 from kenning import serialization
 from kenning.activity import Activity
 from kenning.app import App
+from kenning.client import named_arguments
 from kenning.errors import ConfigurationError, KenningError, WorkflowFailedError
 from kenning.events import reserved_attribute_error
 from kenning.starting import prepare_start
 from kenning.testing.inmemory import MemoryBackend
 from kenning.testing.overrides import Overrides
 from kenning.testing.state import Backend, HistoryEntry, InstanceState, OutgoingEvent
-from kenning.workflow import Workflow
+from kenning.workflow import StartOptions, Workflow
 
 _log = structlog.get_logger("kenning.testing")
 
@@ -51,8 +52,13 @@ def seconds_of(duration: timedelta | float) -> float:
     return seconds
 
 
-class WorkflowHandle:
-    """One instance of the environment: its result, status and history."""
+R = TypeVar("R")
+P = ParamSpec("P")
+
+
+class WorkflowHandle(Generic[R]):
+    """One instance of the environment: its result (of the workflow's return type),
+    status and history."""
 
     def __init__(self, env: WorkflowEnvironment, instance_id: str) -> None:
         self.env = env
@@ -61,7 +67,7 @@ class WorkflowHandle:
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.instance_id}>"
 
-    async def result(self) -> Any:
+    async def result(self) -> R:
         """The instance's result once it has ended, skipping time as far as needed (its
         timers, timeouts and back-offs fire). Raises ``WorkflowFailedError`` if it failed
         or was cancelled, ``WaitsForeverError`` if it waits for an event or a message
@@ -74,7 +80,7 @@ class WorkflowHandle:
         if wf is not None:
             hints = serialization.type_hints(wf.func)
             value = serialization.from_json(value, hints.get("return", inspect.Parameter.empty))
-        return value
+        return cast("R", value)
 
     async def state(self) -> InstanceState:
         """Status, stored result and error, and history, after everything runnable ran."""
@@ -157,26 +163,47 @@ class WorkflowEnvironment:
 
     # ---------------------------------------------------------------- starting and sending
 
+    @overload
+    async def start(self, workflow: Workflow[R, P], /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle[R]: ...
+    # options mixed with the arguments leave the arguments unchecked (PEP 612), as with
+    # Client.start; checked with options: env.start(wf.options(instance_id=...), ...)
+    @overload
+    async def start(
+        self, workflow: Workflow[R, P], /, *args: Any, instance_id: str | None, **kwargs: Any
+    ) -> WorkflowHandle[R]: ...
+    @overload
+    async def start(
+        self, workflow: Workflow[R, P], /, *args: Any, idempotency_key: str | None, **kwargs: Any
+    ) -> WorkflowHandle[R]: ...
+    @overload
     async def start(
         self,
-        workflow: Workflow[Any] | str,
+        workflow: str,
         /,
         *,
         instance_id: str | None = None,
         idempotency_key: str | None = None,
         **kwargs: Any,
-    ) -> WorkflowHandle:
-        """Start an instance (its arguments checked as ``Client.start`` checks them) and
-        run it until it waits or ends."""
+    ) -> WorkflowHandle[Any]: ...
+    async def start(self, workflow: Workflow[Any] | str, /, *args: Any, **kwargs: Any) -> WorkflowHandle[Any]:
+        """Start an instance (its arguments checked as ``Client.start`` checks them, by
+        the type checker too) and run it until it waits or ends."""
         self._check_open()
+        given = {name: kwargs.pop(name) for name in ("instance_id", "idempotency_key") if name in kwargs}
+        options = (workflow.start_options if isinstance(workflow, Workflow) else StartOptions()).merged(**given)
         start = prepare_start(
-            workflow, kwargs, instance_id=instance_id, idempotency_key=idempotency_key, registry=self.app.registry
+            workflow,
+            named_arguments(workflow, args, kwargs),
+            instance_id=options["instance_id"],
+            idempotency_key=options["idempotency_key"],
+            registry=self.app.registry,
+            timeout=options["timeout"],
         )
         started = await self.backend.start(start)
         await self.settle()
         return WorkflowHandle(self, started)
 
-    def handle(self, instance_id: str) -> WorkflowHandle:
+    def handle(self, instance_id: str) -> WorkflowHandle[Any]:
         """A handle on an instance started otherwise (by an event, as a child)."""
         return WorkflowHandle(self, instance_id)
 
@@ -287,7 +314,7 @@ class WorkflowEnvironment:
 
     # ---------------------------------------------------------------- reading
 
-    async def instances(self) -> list[WorkflowHandle]:
+    async def instances(self) -> list[WorkflowHandle[Any]]:
         """Every instance, those started by events and children included."""
         return [WorkflowHandle(self, i) for i in await self.backend.instance_ids()]
 
