@@ -25,6 +25,7 @@ from kenning.serialization import unstorable_reason
 from kenning.storage import console as console_sql
 from kenning.storage.console import Cursor, InstanceFilters, Window
 from kenning_console.diagram import steps_svg
+from kenning_console.live import stream_url, version
 from kenning_console.pages import BadRequestError, render
 from kenning_console.state import console_of
 from kenning_console.timeline import timeline
@@ -307,6 +308,8 @@ async def instance_page(request: Request) -> Response:
             "history_page": page,
             "notice": EXISTED if request.query_params.get("existed") == "1" else None,
             "pretty": pretty,
+            # the stream compares what it first reads with what this page shows
+            "live_url": stream_url(instance_id, version(row.status, row.updated_at, row.lease_owner, page.total)),
         },
     )
 

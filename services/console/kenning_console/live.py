@@ -11,14 +11,24 @@ bumps ``Console.changes``; each stream then reads its instance's fingerprint (st
 update time, history length) and sends an event if it changed. A step finishing inside a
 run notifies nobody, so streams also read every ``POLL_SECONDS``. The connection is
 closed ``LINGER_SECONDS`` after the last stream ends.
+
+The page names the fingerprint it was rendered from (``?seen=``, a ``version``): the
+stream compares its first read with that, not with itself, so a change between rendering
+and connecting (the console's own Cancel: the page rendered "compensating", the instance
+finished before the browser opened the stream) is sent at once instead of never.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
+import re
 from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import structlog
@@ -42,6 +52,23 @@ POLL_SECONDS = 2.0  # steps finishing inside a run notify nobody
 KEEPALIVE_SECONDS = 15.0  # a comment line, so proxies keep an idle stream open
 LINGER_SECONDS = 10.0
 RETRY_MILLISECONDS = 2000  # EventSource reconnects after this long
+VERSION = re.compile(r"[0-9a-f]{16}")
+
+
+def version(status: str, updated_at: datetime | None, lease_owner: str | None, steps: int) -> str:
+    """A short digest of an instance's fingerprint: what a page says it shows."""
+    stamp = updated_at.isoformat() if updated_at is not None else None
+    text = json.dumps([status, stamp, lease_owner, int(steps)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _version_of(state: dict[str, Any]) -> str:
+    return version(state["status"], state["updated_at"], state["lease_owner"], state["steps"])
+
+
+def stream_url(instance_id: str, seen: str) -> str:
+    """The live stream of an instance, for a page rendered at version ``seen``."""
+    return f"/live/{quote(instance_id, safe='/')}?seen={seen}"
 
 
 class Watchers:
@@ -117,11 +144,15 @@ def _event(name: str, data: object) -> str:
 
 async def instance_stream(request: Request) -> Response:
     """``text/event-stream``: a ``changed`` event whenever the instance's fingerprint
-    moves (the page then fetches itself again), ``gone`` if it is deleted."""
+    moves (the page then fetches itself again), ``gone`` if it is deleted. With
+    ``?seen=<version>``, the first read is compared with the version the page shows."""
     console = console_of(request)
     instance_id = request.path_params["instance_id"]
+    seen_version = request.query_params.get("seen")
+    if seen_version is not None and not VERSION.fullmatch(seen_version):
+        raise HTTPException(400, f"seen={seen_version[:40]!r} is not a page version (16 hex digits)")
 
-    async def fingerprint() -> dict[str, object] | None:
+    async def fingerprint() -> dict[str, Any] | None:
         row = await console.read(lambda conn: console_sql.instance_fingerprint(conn, instance_id))
         return None if row is None else dict(row._asdict())
 
@@ -137,7 +168,10 @@ async def instance_stream(request: Request) -> Response:
         watchers.join()
         try:
             yield f"retry: {RETRY_MILLISECONDS}\n" + _event("hello", first)
-            seen_state: dict[str, object] | None = first
+            if seen_version is not None and seen_version != _version_of(first):
+                # it moved after the page was rendered, before this stream began
+                yield _event("changed", first)
+            seen_state: dict[str, Any] | None = first
             seen = console.changes.generation
             quiet = 0.0
             while True:

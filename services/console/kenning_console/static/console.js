@@ -100,6 +100,8 @@
     apply(paused);
   }
 
+  // the stream's URL names the version this page was rendered from (?seen=): a change
+  // made before the stream opened is sent at once, and again on each reconnect
   var stream = region.getAttribute("data-live-stream");
   if (stream && window.EventSource) {
     var source = new EventSource(stream);
