@@ -256,7 +256,11 @@ async def test_no_process_logs_refuses_with_or_serves_a_secret(
     assert not leaks, "secrets shown:\n" + "\n".join(leaks)
     # what ran and what was refused (one line, exit code 2)
     codes = {form: done.returncode for form, done in migrations.items()}
-    assert codes == {"raw ?#:": 0, "?password=": 0, "conninfo": 2, "raw @": 2, "raw /": 2}, migrations
+    # a raw @ is misread, and so refused, where a host follows it in the authority; a
+    # socket URL (the embedded PostgreSQL: host in the query) leaves libpq nothing to
+    # misread, and the migration runs (its secret unshown all the same)
+    raw_at = 2 if urlsplit(empty_database_url).hostname else 0
+    assert codes == {"raw ?#:": 0, "?password=": 0, "conninfo": 2, "raw @": raw_at, "raw /": 2}, migrations
     assert {done.returncode for done in (*sources.values(), *brokers.values())} == {2}, (sources, brokers)
 
 
