@@ -25,6 +25,7 @@ _log = structlog.get_logger("kenning.console")
 
 MAX_EVENT_TYPE_LENGTH = 4096
 Box = Literal["inbox", "outbox"]
+INSTANCES_PER_ROW = 3  # instances an inbox row links (started or woke); "and more" beyond
 
 
 def _is_row_number(text: str) -> bool:
@@ -62,9 +63,13 @@ async def inbox(request: Request) -> Response:
     console = console_of(request)
     rows = await console.read(lambda conn: console_sql.inbox_page(conn, **filters, limit=limit + 1))
     counts = await console.read(console_sql.inbox_counts)
+    shown = rows[:limit]
+    instances = await console.read(lambda conn: console_sql.inbox_instances(conn, shown, per_row=INSTANCES_PER_ROW + 1))
     sent = request.query_params.get("sent")
     context = {
-        "rows": rows[:limit],
+        "rows": shown,
+        "instances": instances,
+        "instances_per_row": INSTANCES_PER_ROW,
         "older": rows[limit - 1].id if len(rows) > limit else None,
         "counts": counts,
         "count_cap": console_sql.COUNT_CAP,

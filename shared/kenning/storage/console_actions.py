@@ -15,12 +15,13 @@ first and rows arriving meanwhile never shift it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kenning.core.names import CHANNEL_INBOX
+from kenning.core.names import CHANNEL_INBOX, EVENT_RECEIVED
 from kenning.db import Executor, statement
 from kenning.storage.names import notify
 
@@ -111,6 +112,69 @@ _INBOX_EVENT = statement(
 async def inbox_event(conn: Executor, inbox_id: int) -> InboxEntry | None:
     row = (await conn.execute(_INBOX_EVENT, {"id": inbox_id})).first()
     return None if row is None else InboxEntry(**{**row._asdict(), "attributes": dict(row.attributes or {})})
+
+
+def _event_start_key(source: str, event_id: str) -> str:
+    """The idempotency key of the instance an event starts, as the worker's inbox writes it
+    (kenning_worker.inbox.event_start_key; storage imports no service)."""
+    return "cloudevent:" + json.dumps([source, event_id], ensure_ascii=False)
+
+
+# The instances each listed inbox row started (an event_handler workflow is named as the
+# event's type and keyed by the event: the (workflow_name, idempotency_key) index) or
+# woke (an EventReceived history row naming the event). The second reads every
+# EventReceived row (no index names an event); a page lists few rows, so one read per
+# page. At most :per_row of each row, ordered, so a broadcast waking thousands stays small.
+_INBOX_INSTANCES = statement(
+    f"""
+    WITH page AS (
+        SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:types AS text[]), CAST(:keys AS text[]),
+                             CAST(:sources AS text[]), CAST(:event_ids AS text[]))
+            AS p(inbox_id, event_type, start_key, source, event_id)
+    ), found AS (
+        SELECT p.inbox_id, i.id AS instance_id, 'started' AS how
+        FROM page AS p
+        JOIN kenning_instances AS i ON i.workflow_name = p.event_type AND i.idempotency_key = p.start_key
+        UNION
+        SELECT p.inbox_id, h.instance_id, 'woke' AS how
+        FROM page AS p
+        JOIN kenning_history AS h
+          ON h.kind = '{EVENT_RECEIVED}' AND h.payload ->> 'source' = p.source AND h.payload ->> 'id' = p.event_id
+    )
+    SELECT inbox_id, instance_id, how
+    FROM (SELECT found.*, row_number() OVER (PARTITION BY inbox_id ORDER BY how, instance_id) AS nth FROM found) AS n
+    WHERE nth <= :per_row
+    ORDER BY inbox_id, how, instance_id
+    """
+)
+
+
+@dataclass(frozen=True)
+class EventInstance:
+    instance_id: str
+    how: str  # 'started' or 'woke'
+
+
+async def inbox_instances(
+    conn: Executor, rows: Sequence[InboxEntry], *, per_row: int
+) -> dict[int, list[EventInstance]]:
+    """For each event row of ``rows``: the instances it started or woke, at most
+    ``per_row`` (one more tells there are more), by inbox row id."""
+    events = [row for row in rows if row.kind == "event"]
+    if not events:
+        return {}
+    params = {
+        "ids": [row.id for row in events],
+        "types": [row.event_type for row in events],
+        "keys": [_event_start_key(row.source, row.event_id) for row in events],
+        "sources": [row.source for row in events],
+        "event_ids": [row.event_id for row in events],
+        "per_row": per_row,
+    }
+    found: dict[int, list[EventInstance]] = {}
+    for row in await conn.execute(_INBOX_INSTANCES, params):
+        found.setdefault(int(row.inbox_id), []).append(EventInstance(row.instance_id, row.how))
+    return found
 
 
 _INBOX_COUNTS = statement(
