@@ -1,6 +1,7 @@
 """The console's schedules page: every cron schedule (expression and zone, overlap policy,
 paused and why, the last tick decided, the next one, the instance it started last), with
-Pause, Resume and Trigger, each a form with the CSRF token, logged as ``console.action``.
+Pause, Resume and Trigger, each a form with the CSRF token, logged as ``console.action``
+and recorded in the operator action log.
 The same as ``kenning schedules`` (kenning/commands/schedules.py does the work)."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from kenning.commands.schedules import schedule_view, set_paused, trigger
 from kenning.db import Executor
 from kenning.storage import schedules as schedules_sql
 from kenning.storage.schedules import ScheduleRow
-from kenning_console.actions import log_action
+from kenning_console.actions import console_who, log_action
 from kenning_console.pages import render
 from kenning_console.security import require_csrf
 from kenning_console.state import console_of
@@ -49,10 +50,11 @@ def _back(name: str, done: str, instance: str | None = None) -> Response:
 async def pause(request: Request) -> Response:
     form = await require_csrf(request)
     name = request.path_params["name"]
+    who = console_who(request)
     reason = str(form.get("reason") or "").strip()[:MAX_REASON_LENGTH] or None
 
     async def paused(conn: Executor) -> None:
-        await set_paused(conn, await _row(conn, name), paused=True, reason=reason)
+        await set_paused(conn, await _row(conn, name), who, paused=True, reason=reason)
 
     await console_of(request).write(paused)
     log_action(request, "schedule.pause", schedule=name, reason=reason)
@@ -62,9 +64,10 @@ async def pause(request: Request) -> Response:
 async def resume(request: Request) -> Response:
     await require_csrf(request)
     name = request.path_params["name"]
+    who = console_who(request)
 
     async def resumed(conn: Executor) -> None:
-        await set_paused(conn, await _row(conn, name), paused=False)
+        await set_paused(conn, await _row(conn, name), who, paused=False)
 
     await console_of(request).write(resumed)
     log_action(request, "schedule.resume", schedule=name)
@@ -74,9 +77,10 @@ async def resume(request: Request) -> Response:
 async def trigger_now(request: Request) -> Response:
     await require_csrf(request)
     name = request.path_params["name"]
+    who = console_who(request)
 
     async def triggered(conn: Executor) -> tuple[str, bool]:
-        return await trigger(conn, await _row(conn, name))
+        return await trigger(conn, await _row(conn, name), who)
 
     instance_id, _ = await console_of(request).write(triggered)
     log_action(request, "schedule.trigger", schedule=name, instance_id=instance_id)

@@ -6,7 +6,10 @@ instance it started last. ``pause NAME --reason`` stops its ticks (the instances
 go on); ``resume NAME`` starts with the next tick, none of those that fell while paused.
 ``trigger NAME`` starts one run now. ``backfill NAME --from --to`` starts every tick of
 the range that has not run (``--dry-run``: how many first); a tick that ran is not
-started again, whoever asks.
+started again, whoever asks. Each action but ``list`` and a dry run is recorded in the
+operator action log (``kenning actions list``), the console's as the CLI's: a pause,
+resume or trigger in the transaction that does it, a backfill before its first batch
+and then batch by batch.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kenning.commands.output import emit, emit_json, table
+from kenning.commands.steering import Who, cli_who
 from kenning.core.cron import CronError, CronSchedule
 from kenning.core.records import NewInstance, StartOutcome
 from kenning.core.suggest import did_you_mean
@@ -25,8 +29,10 @@ from kenning.db import Database, Executor, connect
 from kenning.errors import UsageError
 from kenning.runtime.config import add_database_options, add_logging_options
 from kenning.schedules import next_tick_of, tick_instance_id, tick_key, ticks_between, trigger_key
+from kenning.storage import actions as actions_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import schedules as schedules_sql
+from kenning.storage.actions import OperatorAction
 from kenning.storage.schedules import ScheduleRow
 
 HELP = "list cron schedules; pause, resume or trigger one; backfill its missed ticks"
@@ -111,18 +117,36 @@ async def _list(conn: Executor, args: argparse.Namespace) -> None:
     emit(table(["schedule", "expression", "overlap", "paused", "last tick", "next tick", "last instance"], rows))
 
 
-async def set_paused(conn: Executor, row: ScheduleRow, *, paused: bool, reason: str | None = None) -> None:
-    """Pause or resume ``row``'s schedule (the command's and the console's)."""
+async def _record(
+    conn: Executor, who: Who, action: str, row: ScheduleRow, *, affected: int, reason: str | None = None, **details: Any
+) -> int:
+    record = OperatorAction(
+        action=f"schedule-{action}",
+        origin=who.origin,
+        actor=who.actor,
+        target=row.workflow_name,
+        affected=affected,
+        reason=reason,
+        details=details,
+    )
+    return await actions_sql.action_record(conn, record)
+
+
+async def set_paused(conn: Executor, row: ScheduleRow, who: Who, *, paused: bool, reason: str | None = None) -> None:
+    """Pause or resume ``row``'s schedule (the command's and the console's), recorded in
+    the caller's transaction."""
     # resumed, it starts from the next tick: those that fell while paused count as decided
     skip_through = None if paused else _cron(row).latest_at_or_before(row.now)
     await schedules_sql.schedule_set_paused(
         conn, row.workflow_name, paused=paused, reason=reason if paused else None, skip_through=skip_through
     )
+    await _record(conn, who, "pause" if paused else "resume", row, affected=1, reason=reason if paused else None)
 
 
-async def trigger(conn: Executor, row: ScheduleRow) -> tuple[str, bool]:
-    """Start one run of ``row``'s schedule now, inside the caller's transaction: its id,
-    and whether it was created (two triggers within a millisecond make one)."""
+async def trigger(conn: Executor, row: ScheduleRow, who: Who) -> tuple[str, bool]:
+    """Start one run of ``row``'s schedule now, inside the caller's transaction and
+    recorded in it: its id, and whether it was created (two triggers within a
+    millisecond make one)."""
     key = trigger_key(row.now)
     instance_id = f"{row.workflow_name}@{key}"
     # no source hash: the worker runs the code it has, as for a start by name
@@ -130,13 +154,14 @@ async def trigger(conn: Executor, row: ScheduleRow) -> tuple[str, bool]:
     created = outcome is StartOutcome.STARTED
     if created:  # the next tick's overlap policy sees this run
         await schedules_sql.schedule_record(conn, row.workflow_name, instance_id=instance_id)
+    await _record(conn, who, "trigger", row, affected=int(created), instance_id=instance_id)
     return instance_id, created
 
 
 async def _pause_or_resume(conn: Executor, args: argparse.Namespace) -> None:
     row = await _schedule(conn, args.name)
     paused = args.action == "pause"
-    await set_paused(conn, row, paused=paused, reason=args.reason if paused else None)
+    await set_paused(conn, row, cli_who(), paused=paused, reason=args.reason if paused else None)
     if args.json:
         emit_json({"schedule": row.workflow_name, "paused": paused})
     else:
@@ -146,7 +171,7 @@ async def _pause_or_resume(conn: Executor, args: argparse.Namespace) -> None:
 async def _trigger(database: Database, args: argparse.Namespace) -> None:
     async with database.transaction() as conn:
         row = await _schedule(conn, args.name)
-        instance_id, created = await trigger(conn, row)
+        instance_id, created = await trigger(conn, row, cli_who())
     if args.json:
         emit_json({"schedule": row.workflow_name, "instance_id": instance_id, "created": created})
     else:
@@ -163,14 +188,19 @@ async def _backfill(database: Database, args: argparse.Namespace) -> None:
         raise UsageError(f"more than {MAX_BACKFILL} ticks from --from to --to: backfill a shorter range at a time")
     started = 0
     if not args.dry_run:
+        span = {"from": args.first.isoformat(), "to": args.last.isoformat(), "ticks": len(ticks)}
+        async with database.connection() as conn:  # recorded first: an interrupted backfill shows how far it got
+            action_id = await _record(conn, cli_who(), "backfill", row, affected=0, **span)
         for offset in range(0, len(ticks), _BATCH):
             starts = [
                 NewInstance(tick_instance_id(row.workflow_name, t), row.workflow_name, "", {}, tick_key(t))
                 for t in ticks[offset : offset + _BATCH]
             ]
-            async with database.connection() as conn:  # one statement, its own transaction
+            async with database.transaction() as conn:  # a batch and its progress commit together
                 outcomes = await instances_sql.instances_start(conn, starts)
-            started += sum(o is StartOutcome.STARTED for o in outcomes)
+                batch = sum(o is StartOutcome.STARTED for o in outcomes)
+                await actions_sql.action_progress(conn, action_id, batch, {"batches": offset // _BATCH + 1})
+            started += batch
     summary = {
         "schedule": row.workflow_name,
         "ticks": len(ticks),
@@ -193,9 +223,12 @@ async def _run(args: argparse.Namespace) -> int:
             await _trigger(database, args)
         elif args.action == "backfill":
             await _backfill(database, args)
-        else:
+        elif args.action == "list":
             async with database.connection() as conn:
-                await (_list if args.action == "list" else _pause_or_resume)(conn, args)
+                await _list(conn, args)
+        else:
+            async with database.transaction() as conn:  # a pause and its record commit together
+                await _pause_or_resume(conn, args)
         return 0
     finally:
         await database.dispose()
