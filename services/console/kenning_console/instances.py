@@ -183,6 +183,7 @@ async def instance_list(request: Request) -> Response:
             "statuses": INSTANCE_STATUSES,
             "workflows": workflows,
             "rows": page.rows,
+            "durations": {row.id: duration(row.started_at or row.created_at, row.finished_at) for row in page.rows},
             "scanned": page.scanned,
             "next_url": next_url,
             "first_url": "/instances?" + urlencode(kept) if after is not None else None,
@@ -194,6 +195,25 @@ async def instance_list(request: Request) -> Response:
             "search_kind": "contains" if filters.contains else ("text" if filters.text else ""),
         },
     )
+
+
+def duration(start: datetime | None, end: datetime | None) -> str:
+    """How long an ended instance took, from its start (its creation if it never ran), in
+    the two largest units that say it: "850 ms", "12.3 s", "4 min 2 s", "3 h 5 min",
+    "2 d 4 h"; empty while it has not ended."""
+    if start is None or end is None:
+        return ""
+    seconds = max((end - start).total_seconds(), 0.0)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole >= 86400:
+        return f"{whole // 86400} d {whole % 86400 // 3600} h"
+    if whole >= 3600:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    return f"{whole // 60} min {whole % 60} s"
 
 
 def _after(request: Request) -> int | None:
