@@ -24,6 +24,7 @@ from kenning.core.records import INSTANCE_STATUSES
 from kenning.serialization import unstorable_reason
 from kenning.storage import console as console_sql
 from kenning.storage.console import Cursor, InstanceFilters, Window
+from kenning_console import bulk
 from kenning_console.diagram import steps_svg
 from kenning_console.live import stream_url, version
 from kenning_console.pages import BadRequestError, render
@@ -188,6 +189,8 @@ async def instance_list(request: Request) -> Response:
             "next_url": next_url,
             "first_url": "/instances?" + urlencode(kept) if after is not None else None,
             "counts": counts,
+            # bulk actions on what the filter selects, only those that apply to its status
+            "bulk": bulk.offers(filters),
             "count_cap": COUNT_CAP,
             "status_urls": status_urls,
             "all_url": "/instances?" + urlencode({k: v for k, v in kept.items() if k != "status"}),
