@@ -180,7 +180,7 @@ def test_recovery_takes_a_killed_workers_instances_over_together(pg_server_url: 
     report = json.loads(output.read_text())
     assert report["sections"] == ["recovery"]
     rec = report["recovery"]
-    assert (rec["instances"], rec["activity_seconds"], rec["lease_seconds"]) == (10, 2.0, 3.0)
+    assert (rec["instances"], rec["activity_seconds"], rec["lease_seconds"]) == (10, 6.0, 3.0)
     # every instance was taken over, by one claim, and run again once (no double takeover)
     assert rec["taken_over"] == 10 and rec["most_runs"] == 2
     assert rec["claim_passes"] == [10] and rec["taken_over_at_once"] == 10

@@ -71,8 +71,9 @@ QUICK = {
     # each round is two throughput runs (about 5 s each, mostly start-up and counter flushes)
     "scale_rounds": 1,
     "fresh_workers": False,
-    # one at a time (before issue 25) would take 3 + 10 x 2 s, over 4x lease + run time
-    "recovery": (10, 2.0, 3.0),
+    # one at a time (before issue 25) would take 3 + 10 x 6 s, over 6x lease + run time
+    # 6 s: a loaded machine must see one heartbeat renew every lease before the runs end
+    "recovery": (10, 6.0, 3.0),
 }
 SECTIONS = (
     "limits",
