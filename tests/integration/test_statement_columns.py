@@ -11,18 +11,12 @@ columns, which needs no parameters and writes nothing.
 
 from __future__ import annotations
 
-import importlib
-import keyword
-import pkgutil
 import re
-from dataclasses import dataclass
 
 import psycopg
 import pytest
 from psycopg import pq
-from sqlalchemy.engine import Row
 
-import kenning.storage
 from kenning.core.records import SuspendOutcome
 from kenning.db import Database
 from kenning.db import Statement as SqlStatement
@@ -30,6 +24,7 @@ from kenning.storage import claims as claims_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage import timers as timers_sql
+from tests.statement_columns import Statement, column_problems, storage_statements
 
 # The storage modules that hold SQL; each must contribute at least one statement that
 # returns rows, so a module the scan stopped seeing fails the test.
@@ -37,10 +32,6 @@ MODULES_WITH_ROWS = {"history", "inbox", "instances", "outbox", "subscriptions",
 
 
 MIN_WITH_ROWS = 30  # of which return rows today: 41
-
-
-# The name PostgreSQL gives an expression it cannot name.
-UNNAMED = "?column?"
 
 
 # Names PostgreSQL derives from an expression it was not asked to name: a CASE, or a
@@ -54,23 +45,6 @@ DERIVED_FROM_EXPRESSION_SQL = """
     EXCEPT
     SELECT column_name FROM information_schema.columns WHERE table_name LIKE 'kenning\\_%'
 """
-
-
-@dataclass(frozen=True)
-class Statement:
-    name: str  # module.CONSTANT
-    clause: SqlStatement
-
-
-def storage_statements() -> list[Statement]:
-    """Every ``kenning.db.Statement`` bound to a module-level name in a ``kenning.storage`` module."""
-    found: dict[int, Statement] = {}
-    for info in sorted(pkgutil.iter_modules(kenning.storage.__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"kenning.storage.{info.name}")
-        for attribute, value in sorted(vars(module).items()):
-            if isinstance(value, SqlStatement) and id(value) not in found:
-                found[id(value)] = Statement(f"{info.name}.{attribute}", value)
-    return list(found.values())
 
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
@@ -102,31 +76,6 @@ def result_columns(conn: psycopg.Connection[tuple[object, ...]], statement: Stat
     if description.nfields == 0:
         return None
     return [(description.fname(i) or b"").decode() for i in range(description.nfields)]
-
-
-def spelled_out(column: str, sql: str) -> bool:
-    """Whether ``sql`` names ``column`` itself: an alias, or a qualified column reference."""
-    name = re.escape(column)
-    return re.search(rf"\bAS\s+{name}\b|\.{name}\b(?!\s*\()", sql, re.IGNORECASE) is not None
-
-
-def column_problems(statement: str, sql: str, columns: list[str], derived: set[str]) -> list[str]:
-    problems = []
-    seen: set[str] = set()
-    for position, column in enumerate(columns, start=1):
-        where = f"{statement}: column {position} {column!r}"
-        if column == UNNAMED:
-            problems.append(f"{where} is unnamed: give the expression an alias")
-        elif column in derived and not spelled_out(column, sql):
-            problems.append(f"{where} is named after its expression, not an alias: give it one")
-        elif not column.isidentifier() or keyword.iskeyword(column) or column.startswith("_"):
-            problems.append(f"{where} is not a Python attribute name: rows are read by name")
-        elif hasattr(Row, column) or hasattr(tuple, column):
-            problems.append(f"{where} is hidden by a row method of that name (row.{column}): rename it")
-        if column in seen:
-            problems.append(f"{where} repeats an earlier column's name")
-        seen.add(column)
-    return problems
 
 
 def test_every_statement_returns_uniquely_named_columns(database_url: str) -> None:

@@ -5,16 +5,9 @@ printable header is percent-decoded. The app on a real database:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Iterator
-
-import httpx
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kenning_ingress import IngressSettings, create_app
 from kenning_ingress.parsing import (
     DEFAULT_LIMITS,
     INT32_MAX,
@@ -60,38 +53,3 @@ def test_percent_decoding_of_any_printable_header(raw: bytes) -> None:
         return
     assert event.event_type.encode("utf-8")  # decoded to valid, storable UTF-8
     check_storable(event.event_type, "type")
-
-
-class AppUnderTest:
-    """The ingress app, started once on its own event loop, called example by example."""
-
-    def __init__(self, database_url: str) -> None:
-        self.runner = asyncio.Runner()
-        self.app = create_app(IngressSettings(database_url=database_url))
-        self._stack = contextlib.AsyncExitStack()
-        self.http: httpx.AsyncClient | None = None
-
-    def __enter__(self) -> AppUnderTest:
-        async def start() -> None:
-            await self._stack.enter_async_context(self.app.router.lifespan_context(self.app))
-            transport = httpx.ASGITransport(app=self.app)  # raises whatever the app raises
-            self.http = await self._stack.enter_async_context(
-                httpx.AsyncClient(transport=transport, base_url="http://ingress")
-            )
-
-        self.runner.run(start())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.runner.run(self._stack.aclose())
-        self.runner.close()
-
-    def request(self, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes) -> httpx.Response:
-        assert self.http is not None
-        return self.runner.run(self.http.request(method, path, headers=headers, content=body))
-
-
-@pytest.fixture
-def app(database_url: str) -> Iterator[AppUnderTest]:
-    with AppUnderTest(database_url) as started:
-        yield started
