@@ -89,6 +89,13 @@ async def deadline(ctx: WorkflowContext) -> None:
     await until_deadline(ctx)
 
 
+@workflow(name="contract.bounded", timeout=600)
+async def bounded(ctx: WorkflowContext) -> None:
+    """Books, then waits for an event that never comes: its workflow timeout ends it."""
+    await book(ctx, "bounded")
+    await wait_event(ctx, "never")
+
+
 @workflow(name="contract.timers")
 async def timers(ctx: WorkflowContext) -> list[str]:
     await wait_timer(ctx, 10)

@@ -120,6 +120,25 @@ async def test_retry_back_offs_are_skipped_and_max_duration_counts_virtual_time(
         assert contract.ATTEMPTS[f"until_deadline {deadline.instance_id}"] == 4  # at 0, 60, 120, 180 s
 
 
+async def test_a_workflow_timeout_fires_on_the_skipped_clock() -> None:
+    """A deadline is a due time like a timer's: skipped to, fired, the saga undone."""
+    expect_log("instance.timed_out")
+    async with WorkflowEnvironment(contract.app) as env:
+        handle = await env.start(contract.bounded)
+        began = env.now()
+        with pytest.raises(WorkflowFailedError, match="WorkflowTimeoutError"):
+            await handle.result()
+        assert env.now() - began == timedelta(seconds=600)
+        assert contract.UNDONE[-1] == f"bounded {handle.instance_id}"
+        assert kinds(await handle.history())[-1] == "CompensationExecuted"
+
+        early = await env.start(contract.bounded.options(timeout=30))
+        await env.sleep(29)
+        assert await early.status() == "waiting_for_event"
+        await env.sleep(1)
+        assert await early.status() == "failed"
+
+
 async def test_a_child_workflow_and_its_parent() -> None:
     expect_log("instance.failed")
     async with WorkflowEnvironment(contract.app) as env:

@@ -3,9 +3,9 @@ wait is due, and time skipped by moving every stored time earlier.
 
 Skipping moves the data, not the clock: the worker, the scheduler and the inbox keep
 comparing with ``now()``, so they fire what became due exactly as they would have after
-waiting. Every time a wait is measured from moves by the same amount (due times, a
-subscription's registration and ``since``, received events, back-offs, the first failure
-``max_duration`` counts from), so what was ordered before a skip stays ordered after it.
+waiting. Every time a wait is measured from moves by the same amount (due times, workflow
+timeouts' deadlines, a subscription's registration and ``since``, received events,
+back-offs, the first failure ``max_duration`` counts from), so what was ordered before a skip stays ordered after it.
 Never used by a deployed process.
 """
 
@@ -30,7 +30,10 @@ _TESTING_BUSY = statement(
         EXISTS (SELECT 1 FROM kenning_event_subscriptions WHERE checked_at IS NULL) AS unchecked,
         EXISTS (SELECT 1 FROM kenning_timers WHERE due_at <= now())
             OR EXISTS (SELECT 1 FROM kenning_event_subscriptions WHERE timeout_at <= now())
-            OR EXISTS (SELECT 1 FROM kenning_message_waits WHERE timeout_at <= now()) AS due
+            OR EXISTS (SELECT 1 FROM kenning_message_waits WHERE timeout_at <= now())
+            OR EXISTS (SELECT 1 FROM kenning_instances
+                       WHERE deadline_at <= now() AND NOT cancel_requested
+                         AND status NOT IN ('completed', 'failed', 'cancelled', 'compensating')) AS due
     """
 )
 
@@ -50,7 +53,9 @@ _TESTING_NEXT_DUE = statement(
         (SELECT min(timeout_at) FROM kenning_message_waits),
         (SELECT min(available_at) FROM kenning_instances
          WHERE status IN ('pending', 'compensating') AND lease_token IS NULL),
-        (SELECT min(available_at) FROM kenning_inbox WHERE status = 'pending' AND claim_token IS NULL)
+        (SELECT min(available_at) FROM kenning_inbox WHERE status = 'pending' AND claim_token IS NULL),
+        (SELECT min(deadline_at) FROM kenning_instances
+         WHERE status NOT IN ('completed', 'failed', 'cancelled', 'compensating') AND NOT cancel_requested)
     ) - now()) AS seconds
     """
 )
@@ -78,6 +83,7 @@ _TESTING_SKIP = statement(
         UPDATE kenning_instances AS i
         SET available_at = CASE WHEN i.status IN ('pending', 'compensating') AND i.lease_token IS NULL
                                 THEN i.available_at - shift.by ELSE i.available_at END,
+            deadline_at = i.deadline_at - shift.by,  -- a workflow timeout's (NULL stays NULL)
             -- max_duration counts from an attempt's first failure
             attempts = CASE WHEN i.attempts = CAST('{{}}' AS jsonb) THEN i.attempts ELSE (
                 SELECT jsonb_object_agg(a.step, CASE WHEN a.counted ? 'first_failed_at'

@@ -53,6 +53,14 @@ class VirtualClock:
         return datetime.fromtimestamp(self.seconds, UTC)
 
 
+def _pending_deadline(instance: MemoryInstance) -> float | None:
+    """The workflow timeout's deadline the scheduler would still fire (``storage/deadlines.py``'s
+    rule: unfinished, not compensating, not already asked to cancel), else None."""
+    if instance.status in (*TERMINAL_STATUSES, "compensating") or instance.cancel_requested:
+        return None
+    return instance.deadline_at
+
+
 def event_start_key(source: str, event_id: str) -> str:
     """The idempotency key of the instance an event starts, as the worker's inbox makes it."""
     return "cloudevent:" + json.dumps([source, event_id], ensure_ascii=False)
@@ -85,7 +93,10 @@ class MemoryBackend:
         if key is not None and key in self.keys:
             return self.keys[key]
         if new.instance_id not in self.instances:
-            self._add(MemoryInstance(new.instance_id, new.workflow_name, dict(new.input_json)))
+            instance = MemoryInstance(new.instance_id, new.workflow_name, dict(new.input_json))
+            if new.timeout_seconds is not None:  # the insert sets it on the database clock
+                instance.deadline_at = self.clock() + new.timeout_seconds
+            self._add(instance)
             if key is not None:
                 self.keys[key] = new.instance_id
         return new.instance_id
@@ -209,6 +220,8 @@ class MemoryBackend:
             for i in self.instances.values()
             if i.status in _RUNNABLE and i.lease_token is None and i.available_at > now
         ]
+        deadlines = (_pending_deadline(i) for i in self.instances.values())
+        dues += [deadline for deadline in deadlines if deadline is not None and deadline > now]
         return None if not dues else min(dues) - now
 
     async def skip(self, seconds: float) -> None:
@@ -264,6 +277,11 @@ class MemoryBackend:
         for instance in due:
             if instance.fire_due(now):
                 instance.available_at = now
+        for instance in self.instances.values():
+            deadline = _pending_deadline(instance)
+            if deadline is not None and deadline <= now:
+                _log.info("deadline.fired", instance_id=instance.id, workflow=instance.workflow_name)
+                self._request_cancel(instance)  # the worker ends it failed with WorkflowTimeoutError
 
     async def _receive(self, event: MemoryEvent, received: ReceivedEvent) -> None:
         """The inbox loop's processing of one event: handlers, starts, deliveries."""
