@@ -106,7 +106,8 @@ async def start_child(ctx: WorkflowContext, workflow: Workflow[Any], /, *args: A
     ``on_parent_cancel``: ``"cancel"`` (the default) or ``"abandon"`` (the module's
     docstring). ``queue``, ``partition_key`` and ``priority`` as in ``Client.start``: a
     child runs in its workflow's ``@workflow(queue=...)`` (or ``queue``) under that queue's
-    limits, as any start does."""
+    limits, as any start does. A child has its workflow's ``@workflow(timeout=...)``, or
+    ``.options(timeout=...)``'s, counted from its own start."""
     if not isinstance(workflow, Workflow):
         raise TypeError(f"start_child takes a @workflow, got {workflow!r}")
     given = {name: kwargs.pop(name) for name in _CHILD_OPTIONS if name in kwargs}
@@ -125,6 +126,7 @@ async def start_child(ctx: WorkflowContext, workflow: Workflow[Any], /, *args: A
         queue=options["queue"],
         partition_key=options["partition_key"],
         priority=options["priority"],
+        timeout=options["timeout"],
     )
     child, step_id = await ctx.runtime.start_child(workflow, workflow.named_arguments(args, kwargs), child_options)
     return ChildHandle(ctx, workflow, child, step_id)

@@ -58,6 +58,7 @@ class ChildOptions:
     queue: str | None = None
     partition_key: str | None = None
     priority: int | None = None
+    timeout: float | None = None  # seconds; None: the child workflow's @workflow(timeout=...)
 
 
 class Runtime(Protocol):

@@ -10,6 +10,7 @@ from typing import Any
 
 from kenning import (
     App,
+    ChildWorkflowFailed,
     EventTimeoutError,
     RetryPolicy,
     TerminalError,
@@ -94,6 +95,17 @@ async def bounded(ctx: WorkflowContext) -> None:
     """Books, then waits for an event that never comes: its workflow timeout ends it."""
     await book(ctx, "bounded")
     await wait_event(ctx, "never")
+
+
+@workflow(name="contract.bounds_a_child")
+async def bounds_a_child(ctx: WorkflowContext, seconds: float | None = None) -> Any:
+    """A child with its workflow's timeout, or ``seconds`` of its own: its timeout fails it."""
+    child = bounded if seconds is None else bounded.options(timeout=seconds)
+    handle = await start_child(ctx, child)
+    try:
+        return await handle.result()
+    except ChildWorkflowFailed as failed:
+        return failed.error["type"] if failed.error else failed.status
 
 
 @workflow(name="contract.timers")

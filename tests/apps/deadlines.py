@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import asyncio
 
-from kenning import App, WorkflowContext, activity, compensation, on_failure, wait_event, workflow
+from kenning import (
+    App,
+    ChildWorkflowFailed,
+    WorkflowContext,
+    activity,
+    compensation,
+    on_failure,
+    start_child,
+    wait_event,
+    workflow,
+)
 from tests.sidechannel import record_execution
 
 app = App("kenning-deadlines")
@@ -57,3 +67,13 @@ async def busy_at_deadline(ctx: WorkflowContext, order_id: str) -> str:
 async def in_time(ctx: WorkflowContext, order_id: str) -> str:
     await reserve_stock(ctx, order_id)
     return "done"
+
+
+@workflow
+async def parent_of_a_bounded_child(ctx: WorkflowContext, order_id: str) -> str:
+    """Its child (awaiting_payment, 1 s) times out from its own start; the parent has none."""
+    child = await start_child(ctx, awaiting_payment, order_id=order_id)
+    try:
+        return await child.result()
+    except ChildWorkflowFailed as failed:
+        return f"child {failed.status}: {failed.error['type'] if failed.error else None}"

@@ -107,11 +107,16 @@ async def cancellations(env: WorkflowEnvironment) -> None:
 
 
 async def workflow_timeouts(env: WorkflowEnvironment) -> None:
-    """The workflow's 600 s and a start's own 60 s: each fires once, compensated, at its time."""
+    """The workflow's 600 s and a start's own 60 s, and a child's own or its workflow's: each
+    fires once, compensated, at its time; a parent hears its child's as a failed child."""
     await env.start(contract.bounded, instance_id="bounded")
     await env.start(contract.bounded.options(timeout=60), instance_id="bounded-60")
+    await env.start(contract.bounds_a_child, instance_id="parent-600")
+    await env.start(contract.bounds_a_child, instance_id="parent-30", seconds=30)
     await env.sleep(120)
     assert (await env.backend.state("bounded")).status == "waiting_for_event"
+    assert (await env.backend.state("parent-30")).status == "completed"
+    assert (await env.backend.state("parent-600")).status == "waiting_for_event"
     assert (await env.backend.state("bounded-60")).status == "failed"
     await env.sleep(timedelta(minutes=10))
 

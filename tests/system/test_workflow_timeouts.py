@@ -106,3 +106,20 @@ async def test_a_start_sets_its_own_timeout(
         await _fails_by_timeout(client, own.instance_id)
     assert executions(side_channel)[f"release_stock {own.instance_id}"] == 1
     check_invariants(sql)
+
+
+async def test_a_child_takes_its_workflows_timeout(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool, side_channel: str
+) -> None:
+    expect_log("instance.timed_out", workflow="awaiting_payment")
+    await _stack(processes, database_url, side_channel)
+    async with Client(database=database) as client:
+        parent = await client.start(deadlines.parent_of_a_bounded_child, order_id="o-5")
+        result = await client.result(parent.instance_id, timeout=20)
+    assert result == "child failed: kenning.errors.WorkflowTimeoutError"
+    child = sql.execute(
+        "SELECT id, deadline_at - created_at FROM kenning_instances WHERE parent_id = %s", (parent.instance_id,)
+    ).fetchone()
+    assert child is not None and child[1].total_seconds() == pytest.approx(1.0)  # type: ignore[attr-defined]
+    assert executions(side_channel)[f"release_stock {child[0]}"] == 1
+    check_invariants(sql)

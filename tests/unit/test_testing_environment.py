@@ -138,6 +138,11 @@ async def test_a_workflow_timeout_fires_on_the_skipped_clock() -> None:
         await env.sleep(1)
         assert await early.status() == "failed"
 
+        parent = await env.start(contract.bounds_a_child, seconds=45)
+        began = env.now()
+        assert await parent.result() == "kenning.errors.WorkflowTimeoutError"  # the child's, from its start
+        assert env.now() - began == timedelta(seconds=45)
+
 
 async def test_a_child_workflow_and_its_parent() -> None:
     expect_log("instance.failed")

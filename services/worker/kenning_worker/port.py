@@ -455,6 +455,7 @@ class PgInstancePort:
                 queue_name=command.queue_name,
                 partition_key=command.partition_key,
                 priority=command.priority,
+                timeout_seconds=command.timeout_seconds,
             )
             outcome = await self._autocommit(
                 lambda conn: children_sql.child_start_and_record(

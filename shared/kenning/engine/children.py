@@ -52,6 +52,7 @@ async def start_child(
         queue=options.queue,
         partition_key=options.partition_key,
         priority=options.priority,
+        timeout=options.timeout,
     )
     new = start.instance
     command = StartChild(
@@ -66,6 +67,7 @@ async def start_child(
         queue_name=new.queue_name,
         partition_key=new.partition_key,
         priority=new.priority,
+        timeout_seconds=new.timeout_seconds,
     )
     started = await run.port.start_child(command)
     if started.cancel_requested:

@@ -112,6 +112,7 @@ class StartChild:
     queue_name: str | None = None
     partition_key: str | None = None
     priority: int = 0
+    timeout_seconds: float | None = None  # its workflow timeout: the child's deadline, from its insert
 
 
 @dataclass(frozen=True)

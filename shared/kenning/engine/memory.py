@@ -441,6 +441,8 @@ class MemoryPort:
                 parent_step=command.step_id,
                 on_parent_cancel=command.on_parent_cancel,
             )
+            if command.timeout_seconds is not None:
+                child.deadline_at = self._clock() + command.timeout_seconds
             self.instance.children.append(child)
         payload = {"child_id": command.child_id, "workflow": command.workflow_name}
         self.instance.append(command.step_id, CHILD_STARTED, command.step_name, payload)

@@ -86,12 +86,15 @@ _CHILD_START_AND_RECORD = statement(
     f"""
     WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}, inserted AS (
         INSERT INTO kenning_instances (id, workflow_name, source_hash, input, available_at, trace_context,
-                                       parent_id, parent_step, on_parent_cancel, queue_name, partition_key, priority)
+                                       parent_id, parent_step, on_parent_cancel, queue_name, partition_key, priority,
+                                       deadline_at)
         SELECT :child_id, :workflow, :hash, CAST(:input AS jsonb), now(), CAST(:trace AS jsonb),
                fence.id, :step_id, :policy,
                -- in its workflow's queue as any start (instances._INSTANCES_INSERT): the queue's claim takes it
                CAST(:queue AS text), CASE WHEN CAST(:queue AS text) IS NOT NULL THEN coalesce(:partition, '') END,
-               :priority
+               :priority,
+               -- its own workflow timeout, from its start (instances._INSTANCES_INSERT's rule)
+               now() + make_interval(secs => CAST(:timeout AS float8))
         FROM fence WHERE NOT fence.cancel_requested
         ON CONFLICT DO NOTHING
         RETURNING id, queue_name
@@ -164,6 +167,7 @@ async def child_start_and_record(
                 "queue": child.queue_name,
                 "partition": child.partition_key,
                 "priority": child.priority,
+                "timeout": child.timeout_seconds,
                 "payload": json.dumps({"child_id": child.instance_id, "workflow": child.workflow_name}),
                 **(folded or FoldedWrites()).params(),
             },
