@@ -5,6 +5,7 @@ environment runs them in this process, in memory and on PostgreSQL alike)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -106,6 +107,24 @@ async def bounds_a_child(ctx: WorkflowContext, seconds: float | None = None) -> 
         return await handle.result()
     except ChildWorkflowFailed as failed:
         return failed.error["type"] if failed.error else failed.status
+
+
+@activity(heartbeat_timeout=0.5, retry_policy=RetryPolicy(initial_interval=5.0, max_attempts=3))
+async def resumable(ctx: WorkflowContext, rows: int) -> list[int]:
+    """Heartbeats a checkpoint per row; the first attempt hangs at row 2 and is stopped by
+    its heartbeat timeout; the next resumes from the checkpoint. (first row, rows)."""
+    first: int = ctx.heartbeat_details or 0
+    ATTEMPTS[f"resumable {ctx.instance_id}"] += 1
+    for n in range(first, rows):
+        if n == 2 and first == 0:
+            await asyncio.sleep(60)  # hung: no heartbeat
+        ctx.heartbeat(n + 1)
+    return [first, rows]
+
+
+@workflow(name="contract.heartbeats")
+async def heartbeats(ctx: WorkflowContext, rows: int) -> list[int]:
+    return await resumable(ctx, rows)
 
 
 @workflow(name="contract.timers")

@@ -121,6 +121,11 @@ async def workflow_timeouts(env: WorkflowEnvironment) -> None:
     await env.sleep(timedelta(minutes=10))
 
 
+async def heartbeats(env: WorkflowEnvironment) -> None:
+    """A hung attempt stopped by its heartbeat timeout; the retry resumes from its checkpoint."""
+    await env.start(contract.heartbeats, instance_id="resumed", rows=4)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "order_saga_paths": order_saga_paths,
     "match_and_since": match_and_since,
@@ -131,6 +136,7 @@ SCENARIOS: dict[str, Scenario] = {
     "events": events,
     "cancellations": cancellations,
     "workflow_timeouts": workflow_timeouts,
+    "heartbeats": heartbeats,
 }
 
 

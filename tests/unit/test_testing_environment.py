@@ -144,6 +144,16 @@ async def test_a_workflow_timeout_fires_on_the_skipped_clock() -> None:
         assert env.now() - began == timedelta(seconds=45)
 
 
+async def test_a_heartbeat_timeout_stops_a_hung_attempt_and_the_retry_resumes() -> None:
+    expect_log("activity.heartbeat_timed_out")
+    async with WorkflowEnvironment(contract.app) as env:
+        handle = await env.start(contract.heartbeats, rows=4)
+        began = env.now()
+        assert await handle.result() == [2, 4]  # the second attempt began at row 2
+        assert contract.ATTEMPTS[f"resumable {handle.instance_id}"] == 2
+        assert env.now() - began == timedelta(seconds=5)  # the back-off skipped, not waited
+
+
 async def test_a_child_workflow_and_its_parent() -> None:
     expect_log("instance.failed")
     async with WorkflowEnvironment(contract.app) as env:
