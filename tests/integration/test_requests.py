@@ -8,9 +8,11 @@ Before the feature there was no ``request`` and no ``reply``: every test here fa
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
 
 import psycopg
 import pytest
+from pydantic import BaseModel
 
 from kenning import (
     MessageUndeliverableError,
@@ -31,7 +33,7 @@ from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
 from kenning.storage import replies as replies_sql
 from kenning.storage import writes as writes_sql
-from kenning.testing import WorkflowEnvironment
+from kenning.testing import WaitsForeverError, WorkflowEnvironment
 from kenning_worker.port import PgInstancePort
 from tests.apps import requests
 from tests.logguard import expect_log
@@ -151,3 +153,18 @@ async def test_the_reply_and_its_step_commit_together_or_not_at_all(database: Da
         await port.reply_message(reply("reply:3", "m-2", "lost"))
     assert sql.execute("SELECT message_id FROM kenning_replies ORDER BY message_id").fetchall() == [("m-1",)]
     assert sql.execute("SELECT count(*) FROM kenning_history WHERE instance_id = 'i'").fetchone() == (1,)
+
+
+async def test_a_request_nobody_takes_waits_forever_without_a_timeout(env: WorkflowEnvironment) -> None:
+    handle = await env.start(requests.approver)
+    with pytest.raises(WaitsForeverError, match=r"request 'other' \(r-7\) .* has not replied, and nothing is due"):
+        await handle.request("other", None, request_id="r-7")
+    with pytest.raises(RequestTimeoutError, match="the request stays in its mailbox"):
+        await handle.request("other", None, request_id="r-7", timeout=timedelta(minutes=5))
+
+    class Approval(BaseModel):
+        approved: bool
+        amount: int
+
+    reply = await handle.request("approve", {"amount": 3}, model=Approval)
+    assert reply == Approval(approved=True, amount=3)
