@@ -32,6 +32,7 @@ from kenning.storage import claims as claims_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
 from kenning.storage import replies as replies_sql
+from kenning.storage import retention as retention_sql
 from kenning.storage import writes as writes_sql
 from kenning.testing import WaitsForeverError, WorkflowEnvironment
 from kenning_worker.port import PgInstancePort
@@ -168,3 +169,19 @@ async def test_a_request_nobody_takes_waits_forever_without_a_timeout(env: Workf
 
     reply = await handle.request("approve", {"amount": 3}, model=Approval)
     assert reply == Approval(approved=True, amount=3)
+
+
+async def test_retention_deletes_an_instances_replies_with_it(database: Database, sql: Sql) -> None:
+    sql.execute("INSERT INTO kenning_workflow_definitions (workflow_name, source_hash, source) VALUES ('wf', 'h', '')")
+    for instance_id in ("old", "new"):
+        sql.execute(
+            "INSERT INTO kenning_instances (id, workflow_name, source_hash, input, status, finished_at)"
+            " VALUES (%s, 'wf', 'h', '{}', 'completed', now() - make_interval(days => %s))",
+            (instance_id, 10 if instance_id == "old" else 0),
+        )
+        sql.execute("INSERT INTO kenning_replies (instance_id, message_id, value) VALUES (%s, 'm', '1')", [instance_id])
+    async with database.connection() as conn:
+        assert (await retention_sql.instances_expired_count(conn, default_seconds=86400)).waits == 1
+        expired = await retention_sql.instances_expire(conn, default_seconds=86400, limit=10)
+    assert (expired.instances, expired.waits) == (1, 1)
+    assert sql.execute("SELECT instance_id FROM kenning_replies").fetchall() == [("new",)]
