@@ -7,6 +7,8 @@ Before the feature there was no ``request`` and no ``reply``: every test here fa
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 
@@ -15,6 +17,7 @@ import pytest
 from pydantic import BaseModel
 
 from kenning import (
+    Client,
     MessageUndeliverableError,
     RequestNotAnsweredError,
     RequestRejectedError,
@@ -38,6 +41,7 @@ from kenning.testing import WaitsForeverError, WorkflowEnvironment
 from kenning_worker.port import PgInstancePort
 from tests.apps import requests
 from tests.logguard import expect_log
+from tests.support import eventually, running_worker
 
 Sql = psycopg.Connection[tuple[object, ...]]
 
@@ -185,3 +189,23 @@ async def test_retention_deletes_an_instances_replies_with_it(database: Database
         expired = await retention_sql.instances_expire(conn, default_seconds=86400, limit=10)
     assert (expired.instances, expired.waits) == (1, 1)
     assert sql.execute("SELECT instance_id FROM kenning_replies").fetchall() == [("new",)]
+
+
+async def test_a_request_to_an_instance_cancelled_meanwhile_raises_at_the_cancel(database: Database, sql: Sql) -> None:
+    async with Client(database=database) as client, running_worker(database, requests.app):
+        instance = (await client.start("requests.ignorer", wait_for_finish=True)).instance_id
+        asking = asyncio.create_task(client.request(instance, "approve", {"amount": 1}, timeout=60, request_id="r-c"))
+
+        def taken() -> bool:
+            row = sql.execute(
+                "SELECT count(*) FROM kenning_history WHERE instance_id = %s AND step_id = 'receive:1'", [instance]
+            ).fetchone()
+            return row == (1,)
+
+        await eventually(taken, timeout=10, message="the request taken")
+        cancelled_at = time.monotonic()
+        assert await client.cancel(instance)
+        with pytest.raises(RequestNotAnsweredError, match="the instance ended cancelled") as unanswered:
+            await asking
+        assert time.monotonic() - cancelled_at < 5  # the end's commit woke it, not the 60 s timeout
+    assert unanswered.value.status == "cancelled"
