@@ -18,7 +18,7 @@ from kenning import serialization
 from kenning.app import database_url_of_apps, warn_unloaded_hooks
 from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.clients.starts import Starter
-from kenning.core.mailbox import Undelivered, refusal
+from kenning.core.mailbox import Undelivered, refusal, request_answer, request_refusal
 from kenning.core.records import TERMINAL_STATUSES, InstanceRow, NewInstance, StartOutcome
 from kenning.db import Database, connect
 from kenning.db.groupcommit import GroupCommit
@@ -29,6 +29,7 @@ from kenning.starting import StartedInstance as StartedInstance  # re-exported
 from kenning.starting import prepare_start
 from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
+from kenning.storage import replies as replies_sql
 from kenning.storage.messages import SendStatus
 from kenning.workflow import StartOptions, Workflow
 
@@ -224,6 +225,76 @@ class Client:
         if sent.status is SendStatus.FINISHED:
             raise refusal(Undelivered.FINISHED, instance_id, topic, sent.recipient_status)
         return message_id
+
+    async def request(
+        self,
+        instance_id: str,
+        topic: str,
+        data: Any = None,
+        *,
+        timeout: float | None = None,
+        request_id: str | None = None,
+        model: Any = None,
+    ) -> Any:
+        """Send ``data`` to ``instance_id``'s ``topic`` mailbox as a request and return the
+        workflow's reply (``message.reply(ctx, value)``; ``model`` turns it into that
+        pydantic model). The request is a message whose id is ``request_id`` (else a new
+        one): asking again with the same ``request_id`` sends nothing twice and gets the
+        same reply. Woken by the reply's commit (the NOTIFY ``result()`` waits on).
+
+        Raises ``WorkflowNotFoundError`` (no such instance), ``MessageUndeliverableError``
+        (it had ended when asked), ``RequestNotAnsweredError`` (it ended without replying:
+        raised when the end commits), ``RequestRejectedError`` (it answered with
+        ``reply_error``) and ``RequestTimeoutError`` after ``timeout`` seconds (the request
+        stays in the mailbox; a later reply is still stored)."""
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"request timeout must not be negative, got {timeout}")
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        data = serialization.storable_json(data, f"request {topic!r} data")
+        request_id = request_id or str(uuid.uuid4())
+        await self.send_request(instance_id, topic, data, request_id)
+
+        async def read() -> replies_sql.RequestState | None:
+            return await self.request_state(instance_id, request_id)
+
+        def answered(state: replies_sql.RequestState | None) -> bool:
+            return state is None or state.replied or state.status in TERMINAL_STATUSES
+
+        remaining = None if timeout is None else max(0.0, timeout - (loop.time() - began))
+        state = await self.results.until(instance_id, read, answered, remaining)
+        if state is None:  # deleted meanwhile (retention), or no read before the time ran out
+            state = await read()
+            if state is None:
+                raise request_refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, request_id, None)
+        value = request_answer(
+            instance_id,
+            topic,
+            request_id,
+            status=state.status,
+            replied=state.replied,
+            value=state.value,
+            error=state.error,
+            timeout=timeout,
+        )
+        return value if model is None else serialization.from_json(value, model)
+
+    async def send_request(self, instance_id: str, topic: str, data: Any, request_id: str) -> None:
+        """``request``'s send: the message (JSON already) into the mailbox, once per id."""
+        async with self.database.transaction() as conn:
+            await messages_sql.mailbox_lock(conn, instance_id)
+            sent = await messages_sql.message_send(
+                conn, instance_id=instance_id, topic=topic, message_id=request_id, data=data, sender_instance_id=None
+            )
+        if sent.status is SendStatus.UNKNOWN_INSTANCE:
+            raise request_refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, request_id, None)
+        if sent.status is SendStatus.FINISHED:
+            raise request_refusal(Undelivered.FINISHED, instance_id, topic, request_id, sent.recipient_status)
+
+    async def request_state(self, instance_id: str, request_id: str) -> replies_sql.RequestState | None:
+        """The instance's status and its reply to ``request_id`` (None: no such instance)."""
+        async with self.database.connection() as conn:
+            return await replies_sql.request_state(conn, instance_id=instance_id, message_id=request_id)
 
     async def publish(self, channel: str, data: Any = None, message_id: str | None = None) -> int:
         """Broadcast ``data`` to every instance subscribed to ``channel`` (``kenning.subscribe``)

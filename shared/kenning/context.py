@@ -140,6 +140,11 @@ class Runtime(Protocol):
         oldest message or suspend until there is one (``receive``)."""
         ...
 
+    async def reply_message(self, message_id: str, topic: str, value: Any, error: str | None) -> None:
+        """Nothing on replay; else store the reply to a received message (a request), the
+        reply and the step committed together (``ReceivedMessage.reply``)."""
+        ...
+
 
 class Heartbeat(Protocol):
     """One activity attempt's heartbeat, as ``ctx.heartbeat`` sees it; the engine

@@ -173,3 +173,52 @@ class ChildStartRefused(KenningError):  # noqa: N818
 class UsageError(KenningError):
     """What the operator asked for cannot be done as asked; the message says why and,
     where it can, what to type instead."""
+
+
+class RequestError(KenningError):
+    """``Client.request`` got no reply: the base of the request errors below, each naming
+    the instance, the topic and the request id (its message id)."""
+
+    def __init__(self, message: str, instance_id: str = "", topic: str = "", request_id: str = "") -> None:
+        super().__init__(message, instance_id, topic, request_id)
+        self.instance_id = instance_id
+        self.topic = topic
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class RequestNotAnsweredError(RequestError):
+    """The instance ended (``status``: completed, failed or cancelled) without replying to
+    the request: raised as soon as its end commits, not at the timeout."""
+
+    def __init__(
+        self, message: str, instance_id: str = "", topic: str = "", request_id: str = "", status: str = ""
+    ) -> None:
+        super().__init__(message, instance_id, topic, request_id)
+        self.args = (message, instance_id, topic, request_id, status)
+        self.status = status
+
+
+class RequestTimeoutError(RequestError, TimeoutError):
+    """``Client.request(timeout=...)`` ran out before the reply: the request stays in the
+    instance's mailbox, and a reply made later is still stored (a retry with the same
+    ``request_id`` gets it)."""
+
+
+class RequestRejectedError(RequestError):
+    """The workflow answered the request with ``message.reply_error(ctx, reason)``:
+    ``reason`` is its text."""
+
+    def __init__(
+        self, message: str, instance_id: str = "", topic: str = "", request_id: str = "", reason: str = ""
+    ) -> None:
+        super().__init__(message, instance_id, topic, request_id)
+        self.args = (message, instance_id, topic, request_id, reason)
+        self.reason = reason
+
+
+class MessageAlreadyRepliedError(KenningError):
+    """A workflow replied a second time to the same message: the first reply stands.
+    Recorded as the failed step, raised again on replay."""

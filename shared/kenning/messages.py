@@ -44,6 +44,20 @@ class ReceivedMessage:
     sent_at: str | None  # ISO 8601, the database clock
     seq: int  # its place among every message sent (a mailbox is taken in seq order)
 
+    async def reply(self, ctx: WorkflowContext, value: Any = None) -> None:
+        """Answer this message (a ``Client.request``'s) with ``value`` (JSON, or a pydantic
+        model; at most 1 MiB of JSON), as a step of this workflow: the reply and the step
+        commit together, so it is stored once and replay stores nothing. The waiting
+        client gets it at once. A second reply to the same message raises (and records)
+        ``MessageAlreadyRepliedError``; replying to a plain ``send_message`` is allowed
+        and harmless (the reply is stored, nobody waits for it)."""
+        await ctx.runtime.reply_message(self.id, self.topic, value, None)
+
+    async def reply_error(self, ctx: WorkflowContext, reason: str) -> None:
+        """Refuse this request: the client's ``request`` raises ``RequestRejectedError``
+        with ``reason``. A step, as ``reply`` is (and it counts as the message's reply)."""
+        await ctx.runtime.reply_message(self.id, self.topic, None, str(reason))
+
 
 async def send_message(
     ctx: WorkflowContext, instance_id: str, topic: str, data: Any = None, *, message_id: str | None = None

@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 
+from kenning import RequestError
 from kenning.engine.memory import MemoryEvent, MemoryInstance
 from kenning.examples import orders
 from kenning.testing import InstanceState, WorkflowEnvironment
 from tests.apps import contract
+from tests.apps import requests as request_apps
 from tests.logguard import expect_log
 
 Scenario = Callable[[WorkflowEnvironment], Awaitable[None]]
@@ -126,6 +128,28 @@ async def heartbeats(env: WorkflowEnvironment) -> None:
     await env.start(contract.heartbeats, instance_id="resumed", rows=4)
 
 
+async def requests(env: WorkflowEnvironment) -> None:
+    """Requests with a reply: answered, refused, retried, unanswered, a second reply."""
+    approver = await env.start(request_apps.approver, instance_id="approver", count=2)
+    assert await approver.request("approve", {"amount": 3}, request_id="r-1") == {"approved": True, "amount": 3}
+    assert await approver.request("approve", {"amount": 4}, request_id="r-1") == {"approved": True, "amount": 3}
+    for instance_id, workflow in (("approver", None), ("ignorer", request_apps.ignorer)):
+        if workflow is not None:
+            await env.start(workflow, instance_id=instance_id)
+        try:
+            await env.request(instance_id, "approve", {"amount": 5000}, request_id=f"r-{instance_id}", timeout=60)
+        except RequestError:
+            pass  # refused, not answered: the states are compared
+    await env.start(request_apps.twice, instance_id="twice")
+    assert await env.request("twice", "approve", None, request_id="r-twice", timeout=60) == "first"
+    slow = await env.start(request_apps.slow, instance_id="slow", seconds=600)
+    try:
+        await slow.request("approve", 1, request_id="r-slow", timeout=60)
+    except RequestError:
+        pass
+    await env.sleep(timedelta(minutes=11))
+
+
 SCENARIOS: dict[str, Scenario] = {
     "order_saga_paths": order_saga_paths,
     "match_and_since": match_and_since,
@@ -137,6 +161,7 @@ SCENARIOS: dict[str, Scenario] = {
     "cancellations": cancellations,
     "workflow_timeouts": workflow_timeouts,
     "heartbeats": heartbeats,
+    "requests": requests,
 }
 
 

@@ -46,3 +46,22 @@ async def test_the_timeout_example_fails_at_its_deadline() -> None:
     expect_log("instance.timed_out")
     assert await run_once(App(), instance) is RunOutcome.FAILED
     assert instance.error is not None and instance.error["type"] == "kenning.errors.WorkflowTimeoutError"
+
+
+async def test_the_request_example_replies_and_refuses() -> None:
+    from kenning import RequestRejectedError
+    from kenning.testing import WorkflowEnvironment
+
+    module = example("Requests with a reply")
+    async with WorkflowEnvironment() as env:
+        handle = await env.start(module.budget, total=100)
+        assert await handle.request("spend", {"amount": 30}, timeout=10) == {"left": 70}
+        try:
+            await handle.request("spend", {"amount": 80}, timeout=10)
+        except RequestRejectedError as error:
+            assert error.reason == "only 70 left"
+        else:
+            raise AssertionError("a request over the budget was not refused")
+        assert await handle.request("spend", {"amount": 70}, request_id="last") == {"left": 0}
+        assert await handle.result() == 100
+        assert await handle.request("spend", None, request_id="last") == {"left": 0}  # a retry, after the end

@@ -54,6 +54,7 @@ from kenning.engine.commands import (
     RecordHeartbeat,
     RecordStep,
     ReleaseWithDelay,
+    ReplyMessage,
     SaveCompensation,
     SendMessage,
     StartChild,
@@ -71,6 +72,7 @@ from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
 from kenning.storage import outbox as outbox_sql
+from kenning.storage import replies as replies_sql
 from kenning.storage import sagas as sagas_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage import timers as timers_sql
@@ -660,3 +662,28 @@ class PgInstancePort:
         if outcome is SuspendOutcome.CANCELLED:
             self._cancel = True
         return outcome
+
+    async def reply_message(self, command: ReplyMessage) -> bool:
+        """The reply row and the replying step's record in one transaction (the record's
+        fence rolls the reply back when the lease moved); a message replied to before
+        writes nothing."""
+
+        async def write() -> bool:
+            async with self.database.transaction() as conn:
+                replied = await replies_sql.reply_insert(
+                    conn,
+                    instance_id=self.instance_id,
+                    message_id=command.message_id,
+                    value=command.value,
+                    error=command.error,
+                )
+                if replied:
+                    await self._write_record(conn, command.record)  # LeaseLostError rolls the reply back
+                return replied
+
+        async with self._lock:
+            await self._flush_locked()
+            replied = await self._storage(write(), f"step {command.record.step_id}")
+        if replied:
+            fault_point("step.after_commit")
+        return replied

@@ -22,6 +22,7 @@ import contextlib
 import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import psycopg
 import structlog
@@ -33,6 +34,8 @@ from kenning.db import Executor
 from kenning.storage import results as results_sql
 
 _log = structlog.get_logger("kenning.results")
+
+T = TypeVar("T")
 
 # seconds between a waiter's reads when no notification wakes it
 DEFAULT_POLL_INTERVAL = 1.0
@@ -98,6 +101,37 @@ class ResultWaits:
                 wait = self.poll_interval if deadline is None else min(self.poll_interval, deadline - loop.time())
                 if wait <= 0:
                     return row
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), timeout=wait)
+        finally:
+            waiting = self._waiters.get(instance_id)
+            if waiting is not None:
+                waiting.discard(woken)
+                if not waiting:
+                    del self._waiters[instance_id]
+
+    async def until(
+        self, instance_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool], timeout: float | None
+    ) -> T | None:
+        """What ``read`` reads once ``done`` says so, read again whenever ``instance_id`` is
+        notified (a reply to a request, its end: ``kenning.storage.replies``), when the
+        connection was lost and every ``poll_interval`` seconds; when ``timeout`` seconds
+        ran out first, the last read (None if none was)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        woken = asyncio.Event()
+        self._waiters.setdefault(instance_id, set()).add(woken)
+        last: T | None = None
+        try:
+            await self._listen(deadline)
+            while True:
+                woken.clear()  # a notification from now on calls for another read
+                last = await read()
+                if done(last):
+                    return last
+                wait = self.poll_interval if deadline is None else min(self.poll_interval, deadline - loop.time())
+                if wait <= 0:
+                    return last
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woken.wait(), timeout=wait)
         finally:

@@ -81,6 +81,9 @@ MESSAGE_RECEIVED = "MessageReceived"  # receive: the message it took from the ma
 MESSAGE_TIMEOUT = "MessageTimeout"  # receive: nothing came within its timeout
 
 
+MESSAGE_REPLIED = "MessageReplied"  # message.reply: the reply to a request, stored with this record
+
+
 CHANNEL_SUBSCRIBED = "ChannelSubscribed"  # subscribe: a publish on the channel reaches this instance
 
 
@@ -103,6 +106,7 @@ HISTORY_KINDS = frozenset(
         MESSAGE_SENT,
         MESSAGE_RECEIVED,
         MESSAGE_TIMEOUT,
+        MESSAGE_REPLIED,
         CHANNEL_SUBSCRIBED,
         PATCH_MARKER,
         CHILD_STARTED,

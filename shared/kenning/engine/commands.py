@@ -230,3 +230,15 @@ class Publish:
     channel: str
     message_id: str  # the same id in every copy: each recipient gets it once
     data: Any  # JSON already
+
+
+@dataclass(frozen=True)
+class ReplyMessage:
+    """Store the reply to the instance's message ``message_id`` (a ``Client.request``) and
+    write ``record`` (the replying step), in one transaction; a message replied to before
+    keeps its first reply and nothing is written (the port answers False)."""
+
+    record: StepRecord
+    message_id: str
+    value: Any  # JSON already; None with an error
+    error: str | None  # the workflow's reason for refusing (reply_error), else None

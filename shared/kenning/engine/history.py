@@ -23,6 +23,7 @@ from kenning.core.names import (
     EVENT_RECEIVED,
     EVENT_TIMEOUT,
     MESSAGE_RECEIVED,
+    MESSAGE_REPLIED,
     MESSAGE_SENT,
     MESSAGE_TIMEOUT,
     PATCH_MARKER,
@@ -38,6 +39,7 @@ REPLAYED_KINDS = frozenset(
 COMPENSATION_KINDS = frozenset({COMPENSATION_EXECUTED, COMPENSATION_FAILED, COMPENSATION_SKIPPED})
 # a send_message or publish, a receive (its message or its timeout) and a subscribe replay as steps too
 REPLAYED_KINDS = REPLAYED_KINDS | {MESSAGE_SENT, MESSAGE_RECEIVED, MESSAGE_TIMEOUT, CHANNEL_SUBSCRIBED}
+REPLAYED_KINDS = REPLAYED_KINDS | {MESSAGE_REPLIED}  # a reply to a request (Client.request)
 COMPENSATION_STEP_PREFIX = "compensation:"
 PATCH_STEP_PREFIX = "patch:"
 

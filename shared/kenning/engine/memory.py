@@ -49,6 +49,7 @@ from kenning.engine.commands import (
     RecordHeartbeat,
     RecordStep,
     ReleaseWithDelay,
+    ReplyMessage,
     SaveCompensation,
     SendMessage,
     StartChild,
@@ -139,6 +140,8 @@ class MemoryInstance:
     mailbox: list[MemoryMessage] = field(default_factory=list)
     receiving: ReceiveMessage | None = None
     channels: set[str] = field(default_factory=set)  # subscribed to (publish reaches it)
+    # the kenning_replies rows: message id -> (value, error) of a reply to a request
+    replies: dict[str, tuple[Any, str | None]] = field(default_factory=dict)
     peers: dict[str, MemoryInstance] = field(default_factory=dict)
     outbox: list[OutboxEvent] = field(default_factory=list)
     waiting_for: Suspend | WaitChild | None = None
@@ -520,6 +523,14 @@ class MemoryPort:
         record = command.record
         await self.record_step(RecordStep(replace(record, payload={**record.payload, "subscribers": reached})))
         return reached
+
+    async def reply_message(self, command: ReplyMessage) -> bool:
+        self._fence(f"reply at {command.record.step_id}")
+        if command.message_id in self.instance.replies:
+            return False
+        self.instance.replies[command.message_id] = (command.value, command.error)
+        await self.record_step(RecordStep(command.record))
+        return True
 
     async def receive_message(self, command: ReceiveMessage) -> HistoryRecord | SuspendOutcome:
         self._fence(f"receive at {command.step_id}")

@@ -13,14 +13,16 @@ does no I/O here either: it asks the port.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from kenning import serialization
 from kenning.core.mailbox import refusal
-from kenning.core.names import ACTIVITY_FAILED, CHANNEL_SUBSCRIBED, MESSAGE_SENT
+from kenning.core.names import ACTIVITY_FAILED, CHANNEL_SUBSCRIBED, MESSAGE_REPLIED, MESSAGE_SENT
 from kenning.core.records import HistoryRecord
-from kenning.engine.commands import Publish, ReceiveMessage, RecordStep, SendMessage, Subscribe
+from kenning.engine.commands import Publish, ReceiveMessage, RecordStep, ReplyMessage, SendMessage, Subscribe
 from kenning.engine.history import StepRecord
+from kenning.errors import MessageAlreadyRepliedError
 
 if TYPE_CHECKING:
     from kenning.engine.run import WorkflowRun
@@ -29,6 +31,10 @@ SEND_STEP = "send_message"
 RECEIVE_STEP = "receive"
 SUBSCRIBE_STEP = "subscribe"
 PUBLISH_STEP = "publish"
+REPLY_STEP = "reply"
+# A reply's JSON text (its value, or its error's reason) may be at most this long: the
+# client reads it in one row, and a request is a conversation, not a data transfer.
+REPLY_MAX_BYTES = 1024 * 1024
 
 
 async def send_message(run: WorkflowRun, instance_id: str, topic: str, data: Any, message_id: str | None) -> str:
@@ -104,3 +110,35 @@ async def receive_message(
         run.log.debug("message.received", step=step_id, topic=topic)
         return outcome
     run.suspended(outcome, step_id, step_name)
+
+
+async def reply_message(run: WorkflowRun, message_id: str, topic: str, value: Any, error: str | None) -> None:
+    """Reply to the instance's message ``message_id`` (``reply:<n>``, named
+    ``reply:<topic>``, kind ``MessageReplied``): the reply row and the record commit
+    together, once; replay writes nothing. A second reply to the message is recorded as
+    the step's failure (``MessageAlreadyRepliedError``) and raised again on replay."""
+    step_name = f"{REPLY_STEP}:{topic}"
+    step_id = run.cursor.next_step_id(REPLY_STEP)
+    record = run.cursor.take(step_id, step_name)
+    if record is not None:
+        if record.kind == ACTIVITY_FAILED:
+            raise serialization.decode_error(record.payload)
+        return
+    stored = None if error is not None else serialization.storable_json(value, f"reply to message {message_id!r}")
+    size = len(json.dumps(stored if error is None else error).encode())
+    if size > REPLY_MAX_BYTES:
+        raise ValueError(f"reply to message {message_id!r} ({topic!r}) is {size} bytes of JSON, over {REPLY_MAX_BYTES}")
+    await run.before_new_step(step_id, step_name)
+    payload = {"message_id": message_id, "topic": topic, "rejected": error is not None}
+    replied = await run.port.reply_message(
+        ReplyMessage(StepRecord(step_id, MESSAGE_REPLIED, step_name, payload), message_id, stored, error)
+    )
+    if not replied:
+        failure = MessageAlreadyRepliedError(
+            f"message {message_id!r} ({topic!r}) of instance {run.instance_id} was replied to already: "
+            "the first reply stands"
+        )
+        failed = StepRecord(step_id, ACTIVITY_FAILED, step_name, serialization.encode_error(failure))
+        await run.port.record_step(RecordStep(failed, defer=False, what=f"step {step_id}"))
+        raise failure
+    run.log.debug("message.replied", step=step_id, topic=topic, message_id=message_id)

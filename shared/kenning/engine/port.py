@@ -30,6 +30,7 @@ from kenning.engine.commands import (
     RecordHeartbeat,
     RecordStep,
     ReleaseWithDelay,
+    ReplyMessage,
     SaveCompensation,
     SendMessage,
     StartChild,
@@ -122,4 +123,9 @@ class InstancePort(Protocol):
         """The message taken and its ``MessageReceived`` record (lease kept), or the wait
         registered and the lease given back (``SUSPENDED``), folding what is held back;
         ``CANCELLED`` (nothing taken, lease kept) when cancellation was requested."""
+        ...
+
+    async def reply_message(self, command: ReplyMessage) -> bool:
+        """The reply and the replying step's record in one transaction (after what is held
+        back); False, nothing written, when the message has a reply already."""
         ...

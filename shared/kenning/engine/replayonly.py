@@ -38,6 +38,7 @@ from kenning.engine.commands import (
     RecordHeartbeat,
     RecordStep,
     ReleaseWithDelay,
+    ReplyMessage,
     SaveCompensation,
     SendMessage,
     StartChild,
@@ -194,6 +195,9 @@ class ReplayOnlyPort:
 
     async def receive_message(self, command: ReceiveMessage) -> HistoryRecord | SuspendOutcome:
         self._stop(command.step_id)
+
+    async def reply_message(self, command: ReplyMessage) -> bool:
+        self._stop(command.record.step_id)
 
 
 async def replay_only(

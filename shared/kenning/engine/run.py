@@ -40,6 +40,7 @@ from kenning.engine.commands import (
 from kenning.engine.heartbeats import AttemptHeartbeat
 from kenning.engine.history import HistoryCursor, StepRecord, StepTiming
 from kenning.engine.messages import publish, receive_message, send_message, subscribe
+from kenning.engine.messages import reply_message as _reply_message
 from kenning.engine.outcomes import Attempted, GaveUp, RunOutcome
 from kenning.engine.port import InstancePort
 from kenning.engine.retries import GiveUp, GiveUpReason, RetryAfter, after_counting, before_counting
@@ -282,6 +283,10 @@ class WorkflowRun:
     ) -> HistoryRecord:
         """The recorded message or timeout: ``kenning.engine.messages.receive_message``."""
         return await receive_message(self, topic, receive_id=receive_id, timeout_seconds=timeout_seconds)
+
+    async def reply_message(self, message_id: str, topic: str, value: Any, error: str | None) -> None:
+        """``kenning.engine.messages.reply_message``."""
+        await _reply_message(self, message_id, topic, value, error)
 
     async def send_event(self, step: StepScope, event: OutboxEvent, data: Any) -> None:
         """Write ``event`` in the attempt's transaction; ``on_event_sent`` once it commits."""

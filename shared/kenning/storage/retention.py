@@ -71,12 +71,16 @@ _INSTANCES_EXPIRE = statement(
         DELETE FROM kenning_message_waits AS w USING instances AS g WHERE w.instance_id = g.id RETURNING 1
     ), channel_subscriptions AS (
         DELETE FROM kenning_channel_subscriptions AS c USING instances AS g WHERE c.instance_id = g.id RETURNING 1
+    ), replies AS (
+        -- its replies to requests (migration 0013): a client asking again finds no instance
+        DELETE FROM kenning_replies AS r USING instances AS g WHERE r.instance_id = g.id RETURNING 1
     )
     SELECT (SELECT count(*) FROM instances) AS instances,
            (SELECT count(*) FROM history) AS history,
            (SELECT count(*) FROM compensations) AS compensations,
            (SELECT count(*) FROM subscriptions) + (SELECT count(*) FROM timers)
-               + (SELECT count(*) FROM message_waits) + (SELECT count(*) FROM mailboxes) AS waits
+               + (SELECT count(*) FROM message_waits) + (SELECT count(*) FROM mailboxes)
+               + (SELECT count(*) FROM replies) AS waits
     """
 )
 
@@ -88,7 +92,7 @@ class Expired:
     instances: int = 0
     history: int = 0
     compensations: int = 0
-    waits: int = 0  # timers, subscriptions, receive waits and mailboxes' messages of finished instances
+    waits: int = 0  # timers, subscriptions, receive waits, mailboxes' messages and replies of finished instances
 
     def __add__(self, other: Expired) -> Expired:
         return Expired(
@@ -133,7 +137,8 @@ _INSTANCES_EXPIRED_COUNT = statement(
            (SELECT count(*) FROM kenning_event_subscriptions AS s WHERE s.instance_id IN (SELECT id FROM doomed))
            + (SELECT count(*) FROM kenning_timers AS t WHERE t.instance_id IN (SELECT id FROM doomed))
            + (SELECT count(*) FROM kenning_message_waits AS w WHERE w.instance_id IN (SELECT id FROM doomed))
-           + (SELECT count(*) FROM kenning_messages AS m WHERE m.instance_id IN (SELECT id FROM doomed)) AS waits
+           + (SELECT count(*) FROM kenning_messages AS m WHERE m.instance_id IN (SELECT id FROM doomed))
+           + (SELECT count(*) FROM kenning_replies AS r WHERE r.instance_id IN (SELECT id FROM doomed)) AS waits
     """
 )
 

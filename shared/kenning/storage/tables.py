@@ -179,6 +179,17 @@ message_waits = Table(
     _ts("created_at", False),
 )
 
+# migration 0013: the reply to a request (Client.request; kenning/storage/replies.py)
+replies = Table(
+    "kenning_replies",
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("message_id", Text, primary_key=True),
+    Column("value", JSONB),
+    Column("error", Text),
+    _ts("replied_at", False),
+)
+
 inbox = Table(
     "kenning_inbox",
     metadata,

@@ -27,6 +27,8 @@ from kenning import serialization
 from kenning.activity import Activity
 from kenning.app import App
 from kenning.client import named_arguments
+from kenning.core.mailbox import Undelivered, request_answer, request_refusal
+from kenning.core.records import TERMINAL_STATUSES
 from kenning.errors import ConfigurationError, KenningError, WorkflowFailedError
 from kenning.events import reserved_attribute_error
 from kenning.starting import prepare_start
@@ -98,6 +100,19 @@ class WorkflowHandle(Generic[R]):
 
     async def send_message(self, topic: str, data: Any = None, message_id: str | None = None) -> str:
         return await self.env.send_message(self.instance_id, topic, data, message_id)
+
+    async def request(
+        self,
+        topic: str,
+        data: Any = None,
+        *,
+        timeout: timedelta | float | None = None,
+        request_id: str | None = None,
+        model: Any = None,
+    ) -> Any:
+        """``WorkflowEnvironment.request`` to this instance."""
+        env = self.env
+        return await env.request(self.instance_id, topic, data, timeout=timeout, request_id=request_id, model=model)
 
 
 class WorkflowEnvironment:
@@ -247,6 +262,55 @@ class WorkflowEnvironment:
         await self.backend.send_message(instance_id, topic, data, message_id)
         await self.settle()
         return message_id
+
+    async def request(
+        self,
+        instance_id: str,
+        topic: str,
+        data: Any = None,
+        *,
+        timeout: timedelta | float | None = None,
+        request_id: str | None = None,
+        model: Any = None,
+    ) -> Any:
+        """``Client.request``: send the request, run the instance (skipping time up to
+        ``timeout``, its timers and timeouts firing) until it replies or ends; the reply,
+        or ``Client.request``'s errors (``RequestTimeoutError`` once ``timeout`` of the
+        environment's time passed). Without ``timeout``, ``WaitsForeverError`` when
+        nothing is due and the instance has not replied."""
+        self._check_open()
+        data = serialization.storable_json(data, f"request {topic!r} data")
+        request_id = request_id or str(uuid.uuid4())
+        remaining = None if timeout is None else seconds_of(timeout)
+        await self.backend.send_request(instance_id, topic, data, request_id)
+        await self.settle()
+        while True:
+            state = await self.backend.request_state(instance_id, request_id)
+            if state is None:
+                raise request_refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, request_id, None)
+            if state.replied or state.status in TERMINAL_STATUSES or remaining == 0.0:
+                value = request_answer(
+                    instance_id,
+                    topic,
+                    request_id,
+                    status=state.status,
+                    replied=state.replied,
+                    value=state.value,
+                    error=state.error,
+                    timeout=None if timeout is None else seconds_of(timeout),
+                )
+                return value if model is None else serialization.from_json(value, model)
+            due = await self.backend.next_due()
+            if due is None and remaining is None:
+                raise WaitsForeverError(
+                    f"request {topic!r} ({request_id}) to instance {instance_id}: it is {state.status}, has not "
+                    "replied, and nothing is due"
+                )
+            step = remaining if due is None or (remaining is not None and due > remaining) else max(due, 0.0)
+            assert step is not None
+            await self.backend.skip(step)
+            remaining = None if remaining is None else max(0.0, remaining - step)
+            await self.settle()
 
     async def publish(self, channel: str, data: Any = None, message_id: str | None = None) -> int:
         """``Client.publish``: to every instance subscribed to ``channel``; how many it reached."""

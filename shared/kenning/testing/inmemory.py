@@ -24,6 +24,7 @@ from kenning.engine.commands import SuspendOnEvent
 from kenning.engine.memory import MemoryEvent, MemoryInstance, child_end_payload, run_once, stamp
 from kenning.events import ReceivedEvent, event_history_payload
 from kenning.starting import InvalidInputError, Start, prepare_start
+from kenning.storage.replies import RequestState
 from kenning.testing.state import HistoryEntry, InstanceState, OutgoingEvent
 
 if TYPE_CHECKING:
@@ -139,6 +140,27 @@ class MemoryBackend:
         refused = recipient.send_message(topic, data, message_id=message_id)
         if refused is not None:
             raise refusal(refused, instance_id, topic, recipient.status)
+
+    async def send_request(self, instance_id: str, topic: str, data: Any, request_id: str) -> None:
+        from kenning.core.mailbox import Undelivered, request_refusal
+
+        recipient = self.instances.get(instance_id)
+        if recipient is None:
+            raise request_refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, request_id, None)
+        if any(m.message_id == request_id for m in recipient.mailbox):
+            return  # asked again: sent once (also once the instance ended), as PostgreSQL does
+        refused = recipient.send_message(topic, data, message_id=request_id)
+        if refused is not None:
+            raise request_refusal(refused, instance_id, topic, request_id, recipient.status)
+
+    async def request_state(self, instance_id: str, request_id: str) -> RequestState | None:
+        instance = self.instances.get(instance_id)
+        if instance is None:
+            return None
+        reply = instance.replies.get(request_id)
+        if reply is None:
+            return RequestState(status=instance.status, replied=False, value=None, error=None)
+        return RequestState(status=instance.status, replied=True, value=reply[0], error=reply[1])
 
     async def publish(self, channel: str, data: Any, message_id: str) -> int:
         reached = 0

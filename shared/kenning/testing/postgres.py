@@ -28,6 +28,7 @@ from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import outbox as outbox_sql
 from kenning.storage import testing as testing_sql
+from kenning.storage.replies import RequestState
 from kenning.testing.state import HistoryEntry, InstanceState, OutgoingEvent
 
 if TYPE_CHECKING:
@@ -151,6 +152,12 @@ class PostgresBackend:
 
     async def publish(self, channel: str, data: Any, message_id: str) -> int:
         return await self._client().publish(channel, data, message_id)
+
+    async def send_request(self, instance_id: str, topic: str, data: Any, request_id: str) -> None:
+        await self._client().send_request(instance_id, topic, data, request_id)
+
+    async def request_state(self, instance_id: str, request_id: str) -> RequestState | None:
+        return await self._client().request_state(instance_id, request_id)
 
     async def cancel(self, instance_id: str) -> bool:
         return await self._client().cancel(instance_id)

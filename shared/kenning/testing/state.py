@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from kenning.starting import Start
+from kenning.storage.replies import RequestState
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,10 @@ class Backend(Protocol):
     async def send_message(self, instance_id: str, topic: str, data: Any, message_id: str) -> None: ...
 
     async def publish(self, channel: str, data: Any, message_id: str) -> int: ...
+
+    async def send_request(self, instance_id: str, topic: str, data: Any, request_id: str) -> None: ...
+
+    async def request_state(self, instance_id: str, request_id: str) -> RequestState | None: ...
 
     async def cancel(self, instance_id: str) -> bool: ...
 
