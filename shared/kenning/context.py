@@ -139,6 +139,11 @@ class Runtime(Protocol):
         oldest message or suspend until there is one (``receive``)."""
         ...
 
+    async def publish_value(self, key: str, value: Any) -> None:
+        """Nothing on replay; else publish the value (and its search text, for a declared
+        search attribute), the value and the step committed together (``publish_value``)."""
+        ...
+
 
 class Heartbeat(Protocol):
     """One activity attempt's heartbeat, as ``ctx.heartbeat`` sees it; the engine

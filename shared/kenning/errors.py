@@ -173,3 +173,8 @@ class ChildStartRefused(KenningError):  # noqa: N818
 class UsageError(KenningError):
     """What the operator asked for cannot be done as asked; the message says why and,
     where it can, what to type instead."""
+
+
+class ValueNotPublishedError(KenningError, LookupError):
+    """``Client.get_value``: the instance has not published that key (by the end of the
+    ``timeout`` when one was given, or it ended without publishing it)."""

@@ -105,6 +105,14 @@ async def cancellations(env: WorkflowEnvironment) -> None:
     await env.sleep(timedelta(minutes=20))
 
 
+async def published(env: WorkflowEnvironment) -> None:
+    await env.start(contract.published, instance_id="published-1", customer="c-1")
+    await env.start(contract.published, instance_id="published-2", customer="c-2", fail=True)
+    await env.sleep(30)  # both wait in their timer: the first values are published
+    await env.start(contract.published, instance_id="published-3", customer="c-3")
+    await env.sleep(timedelta(minutes=2))
+
+
 SCENARIOS: dict[str, Scenario] = {
     "order_saga_paths": order_saga_paths,
     "match_and_since": match_and_since,
@@ -114,6 +122,7 @@ SCENARIOS: dict[str, Scenario] = {
     "messages": messages,
     "events": events,
     "cancellations": cancellations,
+    "published": published,
 }
 
 
@@ -147,6 +156,8 @@ def comparable(state: InstanceState, ids: dict[str, str]) -> dict[str, Any]:
         "result": state.result,
         "error": None if state.error is None else {k: named(v) for k, v in error_of(state.error).items()},
         "history": [(e.kind, named(e.step_id), e.step_name) for e in state.history],
+        "values": state.values,  # publish_value, set_status
+        "search_attributes": state.search_attributes,
     }
 
 

@@ -22,6 +22,7 @@ import contextlib
 import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import psycopg
 import structlog
@@ -33,6 +34,7 @@ from kenning.db import Executor
 from kenning.storage import results as results_sql
 
 _log = structlog.get_logger("kenning.results")
+T = TypeVar("T")
 
 # seconds between a waiter's reads when no notification wakes it
 DEFAULT_POLL_INTERVAL = 1.0
@@ -98,6 +100,33 @@ class ResultWaits:
                 wait = self.poll_interval if deadline is None else min(self.poll_interval, deadline - loop.time())
                 if wait <= 0:
                     return row
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), timeout=wait)
+        finally:
+            waiting = self._waiters.get(instance_id)
+            if waiting is not None:
+                waiting.discard(woken)
+                if not waiting:
+                    del self._waiters[instance_id]
+
+    async def until(
+        self, instance_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool], timeout: float
+    ) -> T:
+        """Read until ``done`` says so or ``timeout`` seconds ran out, woken by the
+        instance's notifications (a published value's too, ``kenning.storage.published``);
+        the last read."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        woken = asyncio.Event()
+        self._waiters.setdefault(instance_id, set()).add(woken)
+        try:
+            await self._listen(deadline)
+            while True:
+                woken.clear()  # a notification from now on calls for another read
+                found = await read()
+                wait = min(self.poll_interval, deadline - loop.time())
+                if done(found) or wait <= 0:
+                    return found
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woken.wait(), timeout=wait)
         finally:

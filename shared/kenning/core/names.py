@@ -90,6 +90,10 @@ PATCH_MARKER = "PatchMarker"  # ctx.patched took the new path here (never replay
 CHILD_STARTED = "ChildStarted"  # start_child: the child's id, committed with the child's row
 
 
+VALUE_PUBLISHED = "ValuePublished"  # publish_value, set_status: the value was written with this record
+STATUS_VALUE_KEY = "status"  # the published key set_status writes ({"text": ..., "progress": ...})
+
+
 HISTORY_KINDS = frozenset(
     {
         ACTIVITY_COMPLETED,
@@ -106,6 +110,7 @@ HISTORY_KINDS = frozenset(
         CHANNEL_SUBSCRIBED,
         PATCH_MARKER,
         CHILD_STARTED,
+        VALUE_PUBLISHED,
     }
 )
 

@@ -229,3 +229,15 @@ class Publish:
     channel: str
     message_id: str  # the same id in every copy: each recipient gets it once
     data: Any  # JSON already
+
+
+@dataclass(frozen=True)
+class PublishValue:
+    """Write ``value`` as the instance's latest of ``key`` (and, ``searchable``, its
+    search text ``search_value``; None removes it) and ``record``, in one transaction."""
+
+    record: StepRecord
+    key: str
+    value: Any  # JSON already
+    searchable: bool
+    search_value: str | None

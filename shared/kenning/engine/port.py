@@ -26,6 +26,7 @@ from kenning.engine.commands import (
     Finish,
     MessageSent,
     Publish,
+    PublishValue,
     ReceiveMessage,
     RecordHeartbeat,
     RecordStep,
@@ -122,4 +123,9 @@ class InstancePort(Protocol):
         """The message taken and its ``MessageReceived`` record (lease kept), or the wait
         registered and the lease given back (``SUSPENDED``), folding what is held back;
         ``CANCELLED`` (nothing taken, lease kept) when cancellation was requested."""
+        ...
+
+    async def publish_value(self, command: PublishValue) -> None:
+        """The published value (its search text too) and the step's record, in one
+        transaction (after what is held back)."""
         ...

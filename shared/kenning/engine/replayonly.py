@@ -34,6 +34,7 @@ from kenning.engine.commands import (
     Finish,
     MessageSent,
     Publish,
+    PublishValue,
     ReceiveMessage,
     RecordHeartbeat,
     RecordStep,
@@ -194,6 +195,9 @@ class ReplayOnlyPort:
 
     async def receive_message(self, command: ReceiveMessage) -> HistoryRecord | SuspendOutcome:
         self._stop(command.step_id)
+
+    async def publish_value(self, command: PublishValue) -> None:
+        self._stop(command.record.step_id)
 
 
 async def replay_only(

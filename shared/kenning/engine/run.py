@@ -42,6 +42,7 @@ from kenning.engine.history import HistoryCursor, StepRecord, StepTiming
 from kenning.engine.messages import publish, receive_message, send_message, subscribe
 from kenning.engine.outcomes import Attempted, GaveUp, RunOutcome
 from kenning.engine.port import InstancePort
+from kenning.engine.published import publish_value
 from kenning.engine.retries import GiveUp, GiveUpReason, RetryAfter, after_counting, before_counting
 from kenning.engine.saga import undo_saga
 from kenning.errors import (
@@ -282,6 +283,10 @@ class WorkflowRun:
     ) -> HistoryRecord:
         """The recorded message or timeout: ``kenning.engine.messages.receive_message``."""
         return await receive_message(self, topic, receive_id=receive_id, timeout_seconds=timeout_seconds)
+
+    async def publish_value(self, key: str, value: Any) -> None:
+        """``kenning.engine.published.publish_value``."""
+        await publish_value(self, key, value)
 
     async def send_event(self, step: StepScope, event: OutboxEvent, data: Any) -> None:
         """Write ``event`` in the attempt's transaction; ``on_event_sent`` once it commits."""
