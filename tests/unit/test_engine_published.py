@@ -34,7 +34,7 @@ app = App()
 
 
 @workflow(search_attributes=("customer", "vip", "score"))
-async def published_order(ctx: WorkflowContext, customer: str) -> str:
+async def engine_published_order(ctx: WorkflowContext, customer: str) -> str:
     await set_status(ctx, "received", progress=0)
     await publish_value(ctx, "customer", customer)
     await publish_value(ctx, "vip", True)
@@ -48,7 +48,7 @@ async def published_order(ctx: WorkflowContext, customer: str) -> str:
 
 
 @workflow(search_attributes=("customer",))
-async def published_bad(ctx: WorkflowContext, what: str) -> None:
+async def engine_published_bad(ctx: WorkflowContext, what: str) -> None:
     values: dict[str, Any] = {
         "dict": {"a": 1},
         "big": "x" * MAX_VALUE_CHARS,
@@ -65,7 +65,7 @@ async def published_bad(ctx: WorkflowContext, what: str) -> None:
 
 
 def _order(instance_id: str = "order-1") -> MemoryInstance:
-    return MemoryInstance(id=instance_id, workflow_name="published_order", input={"customer": "c-1"})
+    return MemoryInstance(id=instance_id, workflow_name="engine_published_order", input={"customer": "c-1"})
 
 
 async def test_values_are_steps_the_latest_wins_and_replay_writes_nothing() -> None:
@@ -112,7 +112,7 @@ async def test_values_are_steps_the_latest_wins_and_replay_writes_nothing() -> N
 )
 async def test_bad_values_fail_the_workflow_before_any_write(what: str, error: str) -> None:
     expect_log("instance.failed")
-    instance = MemoryInstance(id=f"bad-{what}", workflow_name="published_bad", input={"what": what})
+    instance = MemoryInstance(id=f"bad-{what}", workflow_name="engine_published_bad", input={"what": what})
     assert await run_once(app, instance) is RunOutcome.FAILED
     assert instance.error is not None and error in instance.error["message"], instance.error
     assert instance.values == {} and instance.search_attributes == {}

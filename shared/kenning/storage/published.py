@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kenning.core.names import STATUS_VALUE_KEY
 from kenning.core.records import InstanceRow
 from kenning.db import Executor, statement
 from kenning.storage.names import notify_results
@@ -147,7 +148,7 @@ _INSTANCE_LIST_WHERE = statement(
           WHERE NOT EXISTS (
               SELECT FROM kenning_search_attributes AS o
               WHERE o.instance_id = s.instance_id AND o.key = w.key AND o.value = w.value))
-    ORDER BY s.created_at DESC, s.instance_id
+    ORDER BY s.created_at DESC, s.instance_id DESC
     LIMIT :limit
     """
 )
@@ -162,7 +163,8 @@ async def instance_list_where(
     limit: int = 50,
 ) -> list[InstanceRow]:
     """The newest ``limit`` instances whose search attributes hold every pair of ``where``
-    (at least one), as ``instance_list`` orders them."""
+    (at least one); instances created in the same transaction by id, descending (the
+    lookup index's order, the console's)."""
     (key, value), *others = sorted(where.items())
     params = {
         "key": key,
@@ -173,3 +175,63 @@ async def instance_list_where(
         "limit": limit,
     }
     return [InstanceRow(**row._asdict()) for row in await conn.execute(_INSTANCE_LIST_WHERE, params)]
+
+
+@dataclass(frozen=True)
+class ShownValue:
+    """A published value as the console's instance page shows it: whole when its JSON
+    text is at most the bound, else the first characters of it."""
+
+    key: str
+    value: Any  # None when only the preview is read
+    preview: str | None
+    size: int  # bytes of its JSON text
+    updated_at: datetime
+
+
+_VALUES_SHOWN = statement(
+    """
+    SELECT v.key, v.updated_at, t.size,
+           CASE WHEN t.size <= :bound THEN v.value END AS value,
+           CASE WHEN t.size > :bound THEN left(t.text, :preview) END AS preview
+    FROM kenning_values AS v
+    CROSS JOIN LATERAL (
+        SELECT CAST(v.value AS text) AS text, octet_length(CAST(v.value AS text)) AS size OFFSET 0
+    ) AS t
+    WHERE v.instance_id = :instance_id
+    ORDER BY v.key
+    LIMIT :limit
+    """
+)
+
+
+async def values_shown(conn: Executor, instance_id: str, *, limit: int, bound: int, preview: int) -> list[ShownValue]:
+    """The instance's first ``limit`` values by key, each bounded (the console's page)."""
+    params = {"instance_id": instance_id, "limit": limit, "bound": bound, "preview": preview}
+    return [
+        ShownValue(row.key, row.value, row.preview, int(row.size), row.updated_at)
+        for row in await conn.execute(_VALUES_SHOWN, params)
+    ]
+
+
+_STATUS_TEXTS = statement(
+    """
+    SELECT instance_id, left(value ->> 'text', 200) AS text, value ->> 'progress' AS progress
+    FROM kenning_values
+    WHERE instance_id = ANY(CAST(:ids AS text[])) AND key = :key
+    """
+)
+
+
+async def status_texts(conn: Executor, instance_ids: list[str]) -> dict[str, str]:
+    """What ``set_status`` published last for each of ``instance_ids`` that has one, as a
+    line of text (``awaiting payment (40%)``): the console's list column."""
+    rows = await conn.execute(_STATUS_TEXTS, {"ids": instance_ids, "key": STATUS_VALUE_KEY})
+    texts: dict[str, str] = {}
+    for row in rows:
+        try:
+            progress = "" if row.progress is None else f" ({float(row.progress):.0%})"
+        except ValueError:
+            progress = ""
+        texts[row.instance_id] = f"{row.text or ''}{progress}"
+    return texts

@@ -6,8 +6,9 @@ without a worker; written with the publishing step's record, kept after the inst
 ends and deleted with it by retention. ``kenning_search_attributes``: the declared keys'
 values (``@workflow(search_attributes=...)``) as text, with the instance's ``created_at``
 copied in, so ``kenning_search_attributes_lookup`` on (key, value, created_at DESC,
-instance_id) serves a ``--where key=value`` list page newest first by reading only the
-page's index entries, however many instances match.
+instance_id DESC) serves a ``--where key=value`` list page newest first (the console's
+order, ties by id descending) by reading only the page's index entries, however many
+instances match.
 
 Two new, empty tables and their indexes: catalog changes, no scan nor lock of an existing
 table; the cost is on the write path (a publish writes one or two rows beside its step
@@ -41,7 +42,7 @@ CREATE TABLE IF NOT EXISTS kenning_search_attributes (
     PRIMARY KEY (instance_id, key)
 );
 CREATE INDEX IF NOT EXISTS kenning_search_attributes_lookup
-    ON kenning_search_attributes (key, value, created_at DESC, instance_id);
+    ON kenning_search_attributes (key, value, created_at DESC, instance_id DESC);
 """
 
 DOWNGRADE = """
