@@ -46,3 +46,22 @@ async def test_the_timeout_example_fails_at_its_deadline() -> None:
     expect_log("instance.timed_out")
     assert await run_once(App(), instance) is RunOutcome.FAILED
     assert instance.error is not None and instance.error["type"] == "kenning.errors.WorkflowTimeoutError"
+
+
+async def test_the_published_state_example_publishes_and_is_found() -> None:
+    from kenning.testing import WorkflowEnvironment
+
+    module = example("Published state and search")
+    assert module.order_checkout.search_attributes == {"customer", "region"}
+    async with WorkflowEnvironment(App()) as env:
+        for order_id, customer, region in [("o-1", "c-1", "eu"), ("o-2", "c-1", "us"), ("o-3", "c-2", "eu")]:
+            arguments = {"order_id": order_id, "customer": customer, "region": region}
+            await env.start(module.order_checkout, instance_id=order_id, **arguments)
+        assert await env.get_value("o-1", "payment_link") == "https://pay.example/o-1"
+        status = await env.get_status("o-1")
+        assert status is not None and (status.text, status.progress) == ("awaiting payment", 0.4)
+        assert [h.instance_id for h in await env.instances(where={"customer": "c-1", "region": "eu"})] == ["o-1"]
+        await env.send_event("payment.completed", {"order_id": "o-1"})
+        assert await env.handle("o-1").result() == "paid"
+        done = await env.get_status("o-1")
+        assert done is not None and done.text == "paid"

@@ -20,6 +20,7 @@ is one prepared statement.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from typing import Any
 # the statuses the list filters on and the counts show (the console imports them from here)
 from kenning.core.records import INSTANCE_STATUSES
 from kenning.db import Executor, Statement, statement
+from kenning.storage import published
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,8 @@ def _ordered(shape: InstanceFilters, after: bool, limit: str) -> str:
 def _by_search_attributes(shape: InstanceFilters, after: bool, limit: str) -> str:
     """``_ordered`` for a ``where`` filter: driven by ``kenning_search_attributes_lookup``
     (migration 0012) in the list's order, its first pair's range, the keyset on its
-    copy of ``created_at``; the other pairs and filters judged per entry."""
+    copy of ``created_at``; the other pairs (each on the primary key) and filters judged
+    per entry."""
     keyset = "true"
     if after:
         keyset = "s.created_at <= :after_created AND (s.created_at < :after_created OR s.instance_id < :after_id)"
@@ -145,9 +148,8 @@ def _by_search_attributes(shape: InstanceFilters, after: bool, limit: str) -> st
         WHERE s.key = :where_key AND s.value = :where_value AND {keyset} AND {_indexed_where(shape, False)}
           AND NOT EXISTS (
               SELECT FROM jsonb_each_text(CAST(:where_others AS jsonb)) AS w
-              WHERE NOT EXISTS (
-                  SELECT FROM kenning_search_attributes AS o
-                  WHERE o.instance_id = s.instance_id AND o.key = w.key AND o.value = w.value))
+              WHERE (SELECT o.value FROM kenning_search_attributes AS o
+                     WHERE o.instance_id = s.instance_id AND o.key = w.key) IS DISTINCT FROM w.value)
         ORDER BY s.created_at DESC, s.instance_id DESC LIMIT :{limit})"""
 
 
@@ -182,7 +184,7 @@ def _scan_end_statement(shape: InstanceFilters, after: bool) -> Statement:
 
 
 def _parameters(f: InstanceFilters, after: Cursor | None) -> dict[str, Any]:
-    pairs = sorted(json.loads(f.where).items()) if f.where else [("", "")]
+    pairs = list(json.loads(f.where).items()) if f.where else [("", "")]  # the first drives
     return {
         "where_key": pairs[0][0],
         "where_value": pairs[0][1],
@@ -213,6 +215,9 @@ async def instances_page(
     conn: Executor, filters: InstanceFilters, *, after: Cursor | None, limit: int, scan_limit: int
 ) -> InstancePage:
     """One page of the list, newest first, after ``after``."""
+    if filters.where:  # its most selective pair drives the read
+        ordered = await published.most_selective_first(conn, json.loads(filters.where))
+        filters = dataclasses.replace(filters, where=json.dumps(ordered))
     shape = _shape(filters)
     params = {**_parameters(filters, after), "limit": limit + 1, "scan_limit": scan_limit}
     rows = (await conn.execute(_page_statement(shape, after is not None), params)).all()

@@ -144,14 +144,40 @@ _INSTANCE_LIST_WHERE = statement(
       AND (CAST(:status AS text) IS NULL OR i.status = :status)
       AND (CAST(:workflow AS text) IS NULL OR i.workflow_name = :workflow)
       AND NOT EXISTS (
+          -- each other pair read on the primary key (instance_id, key): the lookup index
+          -- would scan the pair's whole (key, value) range for this instance
           SELECT FROM jsonb_each_text(CAST(:others AS jsonb)) AS w
-          WHERE NOT EXISTS (
-              SELECT FROM kenning_search_attributes AS o
-              WHERE o.instance_id = s.instance_id AND o.key = w.key AND o.value = w.value))
+          WHERE (SELECT o.value FROM kenning_search_attributes AS o
+                 WHERE o.instance_id = s.instance_id AND o.key = w.key) IS DISTINCT FROM w.value)
     ORDER BY s.created_at DESC, s.instance_id DESC
     LIMIT :limit
     """
 )
+
+
+# A ``where`` of several pairs is driven by its most selective one: each pair's matches are
+# counted up to SELECTIVITY_PROBE on the lookup index (an index-only range, bounded).
+SELECTIVITY_PROBE = 1000
+_SEARCH_SELECTIVITY = statement(
+    f"""
+    SELECT w.key, w.value
+    FROM jsonb_each_text(CAST(:where AS jsonb)) AS w
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS matches FROM (
+            SELECT FROM kenning_search_attributes AS s WHERE s.key = w.key AND s.value = w.value
+            LIMIT {SELECTIVITY_PROBE}) AS m
+    ) AS c
+    ORDER BY c.matches, w.key
+    """
+)
+
+
+async def most_selective_first(conn: Executor, where: dict[str, str]) -> dict[str, str]:
+    """``where`` with its most selective pair first (one probe; as it is for one pair)."""
+    if len(where) < 2:
+        return where
+    rows = await conn.execute(_SEARCH_SELECTIVITY, {"where": json.dumps(where)})
+    return {row.key: row.value for row in rows}
 
 
 async def instance_list_where(
@@ -163,9 +189,9 @@ async def instance_list_where(
     limit: int = 50,
 ) -> list[InstanceRow]:
     """The newest ``limit`` instances whose search attributes hold every pair of ``where``
-    (at least one); instances created in the same transaction by id, descending (the
-    lookup index's order, the console's)."""
-    (key, value), *others = sorted(where.items())
+    (at least one; its most selective pair drives the read); instances created in the
+    same transaction by id, descending (the lookup index's order, the console's)."""
+    (key, value), *others = (await most_selective_first(conn, where)).items()
     params = {
         "key": key,
         "value": value,
