@@ -18,7 +18,9 @@ import pytest
 from kenning import (
     App,
     ConfigurationError,
+    RetryPolicy,
     WorkflowContext,
+    activity,
     publish_value,
     set_status,
     wait_event,
@@ -26,7 +28,7 @@ from kenning import (
 )
 from kenning.core.limits import MAX_VALUE_CHARS
 from kenning.core.names import VALUE_PUBLISHED
-from kenning.engine.memory import MemoryInstance, run_once
+from kenning.engine.memory import MemoryInstance, run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
 from tests.logguard import expect_log
 
@@ -62,6 +64,16 @@ async def engine_published_bad(ctx: WorkflowContext, what: str) -> None:
         await publish_value(ctx, "blob", values["big"])
     else:
         await publish_value(ctx, "customer", values[what])
+
+
+@activity(retry_policy=RetryPolicy(max_attempts=1))
+async def publishes_inside(ctx: WorkflowContext) -> None:
+    await publish_value(ctx, "inside", 1)
+
+
+@workflow
+async def engine_published_in_activity(ctx: WorkflowContext) -> None:
+    await publishes_inside(ctx)
 
 
 def _order(instance_id: str = "order-1") -> MemoryInstance:
@@ -128,3 +140,12 @@ def test_search_attributes_are_declared_as_keys() -> None:
     with pytest.raises(ConfigurationError, match="not 'status'"):
         workflow(name="reserved_status", search_attributes=("status",))(body)
     assert workflow(name="declared", search_attributes=["a", "b"])(body).search_attributes == {"a", "b"}
+
+
+async def test_a_publish_inside_an_activity_is_refused() -> None:
+    expect_log("instance.failed")
+    instance = MemoryInstance(id="inside-1", workflow_name="engine_published_in_activity", input={})
+    outcomes = await run_until_rest(app, instance)
+    assert outcomes[-1] is RunOutcome.FAILED, outcomes
+    assert instance.values == {}
+    assert instance.error is not None and "belong in workflow code" in str(instance.error), instance.error

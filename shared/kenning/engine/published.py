@@ -13,6 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from kenning import serialization
+from kenning.context import current_step
 from kenning.core.limits import MAX_VALUE_CHARS
 from kenning.core.names import VALUE_PUBLISHED
 from kenning.core.published import check_key, search_text
@@ -39,6 +40,8 @@ def storable_value(key: str, value: Any) -> Any:
 
 async def publish_value(run: WorkflowRun, key: str, value: Any) -> None:
     """Publish now, unless replay finds the step recorded (then nothing is written)."""
+    if current_step.get() is not None:
+        raise RuntimeError("publish_value and set_status belong in workflow code, not in an activity or compensation")
     check_key(key)
     step_name = f"{PUBLISH_VALUE_STEP}:{key}"
     step_id = run.cursor.next_step_id(PUBLISH_VALUE_STEP)
