@@ -89,6 +89,8 @@ async def test_values_are_read_awaited_and_searched_from_outside_the_worker(
     assert "Traceback" not in malformed.stderr
     shown = kenning_command("instances", "show", "o-4", "--json", url=database_url)
     assert json.loads(shown.stdout)["values"]["status"] == {"text": "awaiting payment", "progress": 0.4}
+    human = kenning_command("instances", "show", "o-4", url=database_url)
+    assert human.returncode == 0 and "PUBLISHED" in human.stdout and "awaiting payment" in human.stdout
 
     # the console: the list filtered by attribute, paged; the instance page shows the values
     url, proc = spawn_console(processes, database_url, env={"KENNING_CONSOLE_PAGE_SIZE": "2"})

@@ -24,6 +24,7 @@ CHANNEL_SUBSCRIPTIONS = "kenning_subscriptions"  # a wait_event subscription was
 
 
 CHANNEL_RESULTS = "kenning_results"  # instances finished (payload: their ids): clients awaiting results
+# (a publish_value notifies it too, with its instance's id: Client.get_value(timeout=) reads again)
 
 
 # a start created a queue or named a new workflow in one: workers read their queues again
