@@ -22,6 +22,7 @@ from kenning.client import InvalidInputError
 from kenning.db import Database
 from kenning.storage import published as published_sql
 from kenning.storage import retention as retention_sql
+from kenning.testing import WorkflowEnvironment
 from tests.apps import published
 from tests.support import eventually, running_worker
 
@@ -151,3 +152,26 @@ async def test_retention_deletes_values_with_the_instance(database: Database, sq
     assert counts == (0, 0)
     with pytest.raises(WorkflowNotFoundError):
         await Client(database=database).get_value(started.instance_id, "customer")
+
+
+@pytest.mark.parametrize("backend", ["memory", "postgresql"])
+async def test_the_testing_environment_reads_values_on_either_backend(backend: str, database_url: str) -> None:
+    url = database_url if backend == "postgresql" else None
+    async with WorkflowEnvironment(published.app, database_url=url, migrate=False) as env:
+        first = await env.start(published.published_order, instance_id="o-1", customer="c-1", region="eu")
+        await env.start(published.published_order, instance_id="o-2", customer="c-1", region="us", rank=3)
+        assert await first.get_value("customer") == "c-1"
+        assert await env.get_value("o-2", "priority") == 3
+        status = await env.get_status("o-1")
+        assert status is not None and (status.text, status.progress) == ("awaiting payment", 0.4)
+        with pytest.raises(ValueNotPublishedError):
+            await env.get_value("o-1", "receipt")
+        with pytest.raises(WorkflowNotFoundError):
+            await env.get_value("nobody", "customer")
+        assert [h.instance_id for h in await env.instances(where={"customer": "c-1"})] == ["o-1", "o-2"]
+        assert [h.instance_id for h in await env.instances(where={"customer": "c-1", "priority": 3})] == ["o-2"]
+        await env.send_message("o-1", "go", "card")
+        assert await first.result() == {"customer": "c-1"}
+        assert (await first.state()).values["receipt"] == {"paid": "card"}
+        done = await env.get_status("o-1")
+        assert done is not None and done.text == "paid"
