@@ -106,6 +106,9 @@ async def test_values_are_read_awaited_and_searched_from_outside_the_worker(
             "/instances", params={"where": "customer=c-1, region=eu", "status": "waiting_for_message"}
         )
         assert _ids(both.text) == ["o-4"]
+        assert "Cancel all" not in both.text  # a bulk action cannot select by attribute: none offered
+        plain = await http.get("/instances", params={"status": "waiting_for_message"})
+        assert "Cancel all" in plain.text
         bad = await http.get("/instances", params={"where": "customer"})
         assert bad.status_code == 400 and "is not key=value" in bad.text
         page = await http.get("/instances/o-1")
