@@ -28,6 +28,7 @@ from kenning.errors import (
     RetryExhaustedError,
     TerminalError,
     UnstorableValueError,
+    ValueNotPublishedError,
     WorkflowCancelledException,
     WorkflowFailedError,
     WorkflowNotFoundError,
@@ -35,7 +36,16 @@ from kenning.errors import (
 )
 from kenning.events import ReceivedEvent, wait_event
 from kenning.hooks import HooksBase, WorkflowHooks
-from kenning.messages import ReceivedMessage, publish, receive, send_message, subscribe
+from kenning.messages import (
+    PublishedStatus,
+    ReceivedMessage,
+    publish,
+    publish_value,
+    receive,
+    send_message,
+    set_status,
+    subscribe,
+)
 from kenning.observability.logs import library_defaults as _library_defaults
 from kenning.outbox import send_event_transactional
 from kenning.queues import Queue
@@ -64,6 +74,7 @@ __all__ = [
     "MessageAlreadyRepliedError",
     "MessageUndeliverableError",
     "NonDeterminismError",
+    "PublishedStatus",
     "Queue",
     "ReceivedEvent",
     "ReceivedMessage",
@@ -76,6 +87,7 @@ __all__ = [
     "StartedInstance",
     "TerminalError",
     "UnstorableValueError",
+    "ValueNotPublishedError",
     "Workflow",
     "WorkflowCancelledException",
     "WorkflowContext",
@@ -87,10 +99,12 @@ __all__ = [
     "compensation",
     "on_failure",
     "publish",
+    "publish_value",
     "receive",
     "register_compensation",
     "send_event_transactional",
     "send_message",
+    "set_status",
     "sleep",
     "sleep_until",
     "start_child",

@@ -10,6 +10,7 @@ import asyncio
 import inspect
 import os
 import uuid
+from collections.abc import Mapping
 from typing import Any, overload
 
 from typing_extensions import ParamSpec, TypeVar
@@ -19,16 +20,26 @@ from kenning.app import database_url_of_apps, warn_unloaded_hooks
 from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.clients.starts import Starter
 from kenning.core.mailbox import Undelivered, refusal, request_answer, request_refusal
+from kenning.core.names import STATUS_VALUE_KEY
+from kenning.core.published import check_key, search_text
 from kenning.core.records import TERMINAL_STATUSES, InstanceRow, NewInstance, StartOutcome
 from kenning.db import Database, connect
 from kenning.db.groupcommit import GroupCommit
-from kenning.errors import ConfigurationError, KenningError, WorkflowFailedError, WorkflowNotFoundError
+from kenning.errors import (
+    ConfigurationError,
+    KenningError,
+    ValueNotPublishedError,
+    WorkflowFailedError,
+    WorkflowNotFoundError,
+)
+from kenning.messages import PublishedStatus
 from kenning.registry import REGISTRY
 from kenning.starting import InvalidInputError as InvalidInputError  # re-exported: kenning.client's API
 from kenning.starting import StartedInstance as StartedInstance  # re-exported
 from kenning.starting import prepare_start
 from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
+from kenning.storage import published as published_sql
 from kenning.storage import replies as replies_sql
 from kenning.storage.messages import SendStatus
 from kenning.workflow import StartOptions, Workflow
@@ -314,10 +325,90 @@ class Client:
             )
 
     async def list(
-        self, *, status: str | None = None, workflow: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        where: Mapping[str, str | int | float | bool] | None = None,
     ) -> list[InstanceRow]:
+        """The newest ``limit`` instances, of ``status`` and ``workflow`` if given, and
+        whose search attributes (``@workflow(search_attributes=...)``) hold every
+        ``where`` pair (values compared as text: ``True`` is ``"true"``)."""
         async with self.database.connection() as conn:
+            if where:
+                texts = search_where(where)
+                return await published_sql.instance_list_where(
+                    conn, texts, status=status, workflow_name=workflow, limit=limit
+                )
             return await instances_sql.instance_list(conn, status=status, workflow_name=workflow, limit=limit)
+
+    async def get_value(self, instance_id: str, key: str, *, timeout: float | None = None) -> Any:
+        """The value ``instance_id`` published last under ``key`` (``publish_value``),
+        read without a worker, after its end too. With ``timeout`` (seconds), a key not
+        yet published is waited for, woken by the publishing step's notification. Raises
+        ``WorkflowNotFoundError`` for an unknown instance and ``ValueNotPublishedError``
+        when the key is not published (by then, or the instance ended without it)."""
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"get_value timeout must not be negative, got {timeout}")
+        read = await self._read_value(instance_id, key, timeout)
+        if read.value is None:
+            waited = "" if timeout is None else f" within {timeout} s"
+            raise ValueNotPublishedError(
+                f"instance {instance_id!r} ({read.instance_status}) has not published {key!r}{waited}"
+            )
+        return read.value.value
+
+    async def get_status(self, instance_id: str) -> PublishedStatus | None:
+        """What the instance's last ``set_status`` published, None if it never did; raises
+        ``WorkflowNotFoundError`` for an unknown instance."""
+        read = await self._read_value(instance_id, STATUS_VALUE_KEY, None)
+        if read.value is None:
+            return None
+        status = read.value.value if isinstance(read.value.value, dict) else {}
+        progress = status.get("progress")
+        return PublishedStatus(
+            str(status.get("text", "")), None if progress is None else float(progress), read.value.updated_at
+        )
+
+    async def values(self, instance_id: str) -> dict[str, Any]:
+        """Every value the instance published, by key (``{}`` for an unknown instance)."""
+        async with self.database.connection() as conn:
+            return {v.key: v.value for v in await published_sql.values_of(conn, instance_id)}
+
+    async def _read_value(self, instance_id: str, key: str, timeout: float | None) -> published_sql.ValueRead:
+        async def read() -> published_sql.ValueRead:
+            async with self.database.connection() as conn:
+                found = await published_sql.value_get(conn, instance_id, key)
+            if found is None:
+                raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
+            return found
+
+        if timeout is None:
+            return await read()
+        found = await self.results.until(
+            instance_id,
+            read,
+            lambda r: r.value is not None or r.instance_status in TERMINAL_STATUSES,
+            timeout,
+        )
+        return found if found is not None else await read()  # None: the time ran out before a read
+
+
+def search_where(where: Mapping[str, Any]) -> dict[str, str]:
+    """``where``'s values as the text search attributes are indexed as; ``InvalidInputError``
+    for a key or value that cannot be one."""
+    texts: dict[str, str] = {}
+    for key, value in where.items():
+        try:
+            check_key(key)
+            text = search_text(key, value)
+        except (TypeError, ValueError) as error:
+            raise InvalidInputError(f"invalid where: {error}", str(error)) from None
+        if text is None:
+            raise InvalidInputError(f"invalid where: search attribute {key!r} needs a value, not None")
+        texts[key] = text
+    return texts
 
 
 def named_arguments(workflow: Workflow[Any] | str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -143,6 +143,10 @@ class Runtime(Protocol):
     async def reply_message(self, message_id: str, topic: str, value: Any, error: str | None) -> None:
         """Nothing on replay; else store the reply to a received message (a request), the
         reply and the step committed together (``ReceivedMessage.reply``)."""
+
+    async def publish_value(self, key: str, value: Any) -> None:
+        """Nothing on replay; else publish the value (and its search text, for a declared
+        search attribute), the value and the step committed together (``publish_value``)."""
         ...
 
 

@@ -222,3 +222,8 @@ class RequestRejectedError(RequestError):
 class MessageAlreadyRepliedError(KenningError):
     """A workflow replied a second time to the same message: the first reply stands.
     Recorded as the failed step, raised again on replay."""
+
+
+class ValueNotPublishedError(KenningError, LookupError):
+    """``Client.get_value``: the instance has not published that key (by the end of the
+    ``timeout`` when one was given, or it ended without publishing it)."""

@@ -25,11 +25,12 @@ database being away, see ``kenning.db.errors``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from kenning import serialization
 from kenning.context import WorkflowContext
-from kenning.core.names import MESSAGE_TIMEOUT
+from kenning.core.names import MESSAGE_TIMEOUT, STATUS_VALUE_KEY
 from kenning.errors import EventTimeoutError
 
 
@@ -117,4 +118,50 @@ async def receive(
     )
 
 
-__all__ = ["ReceivedMessage", "publish", "receive", "send_message", "subscribe"]
+# ---------------------------------------------------------------- published values
+# (issue 29) A running workflow publishes durable values clients read without a worker
+# (``Client.get_value``), as DBOS's set_event/get_event: each publish is a step, the latest
+# value per key wins, and the values outlive the instance's end until its retention.
+
+
+@dataclass(frozen=True)
+class PublishedStatus:
+    """What ``set_status`` published last (``Client.get_status``)."""
+
+    text: str
+    progress: float | None  # a fraction in [0, 1], or None
+    updated_at: datetime | None  # when it was published (the database clock)
+
+
+async def publish_value(ctx: WorkflowContext, key: str, value: Any) -> None:
+    """Publish ``value`` (JSON, or a pydantic model; at most 256 KiB of JSON) under ``key``,
+    as a step of this workflow: the value and the step commit together, and replay writes
+    nothing again. A later publish of the key replaces it. A key the workflow declares in
+    ``@workflow(search_attributes=...)`` takes a str, int, float or bool (or None, which
+    removes it from the search) and is indexed for ``Client.list(where=...)``."""
+    await ctx.runtime.publish_value(key, value)
+
+
+async def set_status(ctx: WorkflowContext, text: str, progress: float | None = None) -> None:
+    """Publish this instance's status, ``{"text": text, "progress": progress}`` under the
+    reserved key ``"status"`` (``Client.get_status`` reads it): ``progress`` is a fraction
+    in [0, 1] or None."""
+    if not isinstance(text, str):
+        raise TypeError(f"set_status takes a str text, not {type(text).__name__}")
+    if progress is not None:
+        if isinstance(progress, bool) or not isinstance(progress, int | float) or not 0.0 <= progress <= 1.0:
+            raise ValueError(f"set_status progress must be a number in [0, 1] or None, got {progress!r}")
+        progress = float(progress)
+    await ctx.runtime.publish_value(STATUS_VALUE_KEY, {"text": text, "progress": progress})
+
+
+__all__ = [
+    "PublishedStatus",
+    "ReceivedMessage",
+    "publish",
+    "publish_value",
+    "receive",
+    "send_message",
+    "set_status",
+    "subscribe",
+]

@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import hashlib
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Protocol, cast, ove
 
 from typing_extensions import ParamSpec, TypeVar
 
+from kenning.core.limits import MAX_VALUE_KEY_LENGTH
+from kenning.core.names import STATUS_VALUE_KEY
 from kenning.errors import ConfigurationError
 from kenning.registry import REGISTRY
 from kenning.schedules import check_overlap, parse_schedule
@@ -98,6 +100,7 @@ class Workflow(Generic[R, P]):
         queue: Queue | str | None = None,
         overlap: str | None = None,
         timeout: float | timedelta | None = None,
+        search_attributes: Sequence[str] = (),
     ) -> None:
         if not inspect.iscoroutinefunction(func):
             raise TypeError(f"workflow {func.__qualname__} must be an async function")
@@ -123,6 +126,8 @@ class Workflow(Generic[R, P]):
         self.queue: str | None = _queue_name(self.name, queue)
         # seconds from its start until it fails with WorkflowTimeoutError (None: never)
         self.timeout = _timeout_seconds(self.name, timeout)
+        # the published keys also indexed for Client.list(where=...) (kenning/values.py)
+        self.search_attributes = _search_attribute_keys(self.name, search_attributes)
         # what wf.options(...) gave: the starts of this copy use them
         self.start_options = StartOptions()
         self.__name__ = func.__name__
@@ -267,6 +272,7 @@ def workflow(
     queue: Queue | str | None = None,
     overlap: str | None = None,
     timeout: float | timedelta | None = None,
+    search_attributes: Sequence[str] = (),
 ) -> WorkflowDecorator: ...
 
 
@@ -283,6 +289,7 @@ def workflow(
     queue: Queue | str | None = None,
     overlap: str | None = None,
     timeout: float | timedelta | None = None,
+    search_attributes: Sequence[str] = (),
 ) -> Workflow[Any] | WorkflowDecorator:
     """``@workflow`` or ``@workflow(event_handler=True)``: register a durable workflow.
 
@@ -298,6 +305,8 @@ def workflow(
     With ``timeout=timedelta(days=30)`` (or seconds) an instance still unfinished 30 days
     after its start is cancelled by the scheduler, compensated, and ends ``failed`` with
     ``WorkflowTimeoutError``; ``wf.options(timeout=...)`` sets another for one start.
+    With ``search_attributes=("customer",)`` a ``publish_value(ctx, "customer", ...)`` also
+    indexes the value, so ``Client.list(where={"customer": ...})`` finds the instance.
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> Workflow[Any]:
@@ -312,6 +321,7 @@ def workflow(
             queue=queue,
             overlap=overlap,
             timeout=timeout,
+            search_attributes=search_attributes,
         )
         REGISTRY.add_workflow(wf)
         return wf
@@ -349,3 +359,15 @@ def _queue_name(workflow_name: str, queue: Queue | str | None) -> str | None:
         return check_queue_name(queue)
     except ConfigurationError as error:
         raise ConfigurationError(f"workflow {workflow_name!r}: queue=: {error}") from None
+
+
+def _search_attribute_keys(workflow_name: str, keys: Sequence[str]) -> frozenset[str]:
+    if isinstance(keys, str):
+        raise ConfigurationError(f"workflow {workflow_name!r}: search_attributes= takes a tuple of keys, not a str")
+    for key in keys:
+        if not isinstance(key, str) or not key or len(key) > MAX_VALUE_KEY_LENGTH or key == STATUS_VALUE_KEY:
+            raise ConfigurationError(
+                f"workflow {workflow_name!r}: search attribute {key!r} must be a non-empty str of at most "
+                f"{MAX_VALUE_KEY_LENGTH} characters, not {STATUS_VALUE_KEY!r}"
+            )
+    return frozenset(keys)

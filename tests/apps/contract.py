@@ -20,8 +20,10 @@ from kenning import (
     compensation,
     on_failure,
     publish,
+    publish_value,
     receive,
     send_message,
+    set_status,
     start_child,
     subscribe,
     wait_event,
@@ -202,3 +204,16 @@ async def cancellable(ctx: WorkflowContext) -> None:
     await book(ctx, "table")
     await charge(ctx, 3)
     await wait_timer(ctx, 86400)
+
+
+@workflow(name="contract.published", search_attributes=("customer", "vip"))
+async def published(ctx: WorkflowContext, customer: str, fail: bool = False) -> None:
+    await set_status(ctx, "started", progress=0.1)
+    await publish_value(ctx, "customer", customer)
+    await publish_value(ctx, "vip", customer.endswith("1"))
+    await publish_value(ctx, "detail", {"lines": [1, 2]})
+    await wait_timer(ctx, 60)
+    await publish_value(ctx, "detail", None)  # the latest wins
+    await set_status(ctx, "done", progress=1)
+    if fail:
+        raise TerminalError("failed after publishing")

@@ -150,6 +150,14 @@ async def requests(env: WorkflowEnvironment) -> None:
     await env.sleep(timedelta(minutes=11))
 
 
+async def published(env: WorkflowEnvironment) -> None:
+    await env.start(contract.published, instance_id="published-1", customer="c-1")
+    await env.start(contract.published, instance_id="published-2", customer="c-2", fail=True)
+    await env.sleep(30)  # both wait in their timer: the first values are published
+    await env.start(contract.published, instance_id="published-3", customer="c-3")
+    await env.sleep(timedelta(minutes=2))
+
+
 SCENARIOS: dict[str, Scenario] = {
     "order_saga_paths": order_saga_paths,
     "match_and_since": match_and_since,
@@ -162,6 +170,7 @@ SCENARIOS: dict[str, Scenario] = {
     "workflow_timeouts": workflow_timeouts,
     "heartbeats": heartbeats,
     "requests": requests,
+    "published": published,
 }
 
 
@@ -197,6 +206,8 @@ def comparable(state: InstanceState, ids: dict[str, str]) -> dict[str, Any]:
         "result": state.result,
         "error": None if state.error is None else {k: named(v) for k, v in error_of(state.error).items()},
         "history": [(e.kind, named(e.step_id), e.step_name) for e in state.history],
+        "values": state.values,  # publish_value, set_status
+        "search_attributes": state.search_attributes,
     }
 
 

@@ -65,3 +65,22 @@ async def test_the_request_example_replies_and_refuses() -> None:
         assert await handle.request("spend", {"amount": 70}, request_id="last") == {"left": 0}
         assert await handle.result() == 100
         assert await handle.request("spend", None, request_id="last") == {"left": 0}  # a retry, after the end
+
+
+async def test_the_published_state_example_publishes_and_is_found() -> None:
+    from kenning.testing import WorkflowEnvironment
+
+    module = example("Published state and search")
+    assert module.order_checkout.search_attributes == {"customer", "region"}
+    async with WorkflowEnvironment(App()) as env:
+        for order_id, customer, region in [("o-1", "c-1", "eu"), ("o-2", "c-1", "us"), ("o-3", "c-2", "eu")]:
+            arguments = {"order_id": order_id, "customer": customer, "region": region}
+            await env.start(module.order_checkout, instance_id=order_id, **arguments)
+        assert await env.get_value("o-1", "payment_link") == "https://pay.example/o-1"
+        status = await env.get_status("o-1")
+        assert status is not None and (status.text, status.progress) == ("awaiting payment", 0.4)
+        assert [h.instance_id for h in await env.instances(where={"customer": "c-1", "region": "eu"})] == ["o-1"]
+        await env.send_event("payment.completed", {"order_id": "o-1"})
+        assert await env.handle("o-1").result() == "paid"
+        done = await env.get_status("o-1")
+        assert done is not None and done.text == "paid"

@@ -34,7 +34,7 @@ def offers(filters: InstanceFilters) -> list[tuple[str, str]]:
     actions that apply to that status (none on the unfiltered list: a bulk action
     names what it acts on)."""
     narrowed = filters.since or filters.until or filters.id_prefix or filters.key_prefix
-    if not filters.status or narrowed or filters.contains or filters.text:
+    if not filters.status or narrowed or filters.contains or filters.text or filters.where:
         return []
     return [
         (

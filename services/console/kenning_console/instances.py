@@ -20,9 +20,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from kenning.core.published import check_key, search_text
 from kenning.core.records import INSTANCE_STATUSES
 from kenning.serialization import unstorable_reason
 from kenning.storage import console as console_sql
+from kenning.storage import published as published_sql
 from kenning.storage.console import Cursor, InstanceFilters, Window
 from kenning_console import bulk
 from kenning_console.diagram import steps_svg
@@ -36,7 +38,7 @@ SCAN_LIMIT = 10_000  # rows one page of a search judges at most (kenning.storage
 COUNT_CAP = 10_000  # counts by status stop here ("10,000+")
 MAX_TEXT = 200  # characters of a filter field
 EXISTED = "an instance with this id (or idempotency key) already existed: not started again"
-FILTER_FIELDS = ("status", "workflow", "since", "until", "id", "key", "q")
+FILTER_FIELDS = ("status", "workflow", "since", "until", "id", "key", "q", "where")
 HISTORY_PAGE = 200  # steps on one page of an instance's history
 SIDE_ROWS = 200  # sent events and compensations in one page's time range, waits and timers
 NEWEST = 2**62  # after every step number: the newest page ends before it
@@ -90,6 +92,28 @@ def parse_search(text: str) -> tuple[str, str]:
     return json.dumps(value), ""
 
 
+def parse_where(text: str) -> str:
+    """``customer=c-1, region=eu``: search attributes (``@workflow(search_attributes=...)``)
+    holding every pair, as the JSON object ``InstanceFilters.where`` takes ('' for none)."""
+    pairs: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise BadRequestError(f"where: {part!r} is not key=value (a search attribute, e.g. customer=c-1)")
+        if pairs.get(key, value) != value:
+            raise BadRequestError(f"where: {key!r} is named twice")
+        try:
+            check_key(key)
+            search_text(key, value)
+        except ValueError as error:
+            raise BadRequestError(f"where: {error}") from None
+        pairs[key] = value
+    return json.dumps(pairs) if pairs else ""
+
+
 class _NotJsonError(ValueError):
     pass
 
@@ -116,6 +140,7 @@ def parse_filters(request: Request) -> InstanceFilters:
         key_prefix=_text(request, "key"),
         contains=contains,
         text=text,
+        where=parse_where(_text(request, "where")),
     )
 
 
@@ -163,6 +188,8 @@ async def instance_list(request: Request) -> Response:
             lambda conn: console_sql.instances_page(conn, filters, after=after, limit=limit, scan_limit=SCAN_LIMIT)
         )
     counts = await console.read(lambda conn: console_sql.instances_counts(conn, filters, cap=COUNT_CAP))
+    ids = [row.id for row in page.rows]
+    status_texts = await console.read(lambda conn: published_sql.status_texts(conn, ids)) if ids else {}
     workflows = await console.read(console_sql.workflow_names)
     next_url = None
     if page.next is not None:
@@ -196,6 +223,7 @@ async def instance_list(request: Request) -> Response:
             "all_url": "/instances?" + urlencode({k: v for k, v in kept.items() if k != "status"}),
             "refresh_seconds": console.settings.refresh_interval if after is None else 0,
             "search_kind": "contains" if filters.contains else ("text" if filters.text else ""),
+            "status_texts": status_texts,  # set_status: what each row published last
         },
     )
 
@@ -295,6 +323,9 @@ async def _read_page(conn: Any, instance_id: str, after: int | None) -> dict[str
         "now": last,
         "previous": position.previous_at if after else None,
         "page": page,
+        "published": await published_sql.values_shown(
+            conn, instance_id, limit=SIDE_ROWS, bound=BOUNDS.bound, preview=BOUNDS.preview
+        ),
     }
 
 
@@ -315,6 +346,7 @@ async def instance_page(request: Request) -> Response:
     if found is None:
         raise HTTPException(404, f"no instance {instance_id!r} (it may have expired under the retention policy)")
     page = found.pop("page")
+    published = found.pop("published")  # publish_value, set_status: the latest per key
     items = timeline(**found)
     row = found["instance"]
     values = {name: shown(row, name, instance_id, name) for name in ("input", "result", "error")}
@@ -329,6 +361,7 @@ async def instance_page(request: Request) -> Response:
             "error": _error(row),
             "values": values,
             "history_page": page,
+            "published": published,
             "notice": EXISTED if request.query_params.get("existed") == "1" else None,
             "pretty": pretty,
             # the stream compares what it first reads with what this page shows

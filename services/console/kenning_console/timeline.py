@@ -26,6 +26,7 @@ from kenning.core.names import (
     EVENT_TIMEOUT,
     PATCH_MARKER,
     TIMER_EXPIRED,
+    VALUE_PUBLISHED,
 )
 from kenning_console.values import Shown, large
 
@@ -128,6 +129,8 @@ def _history_item(row: Any, instance: Any) -> Item:
         return Item("compensation", row.step_name, "compensation failed", error=payload, **base)
     if row.kind == PATCH_MARKER:
         return Item("marker", row.step_name, "patched", details=payload, **base)
+    if row.kind == VALUE_PUBLISHED:  # publish_value, set_status: the value is in its own table
+        return Item("value", row.step_name, "published", details=payload, **base)
     return Item(row.kind, row.step_name, row.kind, details=payload, **base)  # a kind this console predates
 
 

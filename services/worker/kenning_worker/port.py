@@ -50,6 +50,7 @@ from kenning.engine.commands import (
     Finish,
     MessageSent,
     Publish,
+    PublishValue,
     ReceiveMessage,
     RecordHeartbeat,
     RecordStep,
@@ -72,6 +73,7 @@ from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
 from kenning.storage import outbox as outbox_sql
+from kenning.storage import published as published_sql
 from kenning.storage import replies as replies_sql
 from kenning.storage import sagas as sagas_sql
 from kenning.storage import subscriptions as subscriptions_sql
@@ -687,3 +689,26 @@ class PgInstancePort:
         if replied:
             fault_point("step.after_commit")
         return replied
+
+    # ------------------------------------------------------------------ published values
+
+    async def publish_value(self, command: PublishValue) -> None:
+        """The value (its search text too) and the step's record in one transaction
+        (kenning.storage.published); a lost lease rolls the value back."""
+
+        async def write() -> None:
+            async with self.database.transaction() as conn:
+                await published_sql.value_publish(
+                    conn,
+                    instance_id=self.instance_id,
+                    key=command.key,
+                    value=command.value,
+                    searchable=command.searchable,
+                    search_value=command.search_value,
+                )
+                await self._write_record(conn, command.record)
+
+        async with self._lock:
+            await self._flush_locked()
+            await self._storage(write(), f"step {command.record.step_id}")
+        fault_point("step.after_commit")

@@ -12,6 +12,7 @@ from kenning.commands import steering
 from kenning.commands.output import emit, emit_json, table
 from kenning.commands.steering import BATCH_SIZE
 from kenning.core.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED, COMPENSATION_SKIPPED
+from kenning.core.published import check_key, search_text
 from kenning.core.records import INSTANCE_STATUSES, InstanceRow
 from kenning.db import Database, Executor, connect
 from kenning.errors import UsageError, WorkflowNotFoundError
@@ -22,6 +23,7 @@ from kenning.storage import definitions as definitions_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import progress as progress_sql
+from kenning.storage import published as published_sql
 from kenning.storage.children import ChildRow
 
 HELP = "list, show, cancel, retry and terminate workflow instances, one or by filter; skip a compensation"
@@ -43,12 +45,34 @@ def _time(text: str) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+def _where(text: str) -> tuple[str, str]:
+    """A ``--where`` pair: ``KEY=VALUE``, a search attribute and its text."""
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not KEY=VALUE: a search attribute and its value, e.g. customer=c-1"
+        )
+    try:
+        check_key(key)
+        search_text(key, value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return key, value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="newest instances first")
     listing.add_argument("--status", choices=INSTANCE_STATUSES)
     listing.add_argument("--workflow", help="only this workflow name")
     listing.add_argument("--limit", type=positive_int, default=50)
+    listing.add_argument(
+        "--where",
+        action="append",
+        type=_where,
+        metavar="KEY=VALUE",
+        help="only instances whose search attribute KEY is VALUE (@workflow(search_attributes=...)); repeat: all",
+    )
     show = actions.add_parser("show", help="status, input, result or error, and the history timeline")
     show.add_argument("instance_id")
     subs = [listing, show]
@@ -123,9 +147,7 @@ async def _run(args: argparse.Namespace) -> int:
             return await _bulk(database, args)
         async with database.transaction() as conn:
             if args.action == "list":
-                rows = await instances_sql.instance_list(
-                    conn, status=args.status, workflow_name=args.workflow, limit=args.limit
-                )
+                rows = await _list(conn, args)
                 if args.json:
                     emit_json([asdict(r) for r in rows])
                 else:
@@ -146,6 +168,7 @@ async def _run(args: argparse.Namespace) -> int:
                 shown = {**asdict(row), "stuck_reason": stuck_mark.reason if stuck_mark else None}
                 parent = await children_sql.parent_of(conn, row.id)
                 children = await children_sql.children_of(conn, row.id)
+                shown["values"] = {v.key: v.value for v in await published_sql.values_of(conn, row.id)}
                 shown["parent_id"] = None if parent is None else parent[0]
                 _show(args, shown, history, [asdict(c) for c in compensations], children)
                 known = row.status != "pending" or await definitions_sql.definition_known(conn, row.workflow_name)
@@ -165,6 +188,20 @@ async def _run(args: argparse.Namespace) -> int:
             return 0 if outcome.done else 1
     finally:
         await database.dispose()
+
+
+async def _list(conn: Executor, args: argparse.Namespace) -> list[InstanceRow]:
+    """``list``, by its ``--where`` search attributes when it names some."""
+    if not args.where:
+        return await instances_sql.instance_list(
+            conn, status=args.status, workflow_name=args.workflow, limit=args.limit
+        )
+    where = dict(args.where)
+    if len(where) < len(args.where):
+        raise UsageError("--where names a search attribute twice: an instance holds one value of each")
+    return await published_sql.instance_list_where(
+        conn, where, status=args.status, workflow_name=args.workflow, limit=args.limit
+    )
 
 
 async def _act(conn: Executor, args: argparse.Namespace, row: InstanceRow) -> steering.Outcome:
@@ -229,6 +266,9 @@ def _show(
         if history
         else "no steps recorded yet"
     )
+    if row["values"]:  # publish_value, set_status: the latest per key
+        emit("")
+        emit(table(["published", "value"], list(row["values"].items())))
     if children:  # start_child: the children this instance started
         emit("")
         emit(

@@ -6,3 +6,15 @@ MAX_ID_LENGTH = 1024
 """Longest instance id, idempotency key, or CloudEvent ``id``/``source``, in characters:
 ``Client.start`` refuses a longer one, and it is the default of the ingress's
 ``--ingress-max-id-length`` (ids in its paths and events)."""
+
+MAX_VALUE_KEY_LENGTH = 256
+"""Longest key of a published value or search attribute (``publish_value``), in characters."""
+
+MAX_VALUE_CHARS = 256 * 1024
+"""Largest published value (``publish_value``, ``set_status``), in characters of its JSON:
+values are read whole by clients and the console, so they stay small; a larger one is
+refused before any write (``UnstorableValueError``)."""
+
+MAX_SEARCH_VALUE_LENGTH = 1024
+"""Longest search attribute value (as text), in characters: it is a key of a btree index,
+whose entries PostgreSQL caps at about 2.7 kB."""

@@ -24,6 +24,7 @@ CHANNEL_SUBSCRIPTIONS = "kenning_subscriptions"  # a wait_event subscription was
 
 
 CHANNEL_RESULTS = "kenning_results"  # instances finished (payload: their ids): clients awaiting results
+# (a publish_value notifies it too, with its instance's id: Client.get_value(timeout=) reads again)
 
 
 # a start created a queue or named a new workflow in one: workers read their queues again
@@ -93,6 +94,10 @@ PATCH_MARKER = "PatchMarker"  # ctx.patched took the new path here (never replay
 CHILD_STARTED = "ChildStarted"  # start_child: the child's id, committed with the child's row
 
 
+VALUE_PUBLISHED = "ValuePublished"  # publish_value, set_status: the value was written with this record
+STATUS_VALUE_KEY = "status"  # the published key set_status writes ({"text": ..., "progress": ...})
+
+
 HISTORY_KINDS = frozenset(
     {
         ACTIVITY_COMPLETED,
@@ -110,6 +115,7 @@ HISTORY_KINDS = frozenset(
         CHANNEL_SUBSCRIBED,
         PATCH_MARKER,
         CHILD_STARTED,
+        VALUE_PUBLISHED,
     }
 )
 

@@ -242,3 +242,15 @@ class ReplyMessage:
     message_id: str
     value: Any  # JSON already; None with an error
     error: str | None  # the workflow's reason for refusing (reply_error), else None
+
+
+@dataclass(frozen=True)
+class PublishValue:
+    """Write ``value`` as the instance's latest of ``key`` (and, ``searchable``, its
+    search text ``search_value``; None removes it) and ``record``, in one transaction."""
+
+    record: StepRecord
+    key: str
+    value: Any  # JSON already
+    searchable: bool
+    search_value: str | None

@@ -28,6 +28,7 @@ from kenning.core.names import (
     MESSAGE_TIMEOUT,
     PATCH_MARKER,
     TIMER_EXPIRED,
+    VALUE_PUBLISHED,
 )
 from kenning.core.records import HistoryRecord
 from kenning.errors import NonDeterminismError
@@ -39,7 +40,8 @@ REPLAYED_KINDS = frozenset(
 COMPENSATION_KINDS = frozenset({COMPENSATION_EXECUTED, COMPENSATION_FAILED, COMPENSATION_SKIPPED})
 # a send_message or publish, a receive (its message or its timeout) and a subscribe replay as steps too
 REPLAYED_KINDS = REPLAYED_KINDS | {MESSAGE_SENT, MESSAGE_RECEIVED, MESSAGE_TIMEOUT, CHANNEL_SUBSCRIBED}
-REPLAYED_KINDS = REPLAYED_KINDS | {MESSAGE_REPLIED}  # a reply to a request (Client.request)
+# a reply to a request (Client.request); publish_value, set_status
+REPLAYED_KINDS = REPLAYED_KINDS | {MESSAGE_REPLIED, VALUE_PUBLISHED}
 COMPENSATION_STEP_PREFIX = "compensation:"
 PATCH_STEP_PREFIX = "patch:"
 

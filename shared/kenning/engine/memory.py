@@ -45,6 +45,7 @@ from kenning.engine.commands import (
     Finish,
     MessageSent,
     Publish,
+    PublishValue,
     ReceiveMessage,
     RecordHeartbeat,
     RecordStep,
@@ -159,6 +160,10 @@ class MemoryInstance:
     parent_id: str | None = None
     parent_step: str | None = None
     on_parent_cancel: str | None = None
+    # published values (publish_value, set_status), the latest per key, and the declared
+    # keys' search texts (kenning.storage.published)
+    values: dict[str, Any] = field(default_factory=dict)
+    search_attributes: dict[str, str] = field(default_factory=dict)
 
     def claim(self) -> ClaimedInstance:
         self.lease_token = str(uuid.uuid4())
@@ -531,6 +536,15 @@ class MemoryPort:
         self.instance.replies[command.message_id] = (command.value, command.error)
         await self.record_step(RecordStep(command.record))
         return True
+
+    async def publish_value(self, command: PublishValue) -> None:
+        self._fence(f"publish value at {command.record.step_id}")
+        self.instance.values[command.key] = command.value
+        if command.search_value is not None:
+            self.instance.search_attributes[command.key] = command.search_value
+        elif command.searchable:
+            self.instance.search_attributes.pop(command.key, None)
+        await self.record_step(RecordStep(command.record))
 
     async def receive_message(self, command: ReceiveMessage) -> HistoryRecord | SuspendOutcome:
         self._fence(f"receive at {command.step_id}")

@@ -26,6 +26,7 @@ from kenning.engine.commands import (
     Finish,
     MessageSent,
     Publish,
+    PublishValue,
     ReceiveMessage,
     RecordHeartbeat,
     RecordStep,
@@ -128,4 +129,8 @@ class InstancePort(Protocol):
     async def reply_message(self, command: ReplyMessage) -> bool:
         """The reply and the replying step's record in one transaction (after what is held
         back); False, nothing written, when the message has a reply already."""
+
+    async def publish_value(self, command: PublishValue) -> None:
+        """The published value (its search text too) and the step's record, in one
+        transaction (after what is held back)."""
         ...

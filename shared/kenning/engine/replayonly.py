@@ -34,6 +34,7 @@ from kenning.engine.commands import (
     Finish,
     MessageSent,
     Publish,
+    PublishValue,
     ReceiveMessage,
     RecordHeartbeat,
     RecordStep,
@@ -197,6 +198,9 @@ class ReplayOnlyPort:
         self._stop(command.step_id)
 
     async def reply_message(self, command: ReplyMessage) -> bool:
+        self._stop(command.record.step_id)
+
+    async def publish_value(self, command: PublishValue) -> None:
         self._stop(command.record.step_id)
 
 

@@ -43,6 +43,7 @@ from kenning.engine.messages import publish, receive_message, send_message, subs
 from kenning.engine.messages import reply_message as _reply_message
 from kenning.engine.outcomes import Attempted, GaveUp, RunOutcome
 from kenning.engine.port import InstancePort
+from kenning.engine.published import publish_value
 from kenning.engine.retries import GiveUp, GiveUpReason, RetryAfter, after_counting, before_counting
 from kenning.engine.saga import undo_saga
 from kenning.errors import (
@@ -287,6 +288,10 @@ class WorkflowRun:
     async def reply_message(self, message_id: str, topic: str, value: Any, error: str | None) -> None:
         """``kenning.engine.messages.reply_message``."""
         await _reply_message(self, message_id, topic, value, error)
+
+    async def publish_value(self, key: str, value: Any) -> None:
+        """``kenning.engine.published.publish_value``."""
+        await publish_value(self, key, value)
 
     async def send_event(self, step: StepScope, event: OutboxEvent, data: Any) -> None:
         """Write ``event`` in the attempt's transaction; ``on_event_sent`` once it commits."""

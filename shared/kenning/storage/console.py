@@ -20,7 +20,9 @@ is one prepared statement.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,6 +30,7 @@ from typing import Any
 # the statuses the list filters on and the counts show (the console imports them from here)
 from kenning.core.records import INSTANCE_STATUSES
 from kenning.db import Executor, Statement, statement
+from kenning.storage import published
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class InstanceFilters:
     key_prefix: str = ""
     contains: str = ""  # JSON text: input or result @> this
     text: str = ""  # input or result, as JSON text, contains this (case-insensitive)
+    where: str = ""  # JSON object: search attributes (kenning_search_attributes) holding every pair
 
     @property
     def scans(self) -> bool:
@@ -110,6 +114,7 @@ def _shape(f: InstanceFilters) -> InstanceFilters:
         key_prefix="x" if f.key_prefix else "",
         contains="x" if f.contains else "",
         text="x" if f.text else "",
+        where="x" if f.where else "",
     )
 
 
@@ -118,6 +123,8 @@ def _ordered(shape: InstanceFilters, after: bool, limit: str) -> str:
     ``limit`` (a parameter's name) only. A workflow without a status is read as one
     range of ``kenning_instances_workflow_status_created`` per status, merged (each
     range is in the list's order, so PostgreSQL merges them and stops at ``limit``)."""
+    if shape.where:
+        return _by_search_attributes(shape, after, limit)
     where = _indexed_where(shape, after)
     order = "ORDER BY i.created_at DESC, i.id DESC"
     if shape.workflow and not shape.status:
@@ -127,6 +134,23 @@ def _ordered(shape: InstanceFilters, after: bool, limit: str) -> str:
         )
         return f"(SELECT * FROM ({ranges}) AS i {order} LIMIT :{limit})"
     return f"(SELECT * FROM kenning_instances AS i WHERE {where} {order} LIMIT :{limit})"
+
+
+def _by_search_attributes(shape: InstanceFilters, after: bool, limit: str) -> str:
+    """``_ordered`` for a ``where`` filter: driven by ``kenning_search_attributes_lookup``
+    (migration 0012) in the list's order, its first pair's range, the keyset on its
+    copy of ``created_at``; the other pairs (each on the primary key) and filters judged
+    per entry."""
+    keyset = "true"
+    if after:
+        keyset = "s.created_at <= :after_created AND (s.created_at < :after_created OR s.instance_id < :after_id)"
+    return f"""(SELECT i.* FROM kenning_search_attributes AS s JOIN kenning_instances AS i ON i.id = s.instance_id
+        WHERE s.key = :where_key AND s.value = :where_value AND {keyset} AND {_indexed_where(shape, False)}
+          AND NOT EXISTS (
+              SELECT FROM jsonb_each_text(CAST(:where_others AS jsonb)) AS w
+              WHERE (SELECT o.value FROM kenning_search_attributes AS o
+                     WHERE o.instance_id = s.instance_id AND o.key = w.key) IS DISTINCT FROM w.value)
+        ORDER BY s.created_at DESC, s.instance_id DESC LIMIT :{limit})"""
 
 
 @functools.cache
@@ -160,7 +184,11 @@ def _scan_end_statement(shape: InstanceFilters, after: bool) -> Statement:
 
 
 def _parameters(f: InstanceFilters, after: Cursor | None) -> dict[str, Any]:
+    pairs = list(json.loads(f.where).items()) if f.where else [("", "")]  # the first drives
     return {
+        "where_key": pairs[0][0],
+        "where_value": pairs[0][1],
+        "where_others": json.dumps(dict(pairs[1:])),
         "status": f.status,
         "workflow": f.workflow,
         "since": f.since,
@@ -187,6 +215,9 @@ async def instances_page(
     conn: Executor, filters: InstanceFilters, *, after: Cursor | None, limit: int, scan_limit: int
 ) -> InstancePage:
     """One page of the list, newest first, after ``after``."""
+    if filters.where:  # its most selective pair drives the read
+        ordered = await published.most_selective_first(conn, json.loads(filters.where))
+        filters = dataclasses.replace(filters, where=json.dumps(ordered))
     shape = _shape(filters)
     params = {**_parameters(filters, after), "limit": limit + 1, "scan_limit": scan_limit}
     rows = (await conn.execute(_page_statement(shape, after is not None), params)).all()

@@ -4,10 +4,10 @@ A finished (``completed``, ``failed``, ``cancelled``) instance is kept for its w
 retention (``@workflow(retention=...)``, the ``retention_seconds`` of the workflow's newest
 definition row) or, when it names none, the scheduler's default; then one short statement
 per batch deletes a batch of them with their history, compensations, mailboxes (every
-message sent to them) and any timer, subscription or receive wait left behind. Rows are
-taken oldest first per workflow on the finished index with ``FOR UPDATE SKIP LOCKED``: an
-operator's ``retry`` of one of them (it locks the row) is never waited for, and no lock
-outlives the batch. An unfinished instance is never
+message sent to them), published values and search attributes, and any timer,
+subscription or receive wait left behind. Rows are taken oldest first per workflow on
+the finished index with ``FOR UPDATE SKIP LOCKED``: an operator's ``retry`` of one of
+them (it locks the row) is never waited for, and no lock outlives the batch. An unfinished instance is never
 taken: the status is part of the index's predicate and of the locked row's re-check.
 
 Processed inbox rows and published outbox rows expire by their own statements
@@ -74,6 +74,10 @@ _INSTANCES_EXPIRE = statement(
     ), replies AS (
         -- its replies to requests (migration 0013): a client asking again finds no instance
         DELETE FROM kenning_replies AS r USING instances AS g WHERE r.instance_id = g.id RETURNING 1
+    ), published_values AS (
+        DELETE FROM kenning_values AS v USING instances AS g WHERE v.instance_id = g.id RETURNING 1
+    ), search_attributes AS (
+        DELETE FROM kenning_search_attributes AS a USING instances AS g WHERE a.instance_id = g.id RETURNING 1
     )
     SELECT (SELECT count(*) FROM instances) AS instances,
            (SELECT count(*) FROM history) AS history,

@@ -292,3 +292,22 @@ schedules = Table(
     Column("last_instance_id", Text),  # the instance the schedule last started (overlap)
     _ts("updated_at", False),
 )
+
+# migration 0012: published values (publish_value, set_status) and search attributes
+values = Table(
+    "kenning_values",
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("value", JSONB),
+    _ts("updated_at", False),
+)
+
+search_attributes = Table(
+    "kenning_search_attributes",
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("value", Text, nullable=False),
+    _ts("created_at", False),  # the instance's, copied: the lookup index orders by it
+)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
@@ -26,11 +26,13 @@ import structlog
 from kenning import serialization
 from kenning.activity import Activity
 from kenning.app import App
-from kenning.client import named_arguments
+from kenning.client import named_arguments, search_where
 from kenning.core.mailbox import Undelivered, request_answer, request_refusal
+from kenning.core.names import STATUS_VALUE_KEY
 from kenning.core.records import TERMINAL_STATUSES
-from kenning.errors import ConfigurationError, KenningError, WorkflowFailedError
+from kenning.errors import ConfigurationError, KenningError, ValueNotPublishedError, WorkflowFailedError
 from kenning.events import reserved_attribute_error
+from kenning.messages import PublishedStatus
 from kenning.starting import prepare_start
 from kenning.testing.inmemory import MemoryBackend
 from kenning.testing.overrides import Overrides
@@ -113,6 +115,10 @@ class WorkflowHandle(Generic[R]):
         """``WorkflowEnvironment.request`` to this instance."""
         env = self.env
         return await env.request(self.instance_id, topic, data, timeout=timeout, request_id=request_id, model=model)
+
+    async def get_value(self, key: str) -> Any:
+        """``Client.get_value``: what the instance published last under ``key``."""
+        return await self.env.get_value(self.instance_id, key)
 
 
 class WorkflowEnvironment:
@@ -378,9 +384,35 @@ class WorkflowEnvironment:
 
     # ---------------------------------------------------------------- reading
 
-    async def instances(self) -> list[WorkflowHandle[Any]]:
-        """Every instance, those started by events and children included."""
-        return [WorkflowHandle(self, i) for i in await self.backend.instance_ids()]
+    async def instances(self, where: Mapping[str, str | int | float | bool] | None = None) -> list[WorkflowHandle[Any]]:
+        """Every instance, those started by events and children included; with ``where``,
+        those whose search attributes hold every pair (``Client.list(where=...)``), by id."""
+        ids = await self.backend.instance_ids()
+        if where:
+            wanted = search_where(where).items()
+            states = [await self.backend.state(i) for i in ids]
+            ids = sorted(s.instance_id for s in states if wanted <= s.search_attributes.items())
+        return [WorkflowHandle(self, i) for i in ids]
+
+    async def get_value(self, instance_id: str, key: str) -> Any:
+        """``Client.get_value`` after everything runnable ran: the value ``instance_id``
+        published last under ``key``; ``ValueNotPublishedError`` if it has not (nothing
+        is waited for: the environment has settled), ``WorkflowNotFoundError`` for an
+        unknown instance."""
+        await self.settle()
+        state = await self.backend.state(instance_id)
+        if key not in state.values:
+            raise ValueNotPublishedError(f"instance {instance_id!r} ({state.status}) has not published {key!r}")
+        return state.values[key]
+
+    async def get_status(self, instance_id: str) -> PublishedStatus | None:
+        """``Client.get_status``: what the instance's last ``set_status`` published."""
+        await self.settle()
+        status = (await self.backend.state(instance_id)).values.get(STATUS_VALUE_KEY)
+        if not isinstance(status, dict):
+            return None
+        progress = status.get("progress")
+        return PublishedStatus(str(status.get("text", "")), None if progress is None else float(progress), None)
 
     async def outbox(self) -> list[OutgoingEvent]:
         """The events activities sent with ``send_event_transactional``, oldest first."""

@@ -198,6 +198,8 @@ class MemoryBackend:
             error=instance.error,
             cancel_requested=instance.cancel_requested,
             history=tuple(HistoryEntry(r.step_id, r.kind, r.step_name, r.payload) for r in instance.history),
+            values=dict(instance.values),
+            search_attributes=dict(instance.search_attributes),
         )
 
     async def instance_ids(self) -> list[str]:

@@ -27,6 +27,7 @@ from kenning.storage import history as history_sql
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import outbox as outbox_sql
+from kenning.storage import published as published_sql
 from kenning.storage import testing as testing_sql
 from kenning.storage.replies import RequestState
 from kenning.testing.state import HistoryEntry, InstanceState, OutgoingEvent
@@ -170,6 +171,8 @@ class PostgresBackend:
             if row is None:
                 raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
             history = (await history_sql.history_load(conn, [instance_id])).get(instance_id, [])
+            values = {v.key: v.value for v in await published_sql.values_of(conn, instance_id)}
+            search_attributes = await published_sql.search_attributes_of(conn, instance_id)
         return InstanceState(
             instance_id=row.id,
             workflow_name=row.workflow_name,
@@ -178,6 +181,8 @@ class PostgresBackend:
             error=row.error,
             cancel_requested=row.cancel_requested,
             history=tuple(HistoryEntry(r.step_id, r.kind, r.step_name, r.payload) for r in history),
+            values=values,
+            search_attributes=search_attributes,
         )
 
     async def instance_ids(self) -> list[str]:

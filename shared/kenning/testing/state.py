@@ -3,7 +3,7 @@ error and history (``InstanceState``), and the interface both backends implement
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -32,6 +32,10 @@ class InstanceState:
     error: dict[str, Any] | None
     cancel_requested: bool
     history: tuple[HistoryEntry, ...]
+    # what it published (publish_value, set_status: the latest per key) and its search
+    # attributes as indexed text (@workflow(search_attributes=...))
+    values: dict[str, Any] = field(default_factory=dict)
+    search_attributes: dict[str, str] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:

@@ -1,0 +1,32 @@
+"""Published values' keys and search attributes' text, checked alike by the engine (a
+``publish_value``) and the client (``Client.list(where=...)``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kenning.core.limits import MAX_SEARCH_VALUE_LENGTH, MAX_VALUE_KEY_LENGTH
+
+
+def check_key(key: str) -> None:
+    if not isinstance(key, str) or not key or len(key) > MAX_VALUE_KEY_LENGTH:
+        raise ValueError(
+            f"a published value's key must be a non-empty str of at most {MAX_VALUE_KEY_LENGTH} characters"
+        )
+
+
+def search_text(key: str, value: Any) -> str | None:
+    """A search attribute's indexed text: a str as it is, an int or float as Python
+    writes it, a bool as ``true``/``false``; None (null) is not indexed. Anything else is
+    refused, before any write."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str | int | float):
+        text = str(value)
+    else:
+        raise TypeError(f"search attribute {key!r} takes a str, int, float or bool, not {type(value).__name__}")
+    if len(text) > MAX_SEARCH_VALUE_LENGTH:
+        raise ValueError(f"search attribute {key!r} is longer than {MAX_SEARCH_VALUE_LENGTH} characters")
+    return text
