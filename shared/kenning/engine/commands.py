@@ -229,3 +229,13 @@ class Publish:
     channel: str
     message_id: str  # the same id in every copy: each recipient gets it once
     data: Any  # JSON already
+
+
+@dataclass(frozen=True)
+class ContinueAsNew:
+    """End this run and make the next one of the same instance, in one transaction: a
+    summary of the run kept in the chain, its history and compensations dropped, the
+    step bookkeeping reset, ``input`` (JSON, checked) the new run's; the instance stays
+    runnable, its lease kept. Nothing is written when cancellation was requested."""
+
+    input: dict[str, Any]

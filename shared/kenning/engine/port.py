@@ -20,6 +20,7 @@ from kenning.engine.commands import (
     BeginCompensating,
     ChildStarted,
     Complete,
+    ContinueAsNew,
     CountAttempt,
     DroppedCompensation,
     FailSaga,
@@ -122,4 +123,9 @@ class InstancePort(Protocol):
         """The message taken and its ``MessageReceived`` record (lease kept), or the wait
         registered and the lease given back (``SUSPENDED``), folding what is held back;
         ``CANCELLED`` (nothing taken, lease kept) when cancellation was requested."""
+        ...
+
+    async def continue_as_new(self, command: ContinueAsNew) -> int | None:
+        """End this run and make the next (``ContinueAsNew``), in one transaction; the new
+        run's number, or None (nothing written, lease kept) when cancellation was requested."""
         ...

@@ -71,6 +71,9 @@ _INSTANCES_EXPIRE = statement(
         DELETE FROM kenning_message_waits AS w USING instances AS g WHERE w.instance_id = g.id RETURNING 1
     ), channel_subscriptions AS (
         DELETE FROM kenning_channel_subscriptions AS c USING instances AS g WHERE c.instance_id = g.id RETURNING 1
+    ), earlier_runs AS (
+        -- a continue_as_new chain's earlier runs (migration 0011)
+        DELETE FROM kenning_instance_runs AS r USING instances AS g WHERE r.instance_id = g.id RETURNING 1
     )
     SELECT (SELECT count(*) FROM instances) AS instances,
            (SELECT count(*) FROM history) AS history,

@@ -165,6 +165,7 @@ class MemoryBackend:
             error=instance.error,
             cancel_requested=instance.cancel_requested,
             history=tuple(HistoryEntry(r.step_id, r.kind, r.step_name, r.payload) for r in instance.history),
+            run=instance.run,
         )
 
     async def instance_ids(self) -> list[str]:

@@ -171,6 +171,7 @@ class PostgresBackend:
             error=row.error,
             cancel_requested=row.cancel_requested,
             history=tuple(HistoryEntry(r.step_id, r.kind, r.step_name, r.payload) for r in history),
+            run=row.run,
         )
 
     async def instance_ids(self) -> list[str]:

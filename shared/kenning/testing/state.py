@@ -31,6 +31,7 @@ class InstanceState:
     error: dict[str, Any] | None
     cancel_requested: bool
     history: tuple[HistoryEntry, ...]
+    run: int = 1  # continue_as_new: the run of its chain in progress, or the last
 
     @property
     def finished(self) -> bool:
