@@ -9,6 +9,8 @@ worker, and a loop's history grew with every message).
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import psycopg
 from kenning import Client
 from kenning.db import Database
 from tests.support import ProcessPool, check_invariants, eventually, executions
+from tests.support import kenning_command as kenning
 
 APP = "tests.apps.messages"
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -65,6 +68,20 @@ async def test_a_chain_of_runs_keeps_a_message_sent_while_no_worker_runs(
     ]
     left = sql.execute("SELECT count(*) FROM kenning_history WHERE instance_id = %s", (instance,)).fetchone()
     assert left == (6,)
+    # the CLI shows the chain: one row per run, the last one's end its status
+    shown = kenning("instances", "show", instance, url=database_url)
+    assert shown.returncode == 0, shown.stderr
+    rows = re.findall(r"^(\d)\s+\S+\s+\S+\s+(\d+)\s+(\w+)\s*$", shown.stdout, re.MULTILINE)
+    assert rows == [
+        ("1", "6", "continued_as_new"),
+        ("2", "6", "continued_as_new"),
+        ("3", "6", "continued_as_new"),
+        ("4", "6", "completed"),
+    ], shown.stdout
+    chain = json.loads(kenning("instances", "show", instance, "--json", url=database_url).stdout)["chain"]
+    assert [(r["run"], r["steps"], r["ended"]) for r in chain][-1] == (4, 6, "completed")
+    listed = json.loads(kenning("instances", "list", "--json", url=database_url).stdout)
+    assert [r["run"] for r in listed if r["id"] == instance] == [4]
     taken = sql.execute(
         "SELECT data FROM kenning_messages WHERE instance_id = %s AND consumed_step_id IS NOT NULL ORDER BY seq",
         (instance,),
