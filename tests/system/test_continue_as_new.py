@@ -14,10 +14,12 @@ import re
 import signal
 from pathlib import Path
 
+import httpx
 import psycopg
 
 from kenning import Client
 from kenning.db import Database
+from tests.console_support import console_ready, spawn_console
 from tests.support import ProcessPool, check_invariants, eventually, executions
 from tests.support import kenning_command as kenning
 
@@ -82,6 +84,19 @@ async def test_a_chain_of_runs_keeps_a_message_sent_while_no_worker_runs(
     assert [(r["run"], r["steps"], r["ended"]) for r in chain][-1] == (4, 6, "completed")
     listed = json.loads(kenning("instances", "list", "--json", url=database_url).stdout)
     assert [r["run"] for r in listed if r["id"] == instance] == [4]
+    # and so does the console's instance page: the run, and a row per run of the chain
+    url, console = spawn_console(processes, database_url)
+    await console_ready(url, console)
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        page = await http.get(f"/instances/{instance}")
+    assert page.status_code == 200
+    assert re.search(r"<dd data-run>4 <span", page.text), page.text
+    cells = re.findall(
+        r'<td data-label="Run">(\d+)</td>.*?<td data-label="Steps">(\d+)</td>\s*<td data-label="Ended as">([^<]+)</td>',
+        page.text,
+        re.DOTALL,
+    )
+    assert cells == [(str(n), "6", "continued as new") for n in (1, 2, 3)] + [("4", "6", "completed")]
     taken = sql.execute(
         "SELECT data FROM kenning_messages WHERE instance_id = %s AND consumed_step_id IS NOT NULL ORDER BY seq",
         (instance,),

@@ -113,7 +113,6 @@ class RunRow:
     one in progress or last (``ended_at`` its finish, ``ended`` its status)."""
 
     run: int
-    input: dict[str, Any]
     started_at: datetime | None
     ended_at: datetime | None
     steps: int
@@ -122,20 +121,26 @@ class RunRow:
 
 _RUNS_LIST = statement(
     """
-    SELECT r.run, r.input, r.started_at, r.ended_at, r.steps, r.ended
-    FROM kenning_instance_runs AS r WHERE r.instance_id = :id
-    UNION ALL
-    SELECT i.run, i.input,
-           coalesce((SELECT max(p.ended_at) FROM kenning_instance_runs AS p WHERE p.instance_id = i.id), i.started_at),
-           i.finished_at, (SELECT count(*) FROM kenning_history AS h WHERE h.instance_id = i.id), i.status
-    FROM kenning_instances AS i WHERE i.id = :id
-    ORDER BY run
+    SELECT run, started_at, ended_at, steps, ended FROM (
+        SELECT r.run, r.started_at, r.ended_at, r.steps, r.ended
+        FROM kenning_instance_runs AS r WHERE r.instance_id = :id
+        UNION ALL
+        SELECT i.run,
+               coalesce((SELECT max(p.ended_at) FROM kenning_instance_runs AS p WHERE p.instance_id = i.id),
+                        i.started_at),
+               i.finished_at, (SELECT count(*) FROM kenning_history AS h WHERE h.instance_id = i.id), i.status
+        FROM kenning_instances AS i WHERE i.id = :id
+    ) AS chain
+    ORDER BY run DESC
+    LIMIT :limit
     """
 )
 
 
-async def runs_list(conn: Executor, instance_id: str) -> list[RunRow]:
+async def runs_list(conn: Executor, instance_id: str, *, limit: int | None = None) -> list[RunRow]:
     """The chain of runs of ``instance_id``, oldest first, the current one last (one row
-    for an instance that never continued; none for an unknown id)."""
-    result = await conn.execute(_RUNS_LIST, {"id": instance_id})
-    return [RunRow(r.run, r.input, r.started_at, r.ended_at, int(r.steps), r.ended) for r in result]
+    for an instance that never continued; none for an unknown id); ``limit``: the newest
+    so many only."""
+    result = await conn.execute(_RUNS_LIST, {"id": instance_id, "limit": limit})
+    rows = [RunRow(r.run, r.started_at, r.ended_at, int(r.steps), r.ended) for r in result]
+    return rows[::-1]
