@@ -243,3 +243,12 @@ async def test_a_continue_as_new_chain_ends_in_its_last_run_on_both_backends(dat
         assert chain["result"] == {"result": {"total": 21, "run": 3}}
         assert chain["run"] == 3
         assert [kind for kind, _, _ in chain["history"]] == ["MessageReceived", "MessageReceived"]
+
+
+async def test_env_result_is_the_last_runs_on_postgresql(database_url: str) -> None:
+    async with WorkflowEnvironment(contract.app, database_url=database_url, migrate=False) as env:
+        chain = await env.start(contract.chain, per_run=1, runs=4)
+        for n in range(1, 5):
+            await chain.send_message("numbers", n)
+        assert await chain.result() == {"total": 10, "run": 4}
+        assert (await chain.state()).run == 4
