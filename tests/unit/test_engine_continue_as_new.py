@@ -14,7 +14,17 @@ from typing import Any
 
 import pytest
 
-from kenning import App, WorkflowContext, activity, continue_as_new, receive, start_child, wait_event, workflow
+from kenning import (
+    App,
+    RetryPolicy,
+    WorkflowContext,
+    activity,
+    continue_as_new,
+    receive,
+    start_child,
+    wait_event,
+    workflow,
+)
 from kenning.core.names import MESSAGE_RECEIVED
 from kenning.engine.memory import MemoryInstance, run_family, run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
@@ -64,6 +74,16 @@ async def can_bad_input(ctx: WorkflowContext, count: int) -> int:
 async def can_cancelled(ctx: WorkflowContext) -> str:
     await can_handle(ctx, 1)
     await continue_as_new(ctx)  # a cancel requested wins: this raises WorkflowCancelledException
+
+
+@activity(retry_policy=RetryPolicy(max_attempts=1))
+async def can_inside_activity(ctx: WorkflowContext) -> None:
+    await continue_as_new(ctx)
+
+
+@workflow
+async def can_from_activity(ctx: WorkflowContext) -> None:
+    await can_inside_activity(ctx)
 
 
 @workflow
@@ -148,3 +168,12 @@ async def test_unfinished_children_are_treated_as_at_the_parents_end_and_detache
     second_run = parent.children[2:]
     assert [c.parent_id for c in second_run] == ["parent-1", "parent-1"]
     assert len(parent.history) == 2  # run 2's two ChildStarted steps only
+
+
+async def test_continue_as_new_inside_an_activity_is_a_runtime_error() -> None:
+    expect_log("instance.failed")
+    instance = MemoryInstance(id="inside-1", workflow_name="can_from_activity", input={})
+    assert await run_once(app, instance) is RunOutcome.FAILED
+    assert instance.error is not None
+    assert "continue_as_new belongs in workflow code" in str(instance.error), instance.error
+    assert instance.run == 1 and instance.runs == []
