@@ -120,6 +120,14 @@ def every_instance_has_a_way_forward(sql: Sql) -> None:
     )
 
 
+# A message taken by the instance's current run: one an earlier run of a continue_as_new
+# chain took has its receive's record deleted with that run's history (migration 0011).
+_THIS_RUN = (
+    "m.consumed_at > coalesce((SELECT max(r.ended_at) FROM kenning_instance_runs AS r "
+    "WHERE r.instance_id = m.instance_id), '-infinity')"
+)
+
+
 def mailboxes_consistent(sql: Sql) -> None:
     """Messages (docs/architecture.md invariants 2 and 7): a receive waits only on an empty
     mailbox (a message for it would wait for nothing); wait rows belong to instances waiting
@@ -149,7 +157,7 @@ def mailboxes_consistent(sql: Sql) -> None:
             "SELECT m.instance_id, m.seq, m.consumed_step_id, h.kind, h.payload ->> 'seq' AS recorded_seq "
             "FROM kenning_messages AS m "
             "LEFT JOIN kenning_history AS h ON h.instance_id = m.instance_id AND h.step_id = m.consumed_step_id "
-            "WHERE m.consumed_step_id IS NOT NULL "
+            f"WHERE m.consumed_step_id IS NOT NULL AND {_THIS_RUN} "
             "AND (h.kind IS DISTINCT FROM 'MessageReceived' OR h.payload ->> 'seq' <> CAST(m.seq AS text))",
         ),
         "messages consumed without their receive's record (instance, seq, step, kind, recorded seq)",
@@ -158,7 +166,8 @@ def mailboxes_consistent(sql: Sql) -> None:
         _rows(
             sql,
             "SELECT m.instance_id, m.consumed_step_id, count(*) FROM kenning_messages AS m "
-            "WHERE m.consumed_step_id IS NOT NULL GROUP BY m.instance_id, m.consumed_step_id HAVING count(*) > 1",
+            f"WHERE m.consumed_step_id IS NOT NULL AND {_THIS_RUN} "
+            "GROUP BY m.instance_id, m.consumed_step_id HAVING count(*) > 1",
         ),
         "receive steps that consumed more than one message (instance, step, messages)",
     )

@@ -51,7 +51,7 @@ from kenning.outbox import send_event_transactional
 from kenning.queues import Queue
 from kenning.retry import RetryPolicy
 from kenning.timers import sleep, sleep_until, wait_timer, wait_until
-from kenning.workflow import Workflow, workflow
+from kenning.workflow import Workflow, continue_as_new, workflow
 
 # a library in someone's program prints nothing to stdout (structlog's defaults would)
 _library_defaults()
@@ -97,6 +97,7 @@ __all__ = [
     "WorkflowTimeoutError",
     "activity",
     "compensation",
+    "continue_as_new",
     "on_failure",
     "publish",
     "publish_value",

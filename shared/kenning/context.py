@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from kenning.core.records import HistoryRecord, OutboxEvent
 
@@ -117,6 +117,10 @@ class Runtime(Protocol):
 
     async def patched(self, patch_id: str) -> bool:
         """Whether this instance takes the new path of a changed workflow (``ctx.patched``)."""
+        ...
+
+    async def continue_as_new(self, new_input: dict[str, Any]) -> NoReturn:
+        """End this run; the next one of the same instance starts with ``new_input``."""
         ...
 
     async def send_message(self, instance_id: str, topic: str, data: Any, message_id: str | None) -> str:

@@ -93,6 +93,16 @@ class Suspended(ControlSignal):
     back-off long enough to free the worker. The run ends; another claim resumes it."""
 
 
+class ContinuedAsNew(ControlSignal):
+    """``continue_as_new`` ended the run's workflow code: the engine ends this run and
+    starts the next one of the same instance with ``input`` (JSON, checked) and a fresh
+    history. A ``BaseException``: an ``except Exception`` in the workflow never stops it."""
+
+    def __init__(self, input: dict[str, object]) -> None:
+        super().__init__("continue as new")
+        self.input = input
+
+
 class StorageUnavailable(ControlSignal):
     """Kenning could not write an instance's progress because the database is away.
 

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Protocol, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, Protocol, cast, overload
 
 from typing_extensions import ParamSpec, TypeVar
 
@@ -245,6 +245,24 @@ async def close_default_client() -> None:
     from kenning.client import close_default_client
 
     await close_default_client()
+
+
+async def continue_as_new(ctx: WorkflowContext, /, **new_input: Any) -> NoReturn:
+    """End this run of the workflow and start the next one of the same instance (same
+    id, run number + 1) with ``new_input`` and a fresh history, atomically (Temporal's
+    ``continue_as_new``)::
+
+        @workflow
+        async def loop(ctx: WorkflowContext, total: int = 0) -> int:
+            for _ in range(1000):
+                message = await receive(ctx, "work")
+                total += await handle(ctx, message.data)
+            await continue_as_new(ctx, total=total)  # never returns
+
+    Messages and events sent to the instance meanwhile are kept for the next run. The
+    input is checked as a start's is (``InvalidInputError``); a cancel requested before
+    it wins. Not inside an activity or compensation (``RuntimeError``)."""
+    await ctx.runtime.continue_as_new(new_input)
 
 
 class WorkflowDecorator(Protocol):

@@ -18,6 +18,7 @@ from kenning import (
     WorkflowContext,
     activity,
     compensation,
+    continue_as_new,
     on_failure,
     publish,
     publish_value,
@@ -217,3 +218,13 @@ async def published(ctx: WorkflowContext, customer: str, fail: bool = False) -> 
     await set_status(ctx, "done", progress=1)
     if fail:
         raise TerminalError("failed after publishing")
+
+
+@workflow(name="contract.chain")
+async def chain(ctx: WorkflowContext, per_run: int, runs: int, total: int = 0, run: int = 1) -> dict[str, int]:
+    """continue_as_new: ``per_run`` messages a run, ``runs`` runs, the sum carried along."""
+    for _ in range(per_run):
+        total += int((await receive(ctx, "numbers")).data)
+    if run < runs:
+        await continue_as_new(ctx, per_run=per_run, runs=runs, total=total, run=run + 1)
+    return {"total": total, "run": run}

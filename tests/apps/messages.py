@@ -16,6 +16,7 @@ from kenning import (
     EventTimeoutError,
     WorkflowContext,
     activity,
+    continue_as_new,
     publish,
     receive,
     send_message,
@@ -94,3 +95,15 @@ async def patient_receiver(ctx: WorkflowContext, timeout: float) -> list[Any]:
         outcome.append("timed out")
     outcome.append((await receive(ctx, "answer")).data)
     return outcome
+
+
+@workflow
+async def collect_chain(ctx: WorkflowContext, per_run: int, runs: int, received: list[Any], run: int = 1) -> list[Any]:
+    """``collect`` as a continue_as_new chain: ``per_run`` messages a run, ``runs`` runs,
+    what was received carried into the next run's input."""
+    for _ in range(per_run):
+        message = await receive(ctx, "items")
+        received = [*received, await note(ctx, message.data)]
+    if run < runs:
+        await continue_as_new(ctx, per_run=per_run, runs=runs, received=received, run=run + 1)
+    return received

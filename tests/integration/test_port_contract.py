@@ -158,6 +158,16 @@ async def published(env: WorkflowEnvironment) -> None:
     await env.sleep(timedelta(minutes=2))
 
 
+async def continue_as_new(env: WorkflowEnvironment) -> None:
+    """A chain of three runs: messages sent before it, while it waits, between its runs."""
+    await env.start(contract.chain, instance_id="chain", per_run=2, runs=3)
+    for n in range(1, 5):
+        await env.send_message("chain", "numbers", n, message_id=f"m{n}")
+    await env.sleep(1)
+    for n in range(5, 7):
+        await env.send_message("chain", "numbers", n, message_id=f"m{n}")
+
+
 SCENARIOS: dict[str, Scenario] = {
     "order_saga_paths": order_saga_paths,
     "match_and_since": match_and_since,
@@ -171,6 +181,7 @@ SCENARIOS: dict[str, Scenario] = {
     "heartbeats": heartbeats,
     "requests": requests,
     "published": published,
+    "continue_as_new": continue_as_new,
 }
 
 
@@ -208,6 +219,7 @@ def comparable(state: InstanceState, ids: dict[str, str]) -> dict[str, Any]:
         "history": [(e.kind, named(e.step_id), e.step_name) for e in state.history],
         "values": state.values,  # publish_value, set_status
         "search_attributes": state.search_attributes,
+        "run": state.run,
     }
 
 
@@ -280,3 +292,24 @@ async def test_the_pytest_fixture_runs_on_postgresql(workflow_env: WorkflowEnvir
     assert workflow_env.mode == "postgresql"
     handle = await workflow_env.start(contract.timers)
     assert await handle.result() == ["charged 5"]
+
+
+async def test_a_continue_as_new_chain_ends_in_its_last_run_on_both_backends(database_url: str) -> None:
+    """The chain scenario's outcome itself, not only the agreement: three runs, every
+    message counted once (1 + ... + 6), the last run's history alone (its two receives)."""
+    memory, postgres = await run_both(continue_as_new, database_url)
+    for side in (memory, postgres):
+        chain = side["chain"]
+        assert chain["status"] == "completed", chain
+        assert chain["result"] == {"result": {"total": 21, "run": 3}}
+        assert chain["run"] == 3
+        assert [kind for kind, _, _ in chain["history"]] == ["MessageReceived", "MessageReceived"]
+
+
+async def test_env_result_is_the_last_runs_on_postgresql(database_url: str) -> None:
+    async with WorkflowEnvironment(contract.app, database_url=database_url, migrate=False) as env:
+        chain = await env.start(contract.chain, per_run=1, runs=4)
+        for n in range(1, 5):
+            await chain.send_message("numbers", n)
+        assert await chain.result() == {"total": 10, "run": 4}
+        assert (await chain.state()).run == 4

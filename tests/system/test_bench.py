@@ -32,6 +32,7 @@ TARGET_NAMES = {
     "linear_long_activities",
     "linear_long_events",
     "recovery_within_bound",
+    "flat_resume_with_continue_as_new",
 }
 
 
@@ -118,6 +119,11 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
     chain = report["events_long"]
     assert set(chain["events"]) == set(chain["ms_per_event"]) == {"4", "10"}
     assert chain["growth_ratio"] > 0
+    resume = report["resume"]
+    assert (resume["steps"], resume["continue_every"]) == (60, 20)
+    assert resume["with_continue_as_new"]["runs"] == 4 and resume["without"]["runs"] == 1
+    for loop in (resume["with_continue_as_new"], resume["without"]):
+        assert loop["resume_ms_early"] > 0 and loop["resume_ms_late"] > 0 and loop["late_over_early"] > 0
 
     found = report["targets"]
     assert set(found) == TARGET_NAMES
@@ -139,7 +145,7 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
         "targets",
     ):
         assert heading in done.stdout, heading
-    assert "long workflows" in done.stdout and "event chains" in done.stdout
+    assert "long workflows" in done.stdout and "event chains" in done.stdout and "resume after 60 steps" in done.stdout
 
 
 def _bench(url: str, output: Path, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:

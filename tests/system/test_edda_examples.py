@@ -14,15 +14,17 @@ import re
 import subprocess
 import sys
 
+import psycopg
 import pytest
 
 from kenning import Client, WorkflowFailedError
 from kenning.db import Database
 from tests import logguard
 from tests.logguard import expect_log
-from tests.support import REPO_ROOT, ProcessPool
+from tests.support import REPO_ROOT, ProcessPool, eventually
 
 EXAMPLE_TIMEOUT = 60
+Sql = psycopg.Connection[tuple[object, ...]]
 
 
 def run_main(module: str, database_url: str) -> str:
@@ -74,3 +76,41 @@ async def test_compensation_workflow_fails_and_undoes_in_reverse_order(
     log = processes.log_of(worker)
     refund, release = log.index("[Compensation] Refunding payment"), log.index("[Compensation] Releasing inventory")
     assert refund < release, "compensations run last registered first"
+
+
+async def test_long_running_loop_recurs_through_continue_as_new(
+    database: Database, database_url: str, processes: ProcessPool, sql: Sql
+) -> None:
+    """Edda's newest long_running_loop (its recur() is Kenning's continue_as_new): the batch
+    processor goes through 50 items ten at a time, one run per batch, and the listener
+    takes one published event per run, the instance id and its subscription kept."""
+    processes.worker(database_url, "tests.apps.edda.long_running_loop", env={"EDDA_EXAMPLE_DB_URL": database_url})
+    async with Client(database=database) as client:
+        batches = await client.start("batch_processor", total_items=50, batch_size=10)
+        result = await client.result(batches.instance_id, timeout=EXAMPLE_TIMEOUT)
+        assert result == {"status": "completed", "message": "All 50 items processed", "processed_count": 50}
+        assert (await client.status(batches.instance_id)).run == 5  # recurred after batches 1-4
+
+        listener = (await client.start("event_listener", listener_id="listener-001")).instance_id
+
+        def subscribed() -> bool:
+            row = sql.execute("SELECT count(*) FROM kenning_channel_subscriptions WHERE channel = 'app.event'")
+            return row.fetchone() == (1,)
+
+        await eventually(subscribed, timeout=EXAMPLE_TIMEOUT, message="the listener subscribed")
+        publisher = await client.start("event_publisher", message="Hello from publisher!")
+        assert (await client.result(publisher.instance_id, timeout=EXAMPLE_TIMEOUT))["status"] == "published"
+        for n in range(2):
+            await client.publish("app.event", {"message": f"direct {n}"})
+
+        def third_run_waits() -> bool:
+            row = sql.execute("SELECT run, status FROM kenning_instances WHERE id = %s", (listener,))
+            return row.fetchone() == (4, "waiting_for_message")
+
+        await eventually(third_run_waits, timeout=EXAMPLE_TIMEOUT, message="three events, three recurs")
+        assert (await client.status(listener)).input == {
+            "listener_id": "listener-001",
+            "events_processed": 3,
+            "max_events_before_recur": 100,
+        }
+        await client.cancel(listener)

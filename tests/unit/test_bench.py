@@ -102,3 +102,13 @@ def test_sections_are_checked_and_percentiles_are_nearest_rank() -> None:
         section_list("limits,bogus")
     assert percentile([float(v) for v in range(1, 201)], 99) == 198.0
     assert percentile([5.0], 50) == 5.0
+
+
+def test_the_resume_target_judges_the_continue_as_new_loop() -> None:
+    def report(ratio: float) -> dict[str, Any]:
+        loop = {"late_over_early": ratio}
+        return {"resume": {"with_continue_as_new": loop, "without": {"late_over_early": 40.0}}}
+
+    assert targets.evaluate(report(1.1))["flat_resume_with_continue_as_new"]["met"] is True
+    assert targets.evaluate(report(3.0))["flat_resume_with_continue_as_new"]["met"] is False
+    assert targets.evaluate({})["flat_resume_with_continue_as_new"]["met"] is None

@@ -51,6 +51,7 @@ EXPORTS = [
     "WorkflowTimeoutError",
     "activity",
     "compensation",
+    "continue_as_new",
     "on_failure",
     "publish",
     "publish_value",
@@ -88,7 +89,7 @@ DOCUMENTED_PATHS = {
     "kenning.queues": ["Queue"],
     "kenning.retry": ["RetryPolicy"],
     "kenning.timers": ["wait_timer", "wait_until", "sleep", "sleep_until"],
-    "kenning.workflow": ["workflow", "Workflow"],
+    "kenning.workflow": ["workflow", "Workflow", "continue_as_new"],
     "kenning.examples.orders": ["app"],
     "kenning.testing": ["WorkflowEnvironment"],
 }

@@ -176,6 +176,22 @@ async def test_messages_a_receive_timeout_and_a_publish() -> None:
         assert await listening.result() == "headline"
 
 
+async def test_a_continue_as_new_chain_runs_to_its_end_and_the_result_is_the_last_runs() -> None:
+    """Three runs of one instance (issue 29, item 1); the same on PostgreSQL:
+    tests/integration/test_port_contract.py."""
+    async with WorkflowEnvironment(contract.app) as env:
+        chain = await env.start(contract.chain, per_run=2, runs=3)
+        await chain.send_message("numbers", 1)
+        await env.settle()
+        assert (await chain.state()).run == 1  # waits for its second message
+        for n in range(2, 7):
+            await chain.send_message("numbers", n)
+        assert await chain.result() == {"total": 21, "run": 3}
+        state = await chain.state()
+        assert state.run == 3
+        assert kinds(state.history) == ["MessageReceived", "MessageReceived"]  # run 3's alone
+
+
 async def test_an_event_starts_its_event_handler_workflow_once() -> None:
     async with WorkflowEnvironment(contract.app) as env:
         assert await env.send_event("contract.started_by_event", {"order_id": "abc"}, event_id="e-1")

@@ -11,7 +11,7 @@ import types
 from pathlib import Path
 
 from kenning import App
-from kenning.engine.memory import MemoryInstance, run_once
+from kenning.engine.memory import MemoryInstance, run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
 from tests.logguard import expect_log
 
@@ -84,3 +84,14 @@ async def test_the_published_state_example_publishes_and_is_found() -> None:
         assert await env.handle("o-1").result() == "paid"
         done = await env.get_status("o-1")
         assert done is not None and done.text == "paid"
+
+
+async def test_the_continue_as_new_example_carries_the_balance_across_runs() -> None:
+    example("Continue-as-new")
+    instance = MemoryInstance(id="doc-3", workflow_name="ledger", input={"account": "a-1", "per_run": 2})
+    for n, amount in enumerate([5, 7, 11, 13, 17, "close"]):
+        instance.send_message("entries", amount, message_id=f"e{n}")
+    outcomes = await run_until_rest(App(), instance)
+    assert outcomes == [RunOutcome.CONTINUED, RunOutcome.CONTINUED, RunOutcome.COMPLETED]
+    assert instance.result == {"result": 53}
+    assert instance.run == 3 and [r["input"].get("balance", 0) for r in instance.runs] == [0, 12]

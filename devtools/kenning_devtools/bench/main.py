@@ -28,6 +28,7 @@ from kenning_devtools.bench import (
     recovery,
     relay,
     result_latency,
+    resume,
     scale,
     targets,
     throughput,
@@ -53,6 +54,7 @@ FULL = {
     "scale_rounds": 3,
     "fresh_workers": True,  # the queued section's modes each on workers of their own
     "recovery": (32, 10.0, 5.0),  # instances in flight, activity seconds, lease seconds
+    "resume": (100_000, 1000, 500, 5),  # steps, continue_as_new every, early after, resumes sampled
 }
 QUICK = {
     "workflows": 30,
@@ -74,6 +76,7 @@ QUICK = {
     # one at a time (before issue 25) would take 3 + 10 x 6 s, over 6x lease + run time
     # 6 s: a loaded machine must see one heartbeat renew every lease before the runs end
     "recovery": (10, 6.0, 3.0),
+    "resume": (60, 20, 10, 3),
 }
 SECTIONS = (
     "limits",
@@ -86,6 +89,7 @@ SECTIONS = (
     "scale",
     "long",
     "events-long",
+    "resume",
     "recovery",
 )
 # run only when named (--sections relay): a correctness count against the machine's brokers, not a speed
@@ -215,6 +219,9 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
     if "events-long" in sections:
         results["events_long"] = await events.run_event_chain(url, *size["events_long"])
         lap("events-long")
+    if "resume" in sections:  # continue_as_new keeps a resume flat
+        results["resume"] = await resume.run_resume(url, *size["resume"])
+        lap("resume")
     if "recovery" in sections:
         instances, activity_seconds, lease_seconds = size["recovery"]
         results["recovery"] = await recovery.run_recovery(

@@ -114,6 +114,15 @@ def _shapes(report: dict[str, Any]) -> list[str]:
             f"event chains: total s {chain['events']}, ms per event from the first wait {chain['ms_per_event']}, "
             f"growth ratio {chain['growth_ratio']} (1.0 = linear)",
         ]
+    rs = report.get("resume")
+    if rs:
+        cont, plain = rs["with_continue_as_new"], rs["without"]
+        lines += [
+            "",
+            f"resume after {rs['steps']} steps: with continue_as_new every {rs['continue_every']} "
+            f"{cont['resume_ms_early']} -> {cont['resume_ms_late']} ms (x{cont['late_over_early']}); "
+            f"without {plain['resume_ms_early']} -> {plain['resume_ms_late']} ms (x{plain['late_over_early']})",
+        ]
     return lines
 
 

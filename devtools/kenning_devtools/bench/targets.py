@@ -203,4 +203,18 @@ def evaluate(report: dict[str, Any]) -> dict[str, Target]:
         **_latency_targets(report),
         **_shape_targets(report),
         **_recovery_targets(report),
+        **_resume_targets(report),
+    }
+
+
+def _resume_targets(report: dict[str, Any]) -> dict[str, Target]:
+    """Issue 29: with continue_as_new, a resume late in a long loop costs what one early does."""
+    rs = report.get("resume")
+    ratio = rs["with_continue_as_new"]["late_over_early"] if rs else None
+    return {
+        "flat_resume_with_continue_as_new": _target(
+            f"resume late over early in a continue_as_new loop <= {MAX_GROWTH_RATIO}",
+            ratio,
+            None if ratio is None else ratio <= MAX_GROWTH_RATIO,
+        ),
     }

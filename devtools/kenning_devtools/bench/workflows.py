@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kenning import WorkflowContext, activity, workflow
+from kenning import WorkflowContext, activity, continue_as_new, receive, workflow
 
 
 @activity
@@ -23,3 +23,17 @@ async def bench_long(ctx: WorkflowContext, steps: int) -> int:
     for _ in range(steps):
         value = await bump(ctx, value)
     return value
+
+
+@workflow
+async def bench_message_loop(ctx: WorkflowContext, every: int = 0, done: int = 0) -> int:
+    """Receive messages, a recorded step each, until "stop"; with ``every`` > 0, continue
+    as new after each ``every`` messages (``done`` carried along). The resume section
+    (kenning_devtools/bench/resume.py) runs it both ways."""
+    while True:
+        message = await receive(ctx, "work")
+        if message.data == "stop":
+            return done
+        done += 1
+        if every and done % every == 0:
+            await continue_as_new(ctx, every=every, done=done)

@@ -25,6 +25,7 @@ from kenning.core.records import INSTANCE_STATUSES
 from kenning.serialization import unstorable_reason
 from kenning.storage import console as console_sql
 from kenning.storage import published as published_sql
+from kenning.storage import runs as runs_sql
 from kenning.storage.console import Cursor, InstanceFilters, Window
 from kenning_console import bulk
 from kenning_console.diagram import steps_svg
@@ -41,6 +42,7 @@ EXISTED = "an instance with this id (or idempotency key) already existed: not st
 FILTER_FIELDS = ("status", "workflow", "since", "until", "id", "key", "q", "where")
 HISTORY_PAGE = 200  # steps on one page of an instance's history
 SIDE_ROWS = 200  # sent events and compensations in one page's time range, waits and timers
+RUNS_SHOWN = 50  # continue_as_new: the newest runs of a chain the page lists
 NEWEST = 2**62  # after every step number: the newest page ends before it
 
 
@@ -315,6 +317,8 @@ async def _read_page(conn: Any, instance_id: str, after: int | None) -> dict[str
         page.first_url = _page_url(instance_id, 0)
     return {
         "instance": row,
+        # continue_as_new: the newest runs of its chain, the current one last
+        "runs": await runs_sql.runs_list(conn, instance_id, limit=RUNS_SHOWN),
         "history": history,
         "compensations": compensations[:SIDE_ROWS],
         "waits": await console_sql.instance_waits(conn, instance_id, limit=SIDE_ROWS, bounds=BOUNDS) if last else [],
@@ -347,6 +351,7 @@ async def instance_page(request: Request) -> Response:
         raise HTTPException(404, f"no instance {instance_id!r} (it may have expired under the retention policy)")
     page = found.pop("page")
     published = found.pop("published")  # publish_value, set_status: the latest per key
+    runs = found.pop("runs")
     items = timeline(**found)
     row = found["instance"]
     values = {name: shown(row, name, instance_id, name) for name in ("input", "result", "error")}
@@ -362,6 +367,7 @@ async def instance_page(request: Request) -> Response:
             "values": values,
             "history_page": page,
             "published": published,
+            "runs": runs,
             "notice": EXISTED if request.query_params.get("existed") == "1" else None,
             "pretty": pretty,
             # the stream compares what it first reads with what this page shows

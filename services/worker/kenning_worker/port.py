@@ -44,6 +44,7 @@ from kenning.engine.commands import (
     BeginCompensating,
     ChildStarted,
     Complete,
+    ContinueAsNew,
     CountAttempt,
     DroppedCompensation,
     FailSaga,
@@ -75,6 +76,7 @@ from kenning.storage import messages as messages_sql
 from kenning.storage import outbox as outbox_sql
 from kenning.storage import published as published_sql
 from kenning.storage import replies as replies_sql
+from kenning.storage import runs as runs_sql
 from kenning.storage import sagas as sagas_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage import timers as timers_sql
@@ -404,6 +406,19 @@ class PgInstancePort:
         )
         if not released:
             raise self._lost("it released the instance for a retry back-off")
+
+    async def continue_as_new(self, command: ContinueAsNew) -> int | None:
+        """What is held back is written first (a cancel found by the continue must leave
+        the run's steps and compensations for its saga), then ``runs_sql.run_continue``."""
+        continued = await self._write_now(
+            lambda conn: runs_sql.run_continue(conn, self.instance_id, self.token, command.input),
+            "the next run's input",
+        )
+        if continued is None:
+            raise self._lost("it continued as new")
+        if continued.run is None:
+            self._cancel = True
+        return continued.run
 
     async def suspend(self, command: Suspend) -> SuspendOutcome:
         """Register what the instance waits for and release the lease in one fenced

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRec
 from kenning.db import Database
 from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
+from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
 from kenning.errors import ControlSignal, LeaseLostError, StorageUnavailable
 from kenning.observability import metrics, tracing
@@ -393,6 +395,25 @@ class Worker:
         trace = tracing.RunTrace(claimed.id, claimed.workflow_name, claimed.run_count, claimed.trace_context)
         try:
             outcome = await run.run()
+            while outcome is RunOutcome.CONTINUED and run.continued_input is not None:
+                # continue_as_new kept the lease: run N+1 goes on here at once, its history empty
+                if self._drain_deadline is not None:  # stopping: another worker takes it on
+                    await self._release(claimed, log)
+                    break
+                claimed = dataclasses.replace(
+                    claimed, input=run.continued_input, attempts={}, run_count=claimed.run_count + 1
+                )
+                run = WorkflowRun(
+                    app=self.app,
+                    workflow=run.workflow,
+                    claimed=claimed,
+                    history=[],
+                    compensations=[],
+                    port=PgInstancePort(database=self.database, claimed=claimed, writes=self.writes),
+                    inline_retry_seconds=self.settings.inline_retry_seconds,
+                    activity_timeout=self.settings.activity_timeout,
+                )
+                outcome = await run.run()
             ended = outcome.value
             log.debug("instance.run_ended", outcome=outcome.value)
         except asyncio.CancelledError:

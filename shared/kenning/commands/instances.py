@@ -24,6 +24,7 @@ from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import progress as progress_sql
 from kenning.storage import published as published_sql
+from kenning.storage import runs as runs_sql
 from kenning.storage.children import ChildRow
 
 HELP = "list, show, cancel, retry and terminate workflow instances, one or by filter; skip a compensation"
@@ -153,8 +154,8 @@ async def _run(args: argparse.Namespace) -> int:
                 else:
                     emit(
                         table(
-                            ["id", "workflow", "status", "created", "finished"],
-                            [(r.id, r.workflow_name, r.status, r.created_at, r.finished_at) for r in rows],
+                            ["id", "workflow", "status", "run", "created", "finished"],
+                            [(r.id, r.workflow_name, r.status, r.run, r.created_at, r.finished_at) for r in rows],
                         )
                     )
                 return 0
@@ -170,6 +171,7 @@ async def _run(args: argparse.Namespace) -> int:
                 children = await children_sql.children_of(conn, row.id)
                 shown["values"] = {v.key: v.value for v in await published_sql.values_of(conn, row.id)}
                 shown["parent_id"] = None if parent is None else parent[0]
+                shown["chain"] = [asdict(r) for r in await runs_sql.runs_list(conn, row.id)]
                 _show(args, shown, history, [asdict(c) for c in compensations], children)
                 known = row.status != "pending" or await definitions_sql.definition_known(conn, row.workflow_name)
                 if not known and not args.json:
@@ -243,6 +245,7 @@ def _show(
                 ("error", (row["error"] or {}).get("message")),
                 ("error type", (row["error"] or {}).get("type")),
                 ("reason", (row["error"] or {}).get("reason")),
+                ("run", row["run"]),
                 ("runs", _runs(row)),
                 ("created", row["created_at"]),
                 ("finished", row["finished_at"]),
@@ -269,6 +272,14 @@ def _show(
     if row["values"]:  # publish_value, set_status: the latest per key
         emit("")
         emit(table(["published", "value"], list(row["values"].items())))
+    if len(row["chain"]) > 1:  # continue_as_new: the chain of runs, the current one last
+        emit("")
+        emit(
+            table(
+                ["run", "started", "ended", "steps", "ended as"],
+                [(r["run"], r["started_at"], r["ended_at"], r["steps"], r["ended"]) for r in row["chain"]],
+            )
+        )
     if children:  # start_child: the children this instance started
         emit("")
         emit(

@@ -86,6 +86,7 @@ class InstanceRow:
     source_hash: str = ""
     idempotency_key: str | None = None
     runs_without_progress: int = 0  # consecutive runs that died without a step (crash loop)
+    run: int = 1  # continue_as_new: the run of its chain in progress (or the last)
 
 
 # Every status an instance can have (the table's CHECK, migrations 0001 and 0005), in

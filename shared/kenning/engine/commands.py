@@ -254,3 +254,13 @@ class PublishValue:
     value: Any  # JSON already
     searchable: bool
     search_value: str | None
+
+
+@dataclass(frozen=True)
+class ContinueAsNew:
+    """End this run and make the next one of the same instance, in one transaction: a
+    summary of the run kept in the chain, its history and compensations dropped, the
+    step bookkeeping reset, ``input`` (JSON, checked) the new run's; the instance stays
+    runnable, its lease kept. Nothing is written when cancellation was requested."""
+
+    input: dict[str, Any]

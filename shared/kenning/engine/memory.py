@@ -39,6 +39,7 @@ from kenning.engine.commands import (
     BeginCompensating,
     ChildStarted,
     Complete,
+    ContinueAsNew,
     CountAttempt,
     DroppedCompensation,
     FailSaga,
@@ -136,6 +137,11 @@ class MemoryInstance:
     compensations: list[CompensationRecord] = field(default_factory=list)
     attempts: dict[str, dict[str, Any]] = field(default_factory=dict)
     deadline_at: float | None = None  # its workflow timeout's deadline, on the port's clock
+    # continue_as_new: the run in progress (1 for the first), when it began on the port's
+    # clock, and the chain's earlier runs (kenning_instance_runs rows, oldest first)
+    run: int = 1
+    run_started_at: float | None = None
+    runs: list[dict[str, Any]] = field(default_factory=list)
     # messages: this instance's mailboxes (every topic, in sending order), the receive it
     # waits in (status waiting_for_message), and the instances it may send to by id
     mailbox: list[MemoryMessage] = field(default_factory=list)
@@ -413,6 +419,35 @@ class MemoryPort:
         self.instance.available_after = command.delay
         self.instance.available_at = self._clock() + command.delay
 
+    async def continue_as_new(self, command: ContinueAsNew) -> int | None:
+        """What ``kenning.storage.runs.run_continue`` does, releasing the lease too (a
+        worker keeps it and goes on; here the harness claims the next run)."""
+        self._fence("continue as new")
+        if self._cancel:
+            return None
+        instance, now = self.instance, self._clock()
+        instance.runs.append(
+            {
+                "run": instance.run,
+                "input": instance.input,
+                "started_at": instance.run_started_at,
+                "ended_at": now,
+                "steps": len(instance.history),
+                "ended": "continued_as_new",
+            }
+        )
+        instance.history, instance.compensations, instance.attempts, self._unsaved = [], [], {}, []
+        for child in instance.children:  # unfinished ones: as at the parent's end, then detached
+            if child.status not in ("completed", "failed", "cancelled") and child.parent_id == instance.id:
+                if child.on_parent_cancel == "cancel" and not child.cancel_requested:
+                    child.cancel_requested = True
+                    if child.waiting_for is not None:
+                        child.waiting_for, child.status = None, "pending"
+                child.parent_id, child.parent_step, child.on_parent_cancel = None, None, None
+        instance.input, instance.run, instance.run_started_at = dict(command.input), instance.run + 1, now
+        instance.status, instance.lease_token = "pending", None
+        return instance.run
+
     async def suspend(self, command: Suspend) -> SuspendOutcome:
         self._fence(f"suspend at {command.step_id}")
         if self._cancel:
@@ -612,6 +647,8 @@ async def run_until_rest(
             return outcomes  # waits for a message: a send or its timeout moves it on
         if isinstance(instance.waiting_for, SuspendOnTimer):
             instance.fire_timer()
+        elif outcome is RunOutcome.CONTINUED:
+            continue  # the next run of the chain
         elif outcome is not RunOutcome.SUSPENDED or isinstance(instance.waiting_for, SuspendOnEvent):
             return outcomes
     raise AssertionError(f"{instance.id} did not come to rest in {max_runs} runs")

@@ -19,6 +19,7 @@ class RunOutcome(enum.Enum):
     CANCELLED = "cancelled"
     SUSPENDED = "suspended"  # waiting (event, timer) or a retry back-off: the lease was given back
     LEASE_LOST = "lease_lost"  # another worker holds the instance: this run wrote nothing more
+    CONTINUED = "continued"  # continue_as_new: the next run of the instance is ready, the lease kept
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from kenning.engine.commands import (
     BeginCompensating,
     ChildStarted,
     Complete,
+    ContinueAsNew,
     CountAttempt,
     DroppedCompensation,
     FailSaga,
@@ -133,4 +134,8 @@ class InstancePort(Protocol):
     async def publish_value(self, command: PublishValue) -> None:
         """The published value (its search text too) and the step's record, in one
         transaction (after what is held back)."""
+
+    async def continue_as_new(self, command: ContinueAsNew) -> int | None:
+        """End this run and make the next (``ContinueAsNew``), in one transaction; the new
+        run's number, or None (nothing written, lease kept) when cancellation was requested."""
         ...

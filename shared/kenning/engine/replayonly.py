@@ -28,6 +28,7 @@ from kenning.engine.commands import (
     BeginCompensating,
     ChildStarted,
     Complete,
+    ContinueAsNew,
     CountAttempt,
     DroppedCompensation,
     FailSaga,
@@ -166,6 +167,9 @@ class ReplayOnlyPort:
 
     async def release(self, command: ReleaseWithDelay) -> None:
         self._stop("a retry back-off")
+
+    async def continue_as_new(self, command: ContinueAsNew) -> int | None:
+        self._stop("continue_as_new")
 
     async def suspend(self, command: Suspend) -> SuspendOutcome:
         self._stop(command.step_id)

@@ -27,6 +27,7 @@ from kenning.engine import children
 from kenning.engine.barrier import ReplayBarrier
 from kenning.engine.commands import (
     Complete,
+    ContinueAsNew,
     CountAttempt,
     FinalStatus,
     Finish,
@@ -48,6 +49,7 @@ from kenning.engine.retries import GiveUp, GiveUpReason, RetryAfter, after_count
 from kenning.engine.saga import undo_saga
 from kenning.errors import (
     ActivityTimeoutError,
+    ContinuedAsNew,
     HeartbeatTimeoutError,
     LeaseLostError,
     NonDeterminismError,
@@ -113,6 +115,8 @@ class WorkflowRun:
         # the worker's --activity-timeout, for activities that declare none
         self.activity_timeout = activity_timeout
         self.ctx = WorkflowContext(self)
+        # continue_as_new: the next run's input (JSON), once this run ended so
+        self.continued_input: dict[str, Any] | None = None
         self.log = _log.bind(instance_id=claimed.id, workflow=claimed.workflow_name)
 
     # ---------------------------------------------------------------- the runtime interface
@@ -311,6 +315,19 @@ class WorkflowRun:
             await self.port.record_step(RecordStep(record, what=f"patch {patch_id!r} marker"))
         return taken
 
+    async def continue_as_new(self, new_input: dict[str, Any]) -> NoReturn:
+        """``continue_as_new``: end this run at a step boundary and hand ``new_input``
+        (checked as a start's) to the next one; ``run()`` makes it (``_continue``)."""
+        if current_step.get() is not None:
+            raise RuntimeError("continue_as_new belongs in workflow code, not in an activity or compensation")
+        from kenning.starting import prepare_start  # the one input check; imported late (it imports storage)
+
+        # history fully replayed (else the code diverged), no cancel requested (it wins)
+        await self.barrier.wait(lambda: self.cursor.new_step_error("continue_as_new", "continue_as_new"))
+        self.raise_if_cancelled()
+        checked = prepare_start(self.workflow, new_input, instance_id=self.instance_id, own_ids=True)
+        raise ContinuedAsNew(checked.instance.input_json)
+
     # ---------------------------------------------------------------- step boundaries
 
     async def before_new_step(self, step_id: str, step_name: str, *, flush: bool = True) -> None:
@@ -469,6 +486,8 @@ class WorkflowRun:
             self.port.discard()
             self.log.warning("instance.lease_lost")
             return RunOutcome.LEASE_LOST
+        except ContinuedAsNew as signal:
+            return await self._continue(signal.input)
         except StorageUnavailable:
             self.port.discard()
             raise
@@ -516,6 +535,24 @@ class WorkflowRun:
             self.port.discard()
             self.log.warning("instance.lease_lost")
             return RunOutcome.LEASE_LOST
+
+    async def _continue(self, new_input: dict[str, Any]) -> RunOutcome:
+        """End this run and make the next one (``ContinueAsNew``); a cancel requested
+        meanwhile wins: nothing is written and the instance is compensated as cancelled."""
+        try:
+            run = await self.port.continue_as_new(ContinueAsNew(new_input))
+        except UnstorableValueError as error:
+            return await self._fail(error)
+        except LeaseLostError:
+            self.port.discard()
+            self.log.warning("instance.lease_lost")
+            return RunOutcome.LEASE_LOST
+        if run is None:
+            self.cancelled = True
+            return await self._undo(error=None, cancelled=True)
+        self.continued_input = new_input
+        self.log.info("instance.continued_as_new", run=run)
+        return RunOutcome.CONTINUED
 
     async def _complete(self, result: Any) -> RunOutcome:
         # A result that cannot be stored is the workflow's error (its saga is undone),

@@ -471,7 +471,7 @@ _INSTANCE_GET = statement(
     """
     SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
            available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key,
-           runs_without_progress
+           runs_without_progress, run
     FROM kenning_instances WHERE id = :id
     """
 )
@@ -491,7 +491,7 @@ _INSTANCE_LIST = statement(
     """
     SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
            available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key,
-           runs_without_progress
+           runs_without_progress, run
     FROM kenning_instances
     WHERE (CAST(:status AS text) IS NULL OR status = :status)
       AND (CAST(:workflow AS text) IS NULL OR workflow_name = :workflow)

@@ -78,6 +78,9 @@ _INSTANCES_EXPIRE = statement(
         DELETE FROM kenning_values AS v USING instances AS g WHERE v.instance_id = g.id RETURNING 1
     ), search_attributes AS (
         DELETE FROM kenning_search_attributes AS a USING instances AS g WHERE a.instance_id = g.id RETURNING 1
+    ), earlier_runs AS (
+        -- a continue_as_new chain's earlier runs (migration 0011)
+        DELETE FROM kenning_instance_runs AS r USING instances AS g WHERE r.instance_id = g.id RETURNING 1
     )
     SELECT (SELECT count(*) FROM instances) AS instances,
            (SELECT count(*) FROM history) AS history,

@@ -73,6 +73,19 @@ instances = Table(
     Column("parent_step", Text),
     Column("on_parent_cancel", Text),
     _ts("deadline_at"),  # migration 0010: when its workflow timeout runs out (storage/deadlines.py)
+    Column("run", Integer, nullable=False),  # migration 0011: continue_as_new's run in progress (storage/runs.py)
+)
+
+instance_runs = Table(
+    "kenning_instance_runs",  # migration 0011: the earlier runs of a continue_as_new chain (storage/runs.py)
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("run", Integer, primary_key=True),
+    Column("input", JSONB, nullable=False),
+    _ts("started_at"),
+    _ts("ended_at", False),
+    Column("steps", Integer, nullable=False),
+    Column("ended", Text, nullable=False),
 )
 
 queues = Table(

@@ -200,6 +200,7 @@ class MemoryBackend:
             history=tuple(HistoryEntry(r.step_id, r.kind, r.step_name, r.payload) for r in instance.history),
             values=dict(instance.values),
             search_attributes=dict(instance.search_attributes),
+            run=instance.run,
         )
 
     async def instance_ids(self) -> list[str]:

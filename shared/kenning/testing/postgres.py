@@ -183,6 +183,7 @@ class PostgresBackend:
             history=tuple(HistoryEntry(r.step_id, r.kind, r.step_name, r.payload) for r in history),
             values=values,
             search_attributes=search_attributes,
+            run=row.run,
         )
 
     async def instance_ids(self) -> list[str]:

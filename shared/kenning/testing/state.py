@@ -36,6 +36,7 @@ class InstanceState:
     # attributes as indexed text (@workflow(search_attributes=...))
     values: dict[str, Any] = field(default_factory=dict)
     search_attributes: dict[str, str] = field(default_factory=dict)
+    run: int = 1  # continue_as_new: the run of its chain in progress, or the last
 
     @property
     def finished(self) -> bool:
