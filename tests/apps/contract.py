@@ -130,6 +130,20 @@ async def heartbeats(ctx: WorkflowContext, rows: int) -> list[int]:
     return await resumable(ctx, rows)
 
 
+@workflow(name="contract.entity", search_attributes=("owner",))
+async def entity(ctx: WorkflowContext, owner: str, run: int = 1, bumps: int = 0) -> int:
+    """Issue 29's parts together: a request answered per run, its status published, and a
+    continue_as_new to the next run; values and the search carry over the chain."""
+    if run == 1:
+        await publish_value(ctx, "owner", owner)
+    await set_status(ctx, f"run {run}", progress=run / 3)
+    request = await receive(ctx, "bump")
+    await request.reply(ctx, {"run": run, "bumps": bumps + 1})
+    if run < 3:
+        await continue_as_new(ctx, owner=owner, run=run + 1, bumps=bumps + 1)
+    return bumps + 1
+
+
 @workflow(name="contract.timers")
 async def timers(ctx: WorkflowContext) -> list[str]:
     await wait_timer(ctx, 10)

@@ -168,6 +168,22 @@ async def continue_as_new(env: WorkflowEnvironment) -> None:
         await env.send_message("chain", "numbers", n, message_id=f"m{n}")
 
 
+async def long_running_together(env: WorkflowEnvironment) -> None:
+    """Requests answered across a continue_as_new chain; published values and the search
+    attribute of run 1 still read after run 3."""
+    await env.start(contract.entity, instance_id="entity", owner="ann")
+    for run in (1, 2, 3):
+        reply = await env.request("entity", "bump", None, request_id=f"b{run}", timeout=60)
+        assert reply == {"run": run, "bumps": run}
+    assert await env.request("entity", "bump", None, request_id="b1") == {"run": 1, "bumps": 1}  # a retry
+    assert await env.get_value("entity", "owner") == "ann"
+    status = await env.get_status("entity")
+    assert status is not None and (status.text, status.progress) == ("run 3", 1.0)
+    assert [h.instance_id for h in await env.instances(where={"owner": "ann"})] == ["entity"]
+    state = await env.backend.state("entity")
+    assert (state.status, state.run, state.result) == ("completed", 3, {"result": 3})
+
+
 SCENARIOS: dict[str, Scenario] = {
     "order_saga_paths": order_saga_paths,
     "match_and_since": match_and_since,
@@ -182,6 +198,7 @@ SCENARIOS: dict[str, Scenario] = {
     "requests": requests,
     "published": published,
     "continue_as_new": continue_as_new,
+    "long_running_together": long_running_together,
 }
 
 
