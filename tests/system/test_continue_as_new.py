@@ -140,3 +140,19 @@ async def test_a_worker_killed_mid_chain_leaves_it_to_another_with_no_message_lo
     assert [row[:3] for row in chain_of(sql, instance)] == [(1, 8, "continued_as_new"), (2, 8, "continued_as_new")]
     assert run_and_status(sql, instance) == (3, "completed")
     check_invariants(sql)
+
+
+async def test_the_worker_goes_on_with_the_next_run_without_a_new_claim(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool, side_channel: str
+) -> None:
+    """A chain whose mailbox is full never waits: one claim runs all its runs, each
+    continue keeping the lease (kenning_instances.run_count counts the claims)."""
+    async with Client(database=database) as client:
+        instance = (await client.start("collect_chain", per_run=2, runs=5, received=[])).instance_id
+        for n in range(10):
+            await client.send_message(instance, "items", n)
+        processes.worker(database_url, APP, env={"KENNING_TEST_SIDE_CHANNEL": side_channel})
+        assert await client.result(instance, timeout=30) == list(range(10))
+    row = sql.execute("SELECT run, run_count FROM kenning_instances WHERE id = %s", (instance,)).fetchone()
+    assert row == (5, 1)
+    check_invariants(sql)
