@@ -278,16 +278,7 @@ class Client:
             state = await read()
             if state is None:
                 raise request_refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, request_id, None)
-        value = request_answer(
-            instance_id,
-            topic,
-            request_id,
-            status=state.status,
-            replied=state.replied,
-            value=state.value,
-            error=state.error,
-            timeout=timeout,
-        )
+        value = request_answer(instance_id, topic, request_id, state, timeout=timeout)
         return value if model is None else serialization.from_json(value, model)
 
     async def send_request(self, instance_id: str, topic: str, data: Any, request_id: str) -> None:

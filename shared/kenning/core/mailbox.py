@@ -4,7 +4,7 @@ workflow's ``send_message`` (the engine) and ``Client.send_message`` alike."""
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Protocol
 
 from kenning.errors import (
     MessageUndeliverableError,
@@ -41,19 +41,23 @@ def request_refusal(
     )
 
 
-def request_answer(
-    instance_id: str,
-    topic: str,
-    request_id: str,
-    *,
-    status: str,
-    replied: bool,
-    value: Any,
-    error: str | None,
-    timeout: float | None,
-) -> Any:
+class RequestRead(Protocol):
+    """One read of a request's instance and its reply (``kenning.storage.replies.RequestState``)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def replied(self) -> bool: ...
+    @property
+    def value(self) -> Any: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+def request_answer(instance_id: str, topic: str, request_id: str, read: RequestRead, *, timeout: float | None) -> Any:
     """The reply's value, as ``Client.request`` returns it, from one read of the instance's
     status and its reply; else the error that says why there is none."""
+    status, replied, value, error = read.status, read.replied, read.value, read.error
     about = f"request {topic!r} ({request_id}) to instance {instance_id}"
     if replied and error is not None:
         raise RequestRejectedError(f"{about} was refused: {error}", instance_id, topic, request_id, error)

@@ -296,14 +296,7 @@ class WorkflowEnvironment:
                 raise request_refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, request_id, None)
             if state.replied or state.status in TERMINAL_STATUSES or remaining == 0.0:
                 value = request_answer(
-                    instance_id,
-                    topic,
-                    request_id,
-                    status=state.status,
-                    replied=state.replied,
-                    value=state.value,
-                    error=state.error,
-                    timeout=None if timeout is None else seconds_of(timeout),
+                    instance_id, topic, request_id, state, timeout=None if timeout is None else seconds_of(timeout)
                 )
                 return value if model is None else serialization.from_json(value, model)
             due = await self.backend.next_due()
