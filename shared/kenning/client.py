@@ -21,7 +21,7 @@ from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.clients.starts import Starter
 from kenning.core.mailbox import Undelivered, refusal, request_answer, request_refusal
 from kenning.core.names import STATUS_VALUE_KEY
-from kenning.core.published import check_key, search_text
+from kenning.core.published import PublishedStatus, check_key, search_text, status_of
 from kenning.core.records import TERMINAL_STATUSES, InstanceRow, NewInstance, StartOutcome
 from kenning.db import Database, connect
 from kenning.db.groupcommit import GroupCommit
@@ -32,7 +32,6 @@ from kenning.errors import (
     WorkflowFailedError,
     WorkflowNotFoundError,
 )
-from kenning.messages import PublishedStatus
 from kenning.registry import REGISTRY
 from kenning.starting import InvalidInputError as InvalidInputError  # re-exported: kenning.client's API
 from kenning.starting import StartedInstance as StartedInstance  # re-exported
@@ -354,13 +353,7 @@ class Client:
         """What the instance's last ``set_status`` published, None if it never did; raises
         ``WorkflowNotFoundError`` for an unknown instance."""
         read = await self._read_value(instance_id, STATUS_VALUE_KEY, None)
-        if read.value is None:
-            return None
-        status = read.value.value if isinstance(read.value.value, dict) else {}
-        progress = status.get("progress")
-        return PublishedStatus(
-            str(status.get("text", "")), None if progress is None else float(progress), read.value.updated_at
-        )
+        return None if read.value is None else status_of(read.value.value, read.value.updated_at)
 
     async def values(self, instance_id: str) -> dict[str, Any]:
         """Every value the instance published, by key (``{}`` for an unknown instance)."""

@@ -25,12 +25,12 @@ database being away, see ``kenning.db.errors``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from kenning import serialization
 from kenning.context import WorkflowContext
 from kenning.core.names import MESSAGE_TIMEOUT, STATUS_VALUE_KEY
+from kenning.core.published import PublishedStatus
 from kenning.errors import EventTimeoutError
 
 
@@ -122,15 +122,6 @@ async def receive(
 # (issue 29) A running workflow publishes durable values clients read without a worker
 # (``Client.get_value``), as DBOS's set_event/get_event: each publish is a step, the latest
 # value per key wins, and the values outlive the instance's end until its retention.
-
-
-@dataclass(frozen=True)
-class PublishedStatus:
-    """What ``set_status`` published last (``Client.get_status``)."""
-
-    text: str
-    progress: float | None  # a fraction in [0, 1], or None
-    updated_at: datetime | None  # when it was published (the database clock)
 
 
 async def publish_value(ctx: WorkflowContext, key: str, value: Any) -> None:

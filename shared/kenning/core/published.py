@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from kenning.core.limits import MAX_SEARCH_VALUE_LENGTH, MAX_VALUE_KEY_LENGTH
@@ -30,3 +32,20 @@ def search_text(key: str, value: Any) -> str | None:
     if len(text) > MAX_SEARCH_VALUE_LENGTH:
         raise ValueError(f"search attribute {key!r} is longer than {MAX_SEARCH_VALUE_LENGTH} characters")
     return text
+
+
+@dataclass(frozen=True)
+class PublishedStatus:
+    """What ``set_status`` published last (``Client.get_status``)."""
+
+    text: str
+    progress: float | None  # a fraction in [0, 1], or None
+    updated_at: datetime | None  # when it was published (the database clock)
+
+
+def status_of(value: Any, updated_at: datetime | None) -> PublishedStatus | None:
+    """The status ``set_status`` stored (``{"text": ..., "progress": ...}``), None if none."""
+    if not isinstance(value, dict):
+        return None
+    progress = value.get("progress")
+    return PublishedStatus(str(value.get("text", "")), None if progress is None else float(progress), updated_at)

@@ -29,10 +29,10 @@ from kenning.app import App
 from kenning.client import named_arguments, search_where
 from kenning.core.mailbox import Undelivered, request_answer, request_refusal
 from kenning.core.names import STATUS_VALUE_KEY
+from kenning.core.published import PublishedStatus, status_of
 from kenning.core.records import TERMINAL_STATUSES
 from kenning.errors import ConfigurationError, KenningError, ValueNotPublishedError, WorkflowFailedError
 from kenning.events import reserved_attribute_error
-from kenning.messages import PublishedStatus
 from kenning.starting import prepare_start
 from kenning.testing.inmemory import MemoryBackend
 from kenning.testing.overrides import Overrides
@@ -401,11 +401,7 @@ class WorkflowEnvironment:
     async def get_status(self, instance_id: str) -> PublishedStatus | None:
         """``Client.get_status``: what the instance's last ``set_status`` published."""
         await self.settle()
-        status = (await self.backend.state(instance_id)).values.get(STATUS_VALUE_KEY)
-        if not isinstance(status, dict):
-            return None
-        progress = status.get("progress")
-        return PublishedStatus(str(status.get("text", "")), None if progress is None else float(progress), None)
+        return status_of((await self.backend.state(instance_id)).values.get(STATUS_VALUE_KEY), None)
 
     async def outbox(self) -> list[OutgoingEvent]:
         """The events activities sent with ``send_event_transactional``, oldest first."""
