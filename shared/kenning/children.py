@@ -127,6 +127,7 @@ async def start_child(ctx: WorkflowContext, workflow: Workflow[Any], /, *args: A
         partition_key=options["partition_key"],
         priority=options["priority"],
         timeout=options["timeout"],
+        search_attributes=options["search_attributes"],
     )
     child, step_id = await ctx.runtime.start_child(workflow, workflow.named_arguments(args, kwargs), child_options)
     return ChildHandle(ctx, workflow, child, step_id)

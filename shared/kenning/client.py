@@ -158,6 +158,7 @@ class Client:
             partition_key=options["partition_key"],
             priority=options["priority"],
             timeout=options["timeout"],
+            search_attributes=options["search_attributes"],
         )
         self.results.expect(start.instance.instance_id)  # result() may then wait without reading first
         try:

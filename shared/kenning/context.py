@@ -59,6 +59,7 @@ class ChildOptions:
     partition_key: str | None = None
     priority: int | None = None
     timeout: float | None = None  # seconds; None: the child workflow's @workflow(timeout=...)
+    search_attributes: dict[str, Any] | None = None  # declared keys set with the child's row
 
 
 class Runtime(Protocol):

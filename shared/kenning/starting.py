@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic
@@ -20,6 +21,7 @@ from typing_extensions import TypeVar
 
 from kenning import serialization
 from kenning.core.limits import MAX_ID_LENGTH
+from kenning.core.published import check_key, search_text
 from kenning.core.records import Definition, NewInstance
 from kenning.errors import ConfigurationError, KenningError
 from kenning.observability import tracing
@@ -97,6 +99,7 @@ def prepare_start(
     partition_key: str | None = None,
     priority: int | None = None,
     timeout: float | None = None,
+    search_attributes: Mapping[str, Any] | None = None,
 ) -> Start:
     """``arguments`` (Python values, or JSON already) as the workflow's input. Raises
     ``InvalidInputError`` for an id or key PostgreSQL cannot index, an input it cannot
@@ -106,7 +109,8 @@ def prepare_start(
     a caller's are. ``queue`` (else the workflow's ``@workflow(queue=...)``) puts it in a
     queue with limits (kenning/queues.py), with a ``partition_key`` and a ``priority``
     (lower runs first) there. ``timeout`` (seconds; else the workflow's
-    ``@workflow(timeout=...)``) sets the instance's deadline."""
+    ``@workflow(timeout=...)``) sets the instance's deadline. ``search_attributes`` (keys
+    the workflow declares in ``@workflow(search_attributes=...)``) are written with the row."""
     wf = workflow if isinstance(workflow, Workflow) else registry.workflows.get(workflow)
     name = workflow.name if isinstance(workflow, Workflow) else workflow
     queue_name = _queue_of(wf, queue, partition_key, priority)
@@ -137,8 +141,29 @@ def prepare_start(
         partition_key=partition_key,
         priority=0 if priority is None else priority,
         timeout_seconds=timeout if timeout is not None else (wf.timeout if wf is not None else None),
+        search_attributes=_checked_search_attributes(wf, name, search_attributes),
     )
     return Start(instance, None if wf is None else Definition(name, wf.source_hash, wf.source, wf.retention_seconds))
+
+
+def _checked_search_attributes(
+    wf: Workflow[Any] | None, name: str, given: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """A start's search attributes, each a key its workflow declares (any key when this
+    process does not know the workflow) with a value a search attribute takes."""
+    if not given:
+        return None
+    for key, value in given.items():
+        try:
+            check_key(key)
+            if wf is not None and key not in wf.search_attributes:
+                declared = ", ".join(sorted(wf.search_attributes)) or "none"
+                raise ValueError(f"search attribute {key!r} is not declared by the workflow (declared: {declared})")
+            if search_text(key, value) is None:
+                raise ValueError(f"search attribute {key!r} needs a value at start, not None")
+        except (TypeError, ValueError) as error:
+            raise _invalid(name, str(error)) from None
+    return dict(given)
 
 
 def _queue_of(

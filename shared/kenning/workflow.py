@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import hashlib
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
@@ -72,6 +72,7 @@ class StartOptions:
     priority: int | None = None
     on_parent_cancel: str | None = None
     timeout: float | None = None  # seconds: this start's workflow timeout
+    search_attributes: dict[str, Any] | None = None  # declared keys, set with the instance's row
 
     def merged(self, **given: Any) -> dict[str, Any]:
         """These options with the ones a call gave as keywords (None: not given); one given
@@ -161,6 +162,7 @@ class Workflow(Generic[R, P]):
         priority: int | None = None,
         on_parent_cancel: str | None = None,
         timeout: float | timedelta | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> Workflow[R, P]:
         """This workflow with start options, for the checked start calls:
         ``await client.start(order.options(instance_id="o-1"), order_id="o-1")``,
@@ -168,7 +170,9 @@ class Workflow(Generic[R, P]):
         (``instance_id`` is then the child's id), ``await order.options(queue="q").start(...)``.
         The copy is the same workflow (its name, code and registry entry); options given
         again are added to these. ``timeout`` (seconds or a ``timedelta``) replaces the
-        workflow's ``@workflow(timeout=...)`` for these starts."""
+        workflow's ``@workflow(timeout=...)`` for these starts. ``search_attributes`` sets
+        declared search attributes with the instance's row (found by ``Client.list(where=...)``
+        before it first runs), as a ``publish_value`` of each would."""
         configured = copy.copy(self)
         configured.start_options = StartOptions(
             **self.start_options.merged(
@@ -179,6 +183,7 @@ class Workflow(Generic[R, P]):
                 priority=priority,
                 on_parent_cancel=on_parent_cancel,
                 timeout=_timeout_seconds(self.name, timeout),
+                search_attributes=None if search_attributes is None else dict(search_attributes),
             )
         )
         return configured

@@ -144,6 +144,14 @@ async def entity(ctx: WorkflowContext, owner: str, run: int = 1, bumps: int = 0)
     return bumps + 1
 
 
+@workflow(name="contract.tagged", search_attributes=("tenant", "tier"))
+async def tagged(ctx: WorkflowContext, children: int = 0) -> None:
+    """Search attributes set by its start (and its children's starts), then a wait."""
+    for n in range(children):
+        await start_child(ctx, tagged.options(search_attributes={"tenant": f"{ctx.instance_id}-{n}", "tier": n}))
+    await wait_timer(ctx, 60 if children else 30)  # a child ends before its parent: no race
+
+
 @workflow(name="contract.timers")
 async def timers(ctx: WorkflowContext) -> list[str]:
     await wait_timer(ctx, 10)

@@ -184,6 +184,17 @@ async def long_running_together(env: WorkflowEnvironment) -> None:
     assert (state.status, state.run, state.result) == ("completed", 3, {"result": 3})
 
 
+async def start_attributes(env: WorkflowEnvironment) -> None:
+    """Search attributes set by a start and by a child's start: found and read at once."""
+    await env.start(
+        contract.tagged.options(search_attributes={"tenant": "acme", "tier": 2}), instance_id="acme", children=1
+    )
+    assert [h.instance_id for h in await env.instances(where={"tenant": "acme"})] == ["acme"]
+    assert len(await env.instances(where={"tenant": "acme-0", "tier": 0})) == 1  # the child's
+    assert await env.get_value("acme", "tier") == 2
+    await env.sleep(61)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "order_saga_paths": order_saga_paths,
     "match_and_since": match_and_since,
@@ -199,6 +210,7 @@ SCENARIOS: dict[str, Scenario] = {
     "published": published,
     "continue_as_new": continue_as_new,
     "long_running_together": long_running_together,
+    "start_attributes": start_attributes,
 }
 
 

@@ -175,3 +175,27 @@ async def test_the_testing_environment_reads_values_on_either_backend(backend: s
         assert (await first.state()).values["receipt"] == {"paid": "card"}
         done = await env.get_status("o-1")
         assert done is not None and done.text == "paid"
+
+
+async def test_a_start_sets_search_attributes_before_any_worker_runs(database: Database) -> None:
+    async with Client(database=database) as client:
+        tagged = published.published_order.options(search_attributes={"customer": "c-7", "region": "ap"})
+        started = await client.start(tagged, customer="c-7", region="ap", rank=1)
+        found = await client.list(where={"customer": "c-7", "region": "ap"})
+        assert [row.id for row in found] == [started.instance_id]
+        assert (found[0].status, await client.get_value(started.instance_id, "region")) == ("pending", "ap")
+        with pytest.raises(InvalidInputError, match="'color' is not declared by the workflow"):
+            await client.start(
+                published.published_order.options(search_attributes={"color": "red"}),
+                customer="c-8",
+                region="ap",
+                rank=1,
+            )
+        with pytest.raises(InvalidInputError, match="takes a str, int, float or bool"):
+            await client.start(
+                published.published_order.options(search_attributes={"customer": [1]}),
+                customer="c-8",
+                region="ap",
+                rank=1,
+            )
+        assert [row.id for row in await client.list(where={"customer": "c-8"})] == []  # refused whole

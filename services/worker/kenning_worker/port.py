@@ -475,6 +475,7 @@ class PgInstancePort:
                 partition_key=command.partition_key,
                 priority=command.priority,
                 timeout_seconds=command.timeout_seconds,
+                search_attributes=command.search_attributes,
             )
             outcome = await self._autocommit(
                 lambda conn: children_sql.child_start_and_record(

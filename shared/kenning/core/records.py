@@ -142,6 +142,9 @@ class NewInstance:
     priority: int = 0
     # its workflow timeout: the deadline is this many seconds after the insert (database clock)
     timeout_seconds: float | None = None
+    # declared search attributes set by the start (key -> str, int, float or bool), written
+    # with the row as a publish_value of each would write them
+    search_attributes: dict[str, Any] | None = None
 
 
 class StartOutcome(enum.Enum):

@@ -53,6 +53,7 @@ async def start_child(
         partition_key=options.partition_key,
         priority=options.priority,
         timeout=options.timeout,
+        search_attributes=options.search_attributes,
     )
     new = start.instance
     command = StartChild(
@@ -68,6 +69,7 @@ async def start_child(
         partition_key=new.partition_key,
         priority=new.priority,
         timeout_seconds=new.timeout_seconds,
+        search_attributes=new.search_attributes,
     )
     started = await run.port.start_child(command)
     if started.cancel_requested:

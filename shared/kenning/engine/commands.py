@@ -113,6 +113,7 @@ class StartChild:
     partition_key: str | None = None
     priority: int = 0
     timeout_seconds: float | None = None  # its workflow timeout: the child's deadline, from its insert
+    search_attributes: dict[str, Any] | None = None  # declared keys set with the child's row
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from kenning.core.names import (
     MESSAGE_TIMEOUT,
     TIMER_EXPIRED,
 )
+from kenning.core.published import search_text
 from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord, OutboxEvent, SuspendOutcome
 from kenning.engine.commands import (
     AttemptCounted,
@@ -189,6 +190,15 @@ class MemoryInstance:
 
     def append(self, step_id: str, kind: str, step_name: str, payload: Any, payload_bytes: bytes | None = None) -> None:
         self.history.append(HistoryRecord(step_id, kind, step_name, payload, payload_bytes))
+
+    def set_search_attributes(self, attributes: dict[str, Any] | None) -> None:
+        """A start's search attributes, as its insert writes them: each a value, and its text
+        in the search."""
+        for key, value in (attributes or {}).items():
+            self.values[key] = value
+            text = search_text(key, value)
+            if text is not None:
+                self.search_attributes[key] = text
 
     def takes(self, event: MemoryEvent) -> bool:
         """The delivery statement's rules: waiting for the event's type, the data contains
@@ -486,6 +496,7 @@ class MemoryPort:
             )
             if command.timeout_seconds is not None:
                 child.deadline_at = self._clock() + command.timeout_seconds
+            child.set_search_attributes(command.search_attributes)
             self.instance.children.append(child)
         payload = {"child_id": command.child_id, "workflow": command.workflow_name}
         self.instance.append(command.step_id, CHILD_STARTED, command.step_name, payload)

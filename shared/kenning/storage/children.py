@@ -37,6 +37,7 @@ from kenning.db import Executor, statement
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
 from kenning.storage.inbox import CANCEL_TYPE
 from kenning.storage.names import notify
+from kenning.storage.published import search_texts, start_attributes
 from kenning.storage.queue_rows import QUEUE_ROWS, QUEUES_NOTIFIED, QUEUES_UNSEEN, queues_name
 
 if TYPE_CHECKING:
@@ -82,6 +83,10 @@ TOLD = f"""(SELECT {notify(CHANNEL_INBOX)} FROM (
         SELECT 1 FROM parents_told UNION ALL SELECT 1 FROM orphans_cancelled LIMIT 1) AS t) AS inbox_notified"""
 
 
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
 _CHILD_START_AND_RECORD = statement(
     f"""
     WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}, inserted AS (
@@ -97,8 +102,11 @@ _CHILD_START_AND_RECORD = statement(
                now() + make_interval(secs => CAST(:timeout AS float8))
         FROM fence WHERE NOT fence.cancel_requested
         ON CONFLICT DO NOTHING
-        RETURNING id, queue_name
-    ), named AS (
+        RETURNING id, queue_name, created_at
+    ), child_attributed AS (
+        SELECT id, CAST(:attributes AS jsonb) AS attributes, CAST(:search AS jsonb) AS search, created_at
+        FROM inserted
+    ), {start_attributes("child_attributed")}, named AS (
         -- its queue's row as any start keeps it (storage/queue_rows.py)
         SELECT queue_name AS queue, ARRAY[CAST(:workflow AS text)] AS names FROM inserted WHERE queue_name IS NOT NULL
     ), {QUEUE_ROWS}, existing AS (
@@ -168,6 +176,8 @@ async def child_start_and_record(
                 "partition": child.partition_key,
                 "priority": child.priority,
                 "timeout": child.timeout_seconds,
+                "attributes": _json_or_none(child.search_attributes),
+                "search": _json_or_none(search_texts(child.search_attributes)),
                 "payload": json.dumps({"child_id": child.instance_id, "workflow": child.workflow_name}),
                 **(folded or FoldedWrites()).params(),
             },

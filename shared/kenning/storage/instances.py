@@ -24,7 +24,17 @@ from kenning.storage.children import TOLD, tell_parents
 from kenning.storage.claims import CRASH_LOOP
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
 from kenning.storage.names import notify, notify_results
+from kenning.storage.published import search_texts, start_attributes
 from kenning.storage.queue_rows import QUEUE_ROWS, QUEUES_NOTIFIED, QUEUES_UNSEEN, queues_name
+
+START_ATTRIBUTES = """attributed AS (
+        SELECT s.id, s.attributes, s.search, i.created_at
+        FROM incoming AS s
+        JOIN first_inserted AS f ON f.position = s.position
+        JOIN inserted AS i ON i.id = s.id
+        WHERE s.attributes IS NOT NULL
+    ), """ + start_attributes("attributed")
+
 
 # The one insert of new instances: a client's batch of starts, an event's start, a cron tick.
 _INSTANCES_INSERT = statement(
@@ -32,7 +42,8 @@ _INSTANCES_INSERT = statement(
     WITH incoming AS (
         SELECT * FROM jsonb_to_recordset(CAST(:starts AS jsonb)) AS s(
             position integer, id text, name text, hash text, input jsonb, key text, not_before timestamptz,
-            trace jsonb, queue text, partition text, priority integer, timeout double precision)
+            trace jsonb, queue text, partition text, priority integer, timeout double precision,
+            attributes jsonb, search jsonb)
     ), admitted AS (
         -- a start with not_before (a cron tick) only if its workflow was first seen by then
         SELECT s.position, s.id, s.name, s.hash, s.input, s.key, s.trace, s.queue, s.partition, s.priority,
@@ -50,7 +61,7 @@ _INSTANCES_INSERT = statement(
                now() + make_interval(secs => timeout)
         FROM admitted ORDER BY position
         ON CONFLICT DO NOTHING
-        RETURNING id
+        RETURNING id, created_at
     ), named AS (
         SELECT queue, array_agg(DISTINCT name ORDER BY name) AS names FROM admitted WHERE queue IS NOT NULL
         GROUP BY queue
@@ -59,7 +70,7 @@ _INSTANCES_INSERT = statement(
         SELECT DISTINCT ON (s.id) s.position
         FROM incoming AS s JOIN inserted AS i ON i.id = s.id
         ORDER BY s.id, s.position
-    )
+    ), {START_ATTRIBUTES}
     -- identical notifications of one transaction reach listeners once: one wake-up per batch
     -- (none when :notify is false: the caller announces the batch later, instances_announce);
     -- queues created or newly naming a workflow at once (storage/queue_rows.py)
@@ -94,6 +105,8 @@ async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, noti
             "partition": start.partition_key,
             "priority": start.priority,
             "timeout": start.timeout_seconds,
+            "attributes": start.search_attributes,
+            "search": search_texts(start.search_attributes),
         }
         for position, start in enumerate(starts)
     ]

@@ -16,9 +16,39 @@ from datetime import datetime
 from typing import Any
 
 from kenning.core.names import STATUS_VALUE_KEY
+from kenning.core.published import search_text
 from kenning.core.records import InstanceRow
 from kenning.db import Executor, statement
 from kenning.storage.names import notify_results
+
+
+# Search attributes a start sets (``wf.options(search_attributes=...)``), written with the
+# rows as a publish_value of each would write them (value_publish below): the value, and
+# its text in the search with the instance's created_at (the lookup index's order).
+# ``started`` is a CTE of (id, attributes, search, created_at) of the rows inserted.
+def start_attributes(started: str) -> str:
+    return f"""attributes_valued AS (
+        INSERT INTO kenning_values AS v (instance_id, key, value)
+        SELECT a.id, e.key, e.value FROM {started} AS a CROSS JOIN LATERAL jsonb_each(a.attributes) AS e(key, value)
+        WHERE a.attributes IS NOT NULL
+        ON CONFLICT (instance_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+        RETURNING 1
+    ), attributes_indexed AS (
+        INSERT INTO kenning_search_attributes AS x (instance_id, key, value, created_at)
+        SELECT a.id, e.key, e.value, a.created_at
+        FROM {started} AS a CROSS JOIN LATERAL jsonb_each_text(a.search) AS e(key, value)
+        WHERE a.search IS NOT NULL
+        ON CONFLICT (instance_id, key) DO UPDATE SET value = EXCLUDED.value
+        RETURNING 1
+    )"""
+
+
+def search_texts(attributes: dict[str, Any] | None) -> dict[str, str] | None:
+    """A start's search attributes as the search indexes them (None values are not)."""
+    if not attributes:
+        return None
+    texts = {key: search_text(key, value) for key, value in attributes.items()}
+    return {key: text for key, text in texts.items() if text is not None}
 
 
 @dataclass(frozen=True)

@@ -219,6 +219,7 @@ class WorkflowEnvironment:
             idempotency_key=options["idempotency_key"],
             registry=self.app.registry,
             timeout=options["timeout"],
+            search_attributes=options["search_attributes"],
         )
         started = await self.backend.start(start)
         await self.settle()

@@ -97,6 +97,7 @@ class MemoryBackend:
             instance = MemoryInstance(new.instance_id, new.workflow_name, dict(new.input_json))
             if new.timeout_seconds is not None:  # the insert sets it on the database clock
                 instance.deadline_at = self.clock() + new.timeout_seconds
+            instance.set_search_attributes(new.search_attributes)
             self._add(instance)
             if key is not None:
                 self.keys[key] = new.instance_id
