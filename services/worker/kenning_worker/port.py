@@ -371,6 +371,19 @@ class PgInstancePort:
             await self._flush_locked()
             return await self._autocommit(statement, what)
 
+    async def _write_with_record(self, write: Callable[[Executor], Awaitable[T]], record: StepRecord) -> T:
+        """``write``'s statements in one transaction, after the deferred record: a step
+        whose row (a message, a reply, a value) and record commit together; ``write``
+        writes the record (``_write_record``, whose LeaseLostError rolls the row back)."""
+
+        async def run() -> T:
+            async with self.database.transaction() as conn:
+                return await write(conn)
+
+        async with self._lock:
+            await self._flush_locked()
+            return await self._storage(run(), f"step {record.step_id}")
+
     async def count_attempt(self, command: CountAttempt) -> AttemptCounted:
         outcome = await self._write_now(
             lambda conn: instances_sql.instance_record_attempt(
@@ -594,63 +607,54 @@ class PgInstancePort:
         lock (kenning.storage.messages); a refused send writes nothing."""
         record = command.record
 
-        async def write() -> MessageSent:
-            async with self.database.transaction() as conn:
-                await messages_sql.mailbox_lock(conn, command.instance_id)
-                sent = await messages_sql.message_send(
-                    conn,
-                    instance_id=command.instance_id,
-                    topic=command.topic,
-                    message_id=command.message_id,
-                    data=command.data,
-                    sender_instance_id=self.instance_id,
-                )
-                if sent.status is SendStatus.UNKNOWN_INSTANCE:
-                    return MessageSent(Undelivered.UNKNOWN_INSTANCE)
-                if sent.status is SendStatus.FINISHED:
-                    return MessageSent(Undelivered.FINISHED, sent.recipient_status)
-                await self._write_record(conn, record)  # LeaseLostError rolls the message back
-                return MessageSent(None, sent.recipient_status)
+        async def write(conn: Executor) -> MessageSent:
+            await messages_sql.mailbox_lock(conn, command.instance_id)
+            sent = await messages_sql.message_send(
+                conn,
+                instance_id=command.instance_id,
+                topic=command.topic,
+                message_id=command.message_id,
+                data=command.data,
+                sender_instance_id=self.instance_id,
+            )
+            if sent.status is SendStatus.UNKNOWN_INSTANCE:
+                return MessageSent(Undelivered.UNKNOWN_INSTANCE)
+            if sent.status is SendStatus.FINISHED:
+                return MessageSent(Undelivered.FINISHED, sent.recipient_status)
+            await self._write_record(conn, record)  # LeaseLostError rolls the message back
+            return MessageSent(None, sent.recipient_status)
 
-        async with self._lock:
-            await self._flush_locked()
-            answer = await self._storage(write(), f"step {record.step_id}")
+        answer = await self._write_with_record(write, record)
         if answer.refused is None:
             fault_point("step.after_commit")
         return answer
 
     async def subscribe(self, command: Subscribe) -> None:
-        async def write() -> None:
-            async with self.database.transaction() as conn:
-                await messages_sql.channel_subscribe(conn, channel=command.channel, instance_id=self.instance_id)
-                await self._write_record(conn, command.record)
+        async def write(conn: Executor) -> None:
+            await messages_sql.channel_subscribe(conn, channel=command.channel, instance_id=self.instance_id)
+            await self._write_record(conn, command.record)
 
-        async with self._lock:
-            await self._flush_locked()
-            await self._storage(write(), f"step {command.record.step_id}")
+        await self._write_with_record(write, command.record)
 
     async def publish(self, command: Publish) -> int:
         """The subscribers' mailbox locks, then the copies and the step's record, in one
         transaction (kenning.storage.messages)."""
 
-        async def write() -> int:
-            async with self.database.transaction() as conn:
-                recipients = await messages_sql.channel_lock_subscribers(conn, command.channel)
-                reached = await messages_sql.channel_publish(
-                    conn,
-                    channel=command.channel,
-                    recipients=recipients,
-                    message_id=command.message_id,
-                    data=command.data,
-                    sender_instance_id=self.instance_id,
-                )
-                record = dataclasses.replace(command.record, payload={**command.record.payload, "subscribers": reached})
-                await self._write_record(conn, record)
-                return reached
+        async def write(conn: Executor) -> int:
+            recipients = await messages_sql.channel_lock_subscribers(conn, command.channel)
+            reached = await messages_sql.channel_publish(
+                conn,
+                channel=command.channel,
+                recipients=recipients,
+                message_id=command.message_id,
+                data=command.data,
+                sender_instance_id=self.instance_id,
+            )
+            record = dataclasses.replace(command.record, payload={**command.record.payload, "subscribers": reached})
+            await self._write_record(conn, record)
+            return reached
 
-        async with self._lock:
-            await self._flush_locked()
-            reached = await self._storage(write(), f"step {command.record.step_id}")
+        reached = await self._write_with_record(write, command.record)
         fault_point("step.after_commit")
         return reached
 
@@ -686,22 +690,19 @@ class PgInstancePort:
         fence rolls the reply back when the lease moved); a message replied to before
         writes nothing."""
 
-        async def write() -> bool:
-            async with self.database.transaction() as conn:
-                replied = await replies_sql.reply_insert(
-                    conn,
-                    instance_id=self.instance_id,
-                    message_id=command.message_id,
-                    value=command.value,
-                    error=command.error,
-                )
-                if replied:
-                    await self._write_record(conn, command.record)  # LeaseLostError rolls the reply back
-                return replied
+        async def write(conn: Executor) -> bool:
+            replied = await replies_sql.reply_insert(
+                conn,
+                instance_id=self.instance_id,
+                message_id=command.message_id,
+                value=command.value,
+                error=command.error,
+            )
+            if replied:
+                await self._write_record(conn, command.record)  # LeaseLostError rolls the reply back
+            return replied
 
-        async with self._lock:
-            await self._flush_locked()
-            replied = await self._storage(write(), f"step {command.record.step_id}")
+        replied = await self._write_with_record(write, command.record)
         if replied:
             fault_point("step.after_commit")
         return replied
@@ -712,19 +713,16 @@ class PgInstancePort:
         """The value (its search text too) and the step's record in one transaction
         (kenning.storage.published); a lost lease rolls the value back."""
 
-        async def write() -> None:
-            async with self.database.transaction() as conn:
-                await published_sql.value_publish(
-                    conn,
-                    instance_id=self.instance_id,
-                    key=command.key,
-                    value=command.value,
-                    searchable=command.searchable,
-                    search_value=command.search_value,
-                )
-                await self._write_record(conn, command.record)
+        async def write(conn: Executor) -> None:
+            await published_sql.value_publish(
+                conn,
+                instance_id=self.instance_id,
+                key=command.key,
+                value=command.value,
+                searchable=command.searchable,
+                search_value=command.search_value,
+            )
+            await self._write_record(conn, command.record)
 
-        async with self._lock:
-            await self._flush_locked()
-            await self._storage(write(), f"step {command.record.step_id}")
+        await self._write_with_record(write, command.record)
         fault_point("step.after_commit")
