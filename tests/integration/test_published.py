@@ -23,7 +23,7 @@ from kenning.db import Database
 from kenning.storage import published as published_sql
 from kenning.storage import retention as retention_sql
 from kenning.testing import WorkflowEnvironment
-from tests.apps import published
+from tests.apps import contract, published
 from tests.support import eventually, running_worker
 
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -199,3 +199,14 @@ async def test_a_start_sets_search_attributes_before_any_worker_runs(database: D
                 rank=1,
             )
         assert [row.id for row in await client.list(where={"customer": "c-8"})] == []  # refused whole
+
+
+async def test_a_where_list_reads_a_chains_run_as_the_plain_list_does(database_url: str) -> None:
+    async with WorkflowEnvironment(contract.app, database_url=database_url, migrate=False) as env:
+        await env.start(contract.entity, instance_id="entity", owner="ann")
+        for run in (1, 2):
+            await env.request("entity", "bump", None, request_id=f"b{run}", timeout=60)
+    async with Client(database_url) as client:
+        plain = [row for row in await client.list() if row.id == "entity"]
+        found = await client.list(where={"owner": "ann"})
+        assert [(row.id, row.run) for row in found] == [(plain[0].id, plain[0].run)] == [("entity", 3)]

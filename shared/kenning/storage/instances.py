@@ -26,6 +26,7 @@ from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATION
 from kenning.storage.names import notify, notify_results
 from kenning.storage.published import search_texts, start_attributes
 from kenning.storage.queue_rows import QUEUE_ROWS, QUEUES_NOTIFIED, QUEUES_UNSEEN, queues_name
+from kenning.storage.rows import instance_row_columns
 
 START_ATTRIBUTES = """attributed AS (
         SELECT s.id, s.attributes, s.search, i.created_at
@@ -481,10 +482,8 @@ async def instance_request_cancel(conn: Executor, instance_id: str) -> tuple[str
 
 
 _INSTANCE_GET = statement(
-    """
-    SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
-           available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key,
-           runs_without_progress, run
+    f"""
+    SELECT {instance_row_columns()}
     FROM kenning_instances WHERE id = :id
     """
 )
@@ -501,10 +500,8 @@ async def instance_get(conn: Executor, instance_id: str) -> InstanceRow | None:
 
 
 _INSTANCE_LIST = statement(
-    """
-    SELECT id, workflow_name, status, input, result, error, cancel_requested, lease_owner,
-           available_at, run_count, created_at, updated_at, finished_at, source_hash, idempotency_key,
-           runs_without_progress, run
+    f"""
+    SELECT {instance_row_columns()}
     FROM kenning_instances
     WHERE (CAST(:status AS text) IS NULL OR status = :status)
       AND (CAST(:workflow AS text) IS NULL OR workflow_name = :workflow)

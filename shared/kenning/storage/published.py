@@ -20,6 +20,7 @@ from kenning.core.published import search_text
 from kenning.core.records import InstanceRow
 from kenning.db import Executor, statement
 from kenning.storage.names import notify_results
+from kenning.storage.rows import instance_row_columns
 
 
 # Search attributes a start sets (``wf.options(search_attributes=...)``), written with the
@@ -164,10 +165,8 @@ async def search_attributes_of(conn: Executor, instance_id: str) -> dict[str, st
 # the list's order (newest first), the other pairs are checked per entry on the primary
 # key, so a page reads about ``limit`` entries when most match, however many do.
 _INSTANCE_LIST_WHERE = statement(
-    """
-    SELECT i.id, i.workflow_name, i.status, i.input, i.result, i.error, i.cancel_requested, i.lease_owner,
-           i.available_at, i.run_count, i.created_at, i.updated_at, i.finished_at, i.source_hash,
-           i.idempotency_key, i.runs_without_progress
+    f"""
+    SELECT {instance_row_columns("i")}
     FROM kenning_search_attributes AS s
     JOIN kenning_instances AS i ON i.id = s.instance_id
     WHERE s.key = :key AND s.value = :value
