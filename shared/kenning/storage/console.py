@@ -146,10 +146,7 @@ def _by_search_attributes(shape: InstanceFilters, after: bool, limit: str) -> st
         keyset = "s.created_at <= :after_created AND (s.created_at < :after_created OR s.instance_id < :after_id)"
     return f"""(SELECT i.* FROM kenning_search_attributes AS s JOIN kenning_instances AS i ON i.id = s.instance_id
         WHERE s.key = :where_key AND s.value = :where_value AND {keyset} AND {_indexed_where(shape, False)}
-          AND NOT EXISTS (
-              SELECT FROM jsonb_each_text(CAST(:where_others AS jsonb)) AS w
-              WHERE (SELECT o.value FROM kenning_search_attributes AS o
-                     WHERE o.instance_id = s.instance_id AND o.key = w.key) IS DISTINCT FROM w.value)
+          AND {published.other_pairs_hold("s", "where_others")}
         ORDER BY s.created_at DESC, s.instance_id DESC LIMIT :{limit})"""
 
 

@@ -161,6 +161,16 @@ async def search_attributes_of(conn: Executor, instance_id: str) -> dict[str, st
     return {row.key: row.value for row in rows}
 
 
+def other_pairs_hold(search: str, others: str) -> str:
+    """SQL: the instance of the search row ``search`` holds every pair of the JSON object
+    parameter ``others``, each read on the primary key (instance_id, key): the lookup index
+    would scan the pair's whole (key, value) range for this instance."""
+    return f"""NOT EXISTS (
+              SELECT FROM jsonb_each_text(CAST(:{others} AS jsonb)) AS w
+              WHERE (SELECT o.value FROM kenning_search_attributes AS o
+                     WHERE o.instance_id = {search}.instance_id AND o.key = w.key) IS DISTINCT FROM w.value)"""
+
+
 # Driven by kenning_search_attributes_lookup: the first pair's index entries are read in
 # the list's order (newest first), the other pairs are checked per entry on the primary
 # key, so a page reads about ``limit`` entries when most match, however many do.
@@ -172,12 +182,7 @@ _INSTANCE_LIST_WHERE = statement(
     WHERE s.key = :key AND s.value = :value
       AND (CAST(:status AS text) IS NULL OR i.status = :status)
       AND (CAST(:workflow AS text) IS NULL OR i.workflow_name = :workflow)
-      AND NOT EXISTS (
-          -- each other pair read on the primary key (instance_id, key): the lookup index
-          -- would scan the pair's whole (key, value) range for this instance
-          SELECT FROM jsonb_each_text(CAST(:others AS jsonb)) AS w
-          WHERE (SELECT o.value FROM kenning_search_attributes AS o
-                 WHERE o.instance_id = s.instance_id AND o.key = w.key) IS DISTINCT FROM w.value)
+      AND {other_pairs_hold("s", "others")}
     ORDER BY s.created_at DESC, s.instance_id DESC
     LIMIT :limit
     """
