@@ -45,7 +45,17 @@ if TYPE_CHECKING:
 
 # The source of the cancellation requests a parent's end sends its children.
 PARENT_CANCEL_SOURCE = "kenning.parent"
-_TERMINAL = "('completed', 'failed', 'cancelled')"
+TERMINAL = "('completed', 'failed', 'cancelled')"  # an ended instance's statuses, as SQL
+
+
+def parent_end_cancels(children: str) -> str:
+    """SQL: what a parent's end does to its unfinished ``on_parent_cancel='cancel'``
+    children, a cancellation request in the inbox for each; ``children`` is a FROM item of
+    child rows (``id``, ``on_parent_cancel``, ``status``) aliased ``c``."""
+    return f"""INSERT INTO kenning_inbox (kind, source, event_id, event_type, instance_id)
+        SELECT 'cancel', '{PARENT_CANCEL_SOURCE}', CAST(gen_random_uuid() AS text), '{CANCEL_TYPE}', c.id
+        FROM {children}
+        WHERE c.on_parent_cancel = 'cancel' AND c.status NOT IN {TERMINAL}"""
 
 
 def _child_data(row: str) -> str:
@@ -70,10 +80,7 @@ def tell_parents(finished: str) -> str:
         RETURNING 1
     ), orphans_cancelled AS (
         -- the parent index: one probe per ended instance, empty for nearly all
-        INSERT INTO kenning_inbox (kind, source, event_id, event_type, instance_id)
-        SELECT 'cancel', '{PARENT_CANCEL_SOURCE}', CAST(gen_random_uuid() AS text), '{CANCEL_TYPE}', c.id
-        FROM {finished} AS f JOIN kenning_instances AS c ON c.parent_id = f.id
-        WHERE c.on_parent_cancel = 'cancel' AND c.status NOT IN {_TERMINAL}
+        {parent_end_cancels(f"{finished} AS f JOIN kenning_instances AS c ON c.parent_id = f.id")}
         RETURNING 1
     )"""
 
@@ -203,7 +210,7 @@ _CHILD_WAIT_OR_SUSPEND = statement(
     f"""
     WITH {LEASE_FENCE}, {PENDING_STEP}, {SAVE_COMPENSATIONS}, child AS (
         SELECT c.id, c.status, c.result, c.error FROM kenning_instances AS c
-        WHERE c.id = :child_id AND c.status IN {_TERMINAL}
+        WHERE c.id = :child_id AND c.status IN {TERMINAL}
     ), taken AS (
         INSERT INTO kenning_history (instance_id, step_id, kind, step_name, payload)
         SELECT fence.id, :step_id, '{EVENT_RECEIVED}', :step_name, {_ENDED_PAYLOAD}

@@ -27,13 +27,11 @@ from typing import Any
 
 from kenning.core.names import CHANNEL_INBOX
 from kenning.db import Executor, statement
-from kenning.storage.children import PARENT_CANCEL_SOURCE
-from kenning.storage.inbox import CANCEL_TYPE
+from kenning.storage.children import TERMINAL, parent_end_cancels
 from kenning.storage.names import notify
 
 # how an earlier run of a chain ended (kenning_instance_runs.ended)
 CONTINUED_AS_NEW = "continued_as_new"
-_TERMINAL = "('completed', 'failed', 'cancelled')"
 
 _RUN_CONTINUE = statement(
     f"""
@@ -48,16 +46,15 @@ _RUN_CONTINUE = statement(
     ), uncompensated AS (
         DELETE FROM kenning_compensations AS c USING go WHERE c.instance_id = go.id RETURNING 1
     ), kids AS (
-        SELECT c.id, c.on_parent_cancel FROM kenning_instances AS c JOIN go ON c.parent_id = go.id
-        WHERE c.status NOT IN {_TERMINAL}
+        SELECT c.id, c.on_parent_cancel, c.status FROM kenning_instances AS c JOIN go ON c.parent_id = go.id
+        WHERE c.status NOT IN {TERMINAL}
     ), detached AS (
         UPDATE kenning_instances AS c SET parent_id = NULL, parent_step = NULL, updated_at = now()
         FROM kids WHERE c.id = kids.id
         RETURNING c.id
     ), orphans_cancelled AS (
-        INSERT INTO kenning_inbox (kind, source, event_id, event_type, instance_id)
-        SELECT 'cancel', '{PARENT_CANCEL_SOURCE}', CAST(gen_random_uuid() AS text), '{CANCEL_TYPE}', kids.id
-        FROM kids WHERE kids.on_parent_cancel = 'cancel'
+        -- as at a parent's end (storage/children.py)
+        {parent_end_cancels("kids AS c")}
         RETURNING 1
     ), summary AS (
         INSERT INTO kenning_instance_runs (instance_id, run, input, started_at, ended_at, steps, ended)
