@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 
 from kenning import App, MessageAlreadyRepliedError, WorkflowContext, activity, receive, wait_timer, workflow
+from kenning.core.limits import MAX_REPLY_BYTES
 from kenning.core.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED, MESSAGE_RECEIVED, MESSAGE_REPLIED
 from kenning.engine.memory import MemoryInstance, run_once, run_until_rest
-from kenning.engine.messages import REPLY_MAX_BYTES
 from kenning.engine.outcomes import RunOutcome
 
 app = App()
@@ -61,7 +61,7 @@ async def engine_rejecter(ctx: WorkflowContext) -> None:
 async def engine_huge_reply(ctx: WorkflowContext) -> str:
     request = await receive(ctx, "approve")
     try:
-        await request.reply(ctx, "x" * REPLY_MAX_BYTES)
+        await request.reply(ctx, "x" * MAX_REPLY_BYTES)
     except ValueError as error:
         await request.reply(ctx, "too big")
         return str(error)

@@ -15,6 +15,11 @@ MAX_VALUE_CHARS = 256 * 1024
 values are read whole by clients and the console, so they stay small; a larger one is
 refused before any write (``UnstorableValueError``)."""
 
+MAX_REPLY_BYTES = 1024 * 1024
+"""Largest reply to a request (``message.reply``'s value, or ``reply_error``'s reason), in
+bytes of its JSON: the client reads it in one row, and a request is a conversation, not a
+data transfer; a larger one raises ``ValueError`` in the workflow before any write."""
+
 MAX_SEARCH_VALUE_LENGTH = 1024
 """Longest search attribute value (as text), in characters: it is a key of a btree index,
 whose entries PostgreSQL caps at about 2.7 kB."""

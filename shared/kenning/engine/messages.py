@@ -17,6 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from kenning import serialization
+from kenning.core.limits import MAX_REPLY_BYTES
 from kenning.core.mailbox import refusal
 from kenning.core.names import ACTIVITY_FAILED, CHANNEL_SUBSCRIBED, MESSAGE_REPLIED, MESSAGE_SENT
 from kenning.core.records import HistoryRecord
@@ -32,9 +33,6 @@ RECEIVE_STEP = "receive"
 SUBSCRIBE_STEP = "subscribe"
 PUBLISH_STEP = "publish"
 REPLY_STEP = "reply"
-# A reply's JSON text (its value, or its error's reason) may be at most this long: the
-# client reads it in one row, and a request is a conversation, not a data transfer.
-REPLY_MAX_BYTES = 1024 * 1024
 
 
 async def send_message(run: WorkflowRun, instance_id: str, topic: str, data: Any, message_id: str | None) -> str:
@@ -126,8 +124,8 @@ async def reply_message(run: WorkflowRun, message_id: str, topic: str, value: An
         return
     stored = None if error is not None else serialization.storable_json(value, f"reply to message {message_id!r}")
     size = len(json.dumps(stored if error is None else error).encode())
-    if size > REPLY_MAX_BYTES:
-        raise ValueError(f"reply to message {message_id!r} ({topic!r}) is {size} bytes of JSON, over {REPLY_MAX_BYTES}")
+    if size > MAX_REPLY_BYTES:
+        raise ValueError(f"reply to message {message_id!r} ({topic!r}) is {size} bytes of JSON, over {MAX_REPLY_BYTES}")
     await run.before_new_step(step_id, step_name)
     payload = {"message_id": message_id, "topic": topic, "rejected": error is not None}
     replied = await run.port.reply_message(
