@@ -288,7 +288,8 @@ class WorkflowEnvironment:
         self._check_open()
         data = serialization.storable_json(data, f"request {topic!r} data")
         request_id = request_id or str(uuid.uuid4())
-        remaining = None if timeout is None else seconds_of(timeout)
+        total = None if timeout is None else seconds_of(timeout)
+        remaining = total
         await self.backend.send_request(instance_id, topic, data, request_id)
         await self.settle()
         while True:
@@ -296,9 +297,7 @@ class WorkflowEnvironment:
             if state is None:
                 raise request_refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, request_id, None)
             if state.replied or state.status in TERMINAL_STATUSES or remaining == 0.0:
-                value = request_answer(
-                    instance_id, topic, request_id, state, timeout=None if timeout is None else seconds_of(timeout)
-                )
+                value = request_answer(instance_id, topic, request_id, state, timeout=total)
                 return value if model is None else serialization.from_json(value, model)
             due = await self.backend.next_due()
             if due is None and remaining is None:
