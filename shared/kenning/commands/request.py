@@ -19,7 +19,7 @@ from kenning.commands.output import emit_json
 from kenning.commands.send import json_value
 from kenning.errors import MessageUndeliverableError, RequestTimeoutError, UnstorableValueError, UsageError
 from kenning.runtime.appload import database_url
-from kenning.runtime.config import add_database_options, add_logging_options
+from kenning.runtime.config import add_database_options, add_logging_options, non_negative_float
 
 HELP = "send a request to a workflow instance and print its reply"
 
@@ -27,21 +27,13 @@ HELP = "send a request to a workflow instance and print its reply"
 TIMED_OUT = 124
 
 
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more seconds, got {text}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("instance_id", metavar="INSTANCE", help="the instance that answers")
     parser.add_argument("topic", metavar="TOPIC", help="the mailbox's topic, as the workflow's receive names it")
     parser.add_argument("data", metavar="DATA", type=json_value, nargs="?", default=None, help="JSON (default: null)")
-    parser.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait for the reply (default: 60)")
+    parser.add_argument(
+        "--timeout", type=non_negative_float, default=60.0, help="seconds to wait for the reply (default: 60)"
+    )
     parser.add_argument(
         "--id", dest="request_id", default=None, help="request id (default: a new UUID); asking again gets its reply"
     )

@@ -140,7 +140,7 @@ class _Repeated(argparse.Action):
 
 def positive_float(text: str) -> float:
     value = float(text)
-    if value <= 0:
+    if not value > 0:  # NaN too
         raise ValueError("must be greater than 0")
     return value
 
@@ -162,7 +162,7 @@ def port_number(text: str) -> int:
 
 def non_negative_float(text: str) -> float:
     value = float(text)
-    if value < 0:
+    if not value >= 0:  # NaN too
         raise ValueError("must not be negative")
     return value
 
