@@ -209,3 +209,22 @@ async def test_a_request_to_an_instance_cancelled_meanwhile_raises_at_the_cancel
             await asking
         assert time.monotonic() - cancelled_at < 5  # the end's commit woke it, not the 60 s timeout
     assert unanswered.value.status == "cancelled"
+
+
+async def test_a_request_cancelled_as_a_notification_wakes_it_is_cancelled(database: Database) -> None:
+    """The client's wait is cancelled in the loop turn a notification wakes it: the
+    cancellation must reach the caller (Python 3.11's ``asyncio.wait_for`` returned
+    normally then, and the request waited out its whole timeout)."""
+    async with Client(database=database) as client:
+        instance = (await client.start(requests.approver, count=1)).instance_id  # no worker: it stays pending
+        asking = asyncio.create_task(client.request(instance, "approve", {"amount": 1}, timeout=5))
+        while not client.results._waiters.get(instance):  # the request waits for its reply now
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # past its first read, in the wait between reads (a 1 s poll)
+        for woken in client.results._waiters[instance]:
+            woken.set()  # a notification, in the same turn as the cancel
+        asking.cancel()
+        began = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+        assert time.monotonic() - began < 2

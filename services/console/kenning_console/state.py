@@ -7,7 +7,6 @@ Starlette app's state, so route modules (instances, actions, events) need no glo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -16,6 +15,7 @@ from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
 from kenning.app import App
+from kenning.core.cancelling import wait_until_set
 from kenning.db import Database, Executor
 from kenning_console.settings import ConsoleSettings
 
@@ -68,8 +68,7 @@ class Changes:
     async def wait(self, seen: int, timeout: float) -> int:
         """The generation once it differs from ``seen``, or after ``timeout`` seconds."""
         if self.generation == seen:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._moved.wait(), timeout)
+            await wait_until_set(self._moved, timeout)
         return self.generation
 
 

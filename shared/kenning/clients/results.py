@@ -18,7 +18,6 @@ finishing statements send no NOTIFY at all (``storage.results.results_listen``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -27,7 +26,7 @@ from typing import TypeVar
 import psycopg
 import structlog
 
-from kenning.core.cancelling import cancel_and_wait
+from kenning.core.cancelling import cancel_and_wait, wait_until_set
 from kenning.core.database_urls import libpq_url
 from kenning.core.records import TERMINAL_STATUSES, InstanceRow
 from kenning.db import Executor
@@ -101,8 +100,7 @@ class ResultWaits:
                 wait = self.poll_interval if deadline is None else min(self.poll_interval, deadline - loop.time())
                 if wait <= 0:
                     return row
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), timeout=wait)
+                await wait_until_set(woken, wait)
         finally:
             waiting = self._waiters.get(instance_id)
             if waiting is not None:
@@ -132,8 +130,7 @@ class ResultWaits:
                 wait = self.poll_interval if deadline is None else min(self.poll_interval, deadline - loop.time())
                 if wait <= 0:
                     return last
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), timeout=wait)
+                await wait_until_set(woken, wait)
         finally:
             waiting = self._waiters.get(instance_id)
             if waiting is not None:
@@ -157,8 +154,7 @@ class ResultWaits:
         limit = self.poll_interval
         if deadline is not None:
             limit = min(limit, max(0.0, deadline - asyncio.get_running_loop().time()))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._listening.wait(), timeout=limit)
+        await wait_until_set(self._listening, limit)
 
     def _wake(self, payload: str) -> None:
         try:

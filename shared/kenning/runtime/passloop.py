@@ -29,6 +29,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+from kenning.core.cancelling import wait_until_set
 from kenning.db.errors import is_unavailable
 from kenning.db.listener import Listener
 
@@ -89,9 +90,7 @@ class PassLoop:
                 delay = self._retry_seconds
             if delay <= 0:
                 continue
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            except TimeoutError:
+            if not await wait_until_set(self._wake, delay):
                 if self._on_poll is not None:
                     self._on_poll()
                 continue
@@ -119,8 +118,7 @@ async def listening(
     await listener.start()
     try:
         if connected_within > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(listener.connected.wait(), timeout=connected_within)
+            await wait_until_set(listener.connected, connected_within)
         yield
     finally:
         await listener.stop()
