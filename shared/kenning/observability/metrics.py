@@ -9,6 +9,9 @@ Two kinds, by what they cost:
   status): ``DatabaseGauges``, made at scrape time from the one statement of
   ``kenning.storage.metrics``, never per event.
 
+Beside them one gauge every process sets of itself, ``COMMIT_STALL``: how long its commit
+probe waits (``kenning.runtime.commitwatch``).
+
 Each family names the processes that export it (``exported_by``): every process imports
 this module, but a scrape of the worker carries the worker's families only, not 35 empty
 ones of the others. The database gauges come from one kind of process,

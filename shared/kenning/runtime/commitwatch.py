@@ -116,7 +116,12 @@ class CommitWatch:
     async def _watching(self) -> None:
         tick = min(MAX_TICK_SECONDS, self.stall_seconds / 4)
         while True:
+            before = self.clock()
             await asyncio.sleep(tick)
+            if self.clock() - before > 2 * tick + 1.0:
+                # this process did not run meanwhile (SIGSTOP, a starved host): the probe's
+                # answer may be waiting to be read; judge at the next tick, not now
+                continue
             self.look()
 
     def look(self) -> None:
