@@ -78,7 +78,7 @@ async def test_commits_that_never_complete_fail_readiness_everywhere_and_are_nam
         scheduler = spawn_scheduler(processes, pg.url, "--metrics-port", str(scheduler_port), env=env)
         receiver = await start_receiver(processes)
         relayer = relayer_process(processes, pg.url, receiver.url, "--metrics-port", str(relayer_port), env=env)
-        ingress = start_ingress(processes, pg.url, env=env)
+        ingress = start_ingress(processes, pg.url, "--workers", "2", env=env)  # readyz: either answers
         console_url, console = spawn_console(processes, pg.url, env=env)
         kenning_processes = [worker, scheduler, relayer, ingress.process, console]
         urls = {
