@@ -23,11 +23,13 @@ from starlette.staticfiles import StaticFiles
 from kenning.app import App
 from kenning.core.names import env_name
 from kenning.db import Database
+from kenning.runtime.scrape import readiness_body
+from kenning.storage import inbox as inbox_sql
 from kenning_console import actions, bulk, events, instances, live, login, metrics, queues, schedules, values, workers
 from kenning_console.pages import ErrorPageMiddleware, http_error, templates
 from kenning_console.security import SecurityMiddleware
 from kenning_console.settings import ConsoleSettings
-from kenning_console.state import Console
+from kenning_console.state import Console, console_of
 
 _log = structlog.get_logger("kenning.console")
 
@@ -40,8 +42,22 @@ async def healthz(request: Request) -> Response:
     return PlainTextResponse("ok\n")
 
 
+async def readyz(request: Request) -> Response:
+    """Ready unless its commits do not complete (``kenning.runtime.commitwatch``) or the
+    database does not answer."""
+    console = console_of(request)
+    reason = console.readiness() if console.readiness is not None else None
+    if reason is None:
+        try:
+            await console.read(inbox_sql.inbox_check_ready)
+        except Exception as error:  # the page says why; the pool's users log an unreachable database
+            reason = f"database unavailable: {type(error).__name__}"
+    code, body = readiness_body(reason)
+    return Response(body, status_code=code, media_type="application/json")
+
+
 def routes() -> list[BaseRoute]:
-    found: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
+    found: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
     for module in ROUTE_MODULES:
         found.extend(module.routes())
     found.append(Mount("/static", StaticFiles(packages=[("kenning_console", "static")]), name="static"))

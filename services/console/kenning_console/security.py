@@ -72,7 +72,7 @@ WRONG_TOKEN_DELAY = 0.5
 # paths anyone may reach: the login form, the health check, Prometheus's scrape (request
 # counts, no workflow's data: kenning_console.metrics), and under the static mount the
 # stylesheet and script the login form uses (exact paths: "/loginx" is not public)
-PUBLIC_PATHS = frozenset({"/login", "/healthz", "/metrics"})
+PUBLIC_PATHS = frozenset({"/login", "/healthz", "/readyz", "/metrics"})
 STATIC_PREFIX = "/static/"
 # the Host an open console answers to, whatever the port (and --console-allowed-hosts)
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})

@@ -35,6 +35,8 @@ class Console:
     changes: Changes = field(default_factory=lambda: Changes())
     watchers: Watchers | None = field(default=None)  # the LISTEN connection while a page watches
     downloads: int = 0  # values streaming now (kenning_console.values)
+    # why the console is not ready (its commits do not complete), while it serves
+    readiness: Callable[[], str | None] | None = field(default=None)
 
     async def read(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
         """Run one statement on a pooled autocommit connection, bounded by the database timeout."""

@@ -48,7 +48,9 @@ async def present(console: Console) -> AsyncIterator[None]:
         kind="console",
         process_id=process_id("console-"),
         interval=settings.presence_interval,
+        commit_stall_seconds=settings.commit_stall_seconds,
         details=lambda: {"listen": f"{settings.host}:{settings.port}", "app": settings.app},
     )
+    console.readiness = presence.commits.verdict
     async with presence.running():
         yield

@@ -77,6 +77,7 @@ class Ingress:
     def __init__(self, settings: IngressSettings) -> None:
         self.settings = settings
         self.database: Database | None = None
+        self.presence: Presence | None = None  # its registry entry and commit watch, while it serves
         self.inbox: GroupCommit[NewEvent, bool] = GroupCommit(
             write=lambda events: self._run(lambda conn: inbox_sql.inbox_insert_events(conn, events)),
             # a batch that failed on a request's own data is retried request by request;
@@ -110,8 +111,9 @@ class Ingress:
         )
         try:
             # each broker source writes through the same group commit as the requests
+            self.presence = self._presence()
             async with (
-                self._presence().running(),
+                self.presence.running(),
                 running_sources(
                     self.settings.sources, self.inbox.store, self.settings.limits, self.settings.max_body_bytes
                 ),
@@ -129,6 +131,7 @@ class Ingress:
             kind="ingress",
             process_id=process_id("ingress-"),
             interval=settings.presence_interval,
+            commit_stall_seconds=settings.commit_stall_seconds,
             details=lambda: {
                 "listen": f"{settings.host}:{settings.port}",
                 "workers": settings.workers,
@@ -298,6 +301,10 @@ class Ingress:
         return await metrics_response(self.database)
 
     async def readyz(self, request: Request) -> Response:
+        # a primary that answers reads but finishes no commit: the read below would pass
+        stalled = self.presence.commits.verdict() if self.presence is not None else None
+        if stalled is not None:
+            return responses.error(503, stalled, "commits_stalled", retryable=True)
         try:
             await self._run(inbox_sql.inbox_check_ready)
         except Exception as exc:

@@ -53,10 +53,15 @@ async def _serve(settings: RelayerSettings, starting: Starting) -> None:
         pgbouncer=settings.pgbouncer,
         direct_url=settings.direct_database_url,
     )
-    async with serving_metrics(metrics.RELAYER, database, settings.metrics_host, settings.metrics_port):
-        await serve(
-            Relayer(database, settings), close=database.dispose, health_file=settings.health_file, starting=starting
-        )
+    relayer = Relayer(database, settings)
+    async with serving_metrics(
+        metrics.RELAYER,
+        database,
+        settings.metrics_host,
+        settings.metrics_port,
+        readiness=relayer.presence.commits.verdict,
+    ):
+        await serve(relayer, close=database.dispose, health_file=settings.health_file, starting=starting)
 
 
 def run(args: argparse.Namespace) -> int:

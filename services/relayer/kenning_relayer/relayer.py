@@ -59,6 +59,7 @@ class Relayer:
             kind="relayer",
             process_id=self.relayer_id,
             interval=settings.presence_interval,
+            commit_stall_seconds=settings.commit_stall_seconds,
             details=lambda: {"broker": hide_credentials(settings.broker_url), "batch_size": settings.batch_size},
         )
 

@@ -34,9 +34,16 @@ async def _serve(settings: SchedulerSettings, app: App | None, starting: Startin
         pgbouncer=settings.pgbouncer,
         direct_url=settings.direct_database_url,
     )
-    async with serving_metrics(metrics.SCHEDULER, database, settings.metrics_host, settings.metrics_port):
+    scheduler = Scheduler(database, app, settings)
+    async with serving_metrics(
+        metrics.SCHEDULER,
+        database,
+        settings.metrics_host,
+        settings.metrics_port,
+        readiness=scheduler.presence.commits.verdict,
+    ):
         await serve(
-            Scheduler(database, app, settings),
+            scheduler,
             close=database.dispose,
             health_file=settings.health_file,
             starting=starting,

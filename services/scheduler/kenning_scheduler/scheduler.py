@@ -103,6 +103,7 @@ class Scheduler:
             kind="scheduler",
             process_id=self.scheduler_id,
             interval=self.settings.presence_interval,
+            commit_stall_seconds=self.settings.commit_stall_seconds,
             details=lambda: {"app": self.settings.app, "schedules": sorted(wf.name for wf in self.cron.workflows)},
             forget_stale=True,
         )

@@ -40,7 +40,13 @@ async def _serve(settings: WorkerSettings, app: App, starting: Starting) -> None
     worker = Worker(database, app, settings)
     bound = ExitBound(settings.shutdown_grace_seconds)  # SIGTERM: exit within grace + a margin
     bound.install(asyncio.get_running_loop())
-    async with serving_metrics(metrics.WORKER, database, settings.metrics_host, settings.metrics_port):
+    async with serving_metrics(
+        metrics.WORKER,
+        database,
+        settings.metrics_host,
+        settings.metrics_port,
+        readiness=worker.presence.commits.verdict,
+    ):
         await serve(
             worker, close=database.dispose, health_file=settings.health_file, on_signal=bound.arm, starting=starting
         )

@@ -196,6 +196,7 @@ class Worker:
             kind="worker",
             process_id=self.worker_id,
             interval=self.settings.presence_interval,
+            commit_stall_seconds=self.settings.commit_stall_seconds,
             details=self.presence_details,
         )
 

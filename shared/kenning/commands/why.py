@@ -7,7 +7,10 @@ its workflow (and this instance's version of it); what the stuck check recorded;
 retention will delete it. All of it read in one statement
 (``kenning.storage.progress.instance_explain``), judged on the database's clock; then, from
 the fleet's registry (``kenning workers list``), how many live workers run its workflow:
-an instance a worker must take on is going nowhere while none does.
+an instance a worker must take on is going nowhere while none does. Last, whether commits
+complete at all (``kenning.storage.server.commits_waiting``): a primary whose synchronous
+standby is gone answers this command's reads but holds every commit, so every unfinished
+instance waits on that first.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from typing import Any
 from kenning.commands.output import emit, emit_json
 from kenning.db import connect
 from kenning.errors import WorkflowNotFoundError
-from kenning.runtime.config import add_database_options, add_logging_options
+from kenning.runtime.config import add_commit_stall_option, add_database_options, add_logging_options
 from kenning.storage import processes as processes_sql
 from kenning.storage import progress as progress_sql
+from kenning.storage import server as server_sql
+from kenning.storage.server import CommitWaits
 
 HELP = "explain why an instance is where it is and what will move it on"
 
@@ -33,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("instance_id")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     add_database_options(parser)
+    add_commit_stall_option(parser)
     add_logging_options(parser)
 
 
@@ -44,11 +50,26 @@ async def _explain(args: argparse.Namespace) -> dict[str, Any]:
             if info is not None:
                 live, registered = await processes_sql.processes_workers_of(conn, info["workflow_name"])
                 info["live_workers"], info["stale_workers"] = live, registered - live
+                if info["status"] not in _TERMINAL:
+                    info["commits_stalled"] = _stalled(await server_sql.commits_waiting(conn), args)
     finally:
         await database.dispose()
     if info is None:
         raise WorkflowNotFoundError(f"no workflow instance {args.instance_id!r}")
     return info
+
+
+def _stalled(waits: CommitWaits, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The commits held for a synchronous standby, if the oldest has waited past the
+    processes' ``--commit-stall-seconds``; else None."""
+    if not waits.sessions or waits.oldest_seconds < args.commit_stall_seconds:
+        return None
+    return {
+        "sessions": waits.sessions,
+        "oldest_seconds": round(waits.oldest_seconds, 1),
+        "synchronous_standby_names": waits.standby_names,
+        "sync_standbys_connected": waits.sync_standbys,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,10 +109,16 @@ def _span(seconds: float) -> str:
 
 def way_forward(info: dict[str, Any]) -> str:
     """What will move the instance on (docs/architecture.md invariant 7), or that nothing will."""
+    if info["status"] in _TERMINAL:
+        return f"none needed: {info['status']}"
+    if info.get("commits_stalled"):  # whatever would move it on writes, and no write completes
+        return f"NOT NOW: commits are not completing (below); then {_way_forward(info)}"
+    return _way_forward(info)
+
+
+def _way_forward(info: dict[str, Any]) -> str:
     status = info["status"]
     known = bool(info["definitions"])
-    if status in _TERMINAL:
-        return f"none needed: {status}"
     if not known:
         return f"none: no process ever registered workflow {info['workflow_name']!r}; start a worker with its code"
     if status in ("pending", "running", "compensating") and not _leased_now(info):
@@ -140,6 +167,16 @@ def _waiting(info: dict[str, Any]) -> str:
     match = f" matching {sub['match']}" if sub["match"] else ""
     timeout = f"; times out {_ago(now, sub['timeout_at'])}" if sub["timeout_at"] else "; no time-out"
     return f"an event of type {sub['event_type']!r}{match}{timeout}"
+
+
+def _commits(stalled: dict[str, Any]) -> str:
+    standbys = stalled["sync_standbys_connected"]
+    return (
+        f"commits are not completing: {stalled['sessions']} session(s) wait for a synchronous standby, the oldest "
+        f"for {_span(stalled['oldest_seconds'])} (synchronous_standby_names = "
+        f"{stalled['synchronous_standby_names']!r}, {standbys or 'none'} connected as synchronous); "
+        "every process's /readyz fails until they complete"
+    )
 
 
 def _leased_now(info: dict[str, Any]) -> bool:
@@ -214,6 +251,8 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
     out.append(("workflow", _workflow(info)))
     if info["status"] not in _TERMINAL and "live_workers" in info:
         out.append(("workers", _workers(info)))
+    if info.get("commits_stalled"):
+        out.append(("commits", _commits(info["commits_stalled"])))
     stuck = info["stuck_reason"]
     if stuck:
         out.append(("stuck", f"{stuck} (found {_ago(now, info['stuck_at'])})"))

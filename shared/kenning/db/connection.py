@@ -59,6 +59,7 @@ PGBOUNCER_MODES = ("auto", "on", "off")  # kenning.db.Database.pgbouncer
 
 # psycopg's default, stated: a statement run this many times on a connection is prepared
 PREPARE_THRESHOLD = 5
+SESSION_CONNECT_TIMEOUT = 10  # seconds: Database.session's connect, when no connect_timeout is set
 
 # psycopg_pool's warnings (a failed connect, a connection found broken) reach an
 # application's logging if it configures any, but never stderr as bare text lines among
@@ -399,6 +400,24 @@ class Database:
                 # caller for a TCP timeout per connection) and psycopg_pool's check()
                 # swallows the caller's cancellation. Needed ones are opened again on demand.
                 await self.pool.drain()
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[Executor]:
+        """A connection of its own, outside the pool, in autocommit mode: for a task that
+        must not queue behind the pool's users (``kenning.runtime.commitwatch``). Nothing
+        is prepared on it (it may lead to a pooler); connecting is bounded even where the
+        pool's connects are not."""
+        driver = await psycopg.AsyncConnection.connect(
+            libpq_url(self.url),
+            autocommit=True,
+            row_factory=namedtuple_row,
+            prepare_threshold=None,
+            connect_timeout=self.connect_timeout or SESSION_CONNECT_TIMEOUT,
+        )
+        try:
+            yield Executor(driver)
+        finally:
+            await driver.close()
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Executor]:

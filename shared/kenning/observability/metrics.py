@@ -9,6 +9,9 @@ Two kinds, by what they cost:
   status): ``DatabaseGauges``, made at scrape time from the one statement of
   ``kenning.storage.metrics``, never per event.
 
+Beside them one gauge every process sets of itself, ``COMMIT_STALL``: how long its commit
+probe waits (``kenning.runtime.commitwatch``).
+
 Each family names the processes that export it (``exported_by``): every process imports
 this module, but a scrape of the worker carries the worker's families only, not 35 empty
 ones of the others. The database gauges come from one kind of process,
@@ -26,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar, Final, TypeVar
 
-from prometheus_client import Counter, Histogram, disable_created_metrics
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -59,7 +62,7 @@ PROCESSES: Final = (WORKER, SCHEDULER, RELAYER, INGRESS, CONSOLE)
 DATABASE_GAUGES_PROCESS: Final = SCHEDULER
 MAX_LABEL_VALUES: Final = 100  # distinct values of a label that comes from data, per process
 
-_M = TypeVar("_M", Counter, Histogram)
+_M = TypeVar("_M", Counter, Gauge, Histogram)
 _EXPORTERS: dict[str, frozenset[str]] = {}  # family name (no _total) -> the processes exporting it
 
 
@@ -237,6 +240,19 @@ GROUP_COMMIT_BATCH_SIZE = _exported_by(
     INGRESS,
     WORKER,
     CONSOLE,
+)
+
+# ---------------------------------------------------------------- every process
+
+COMMIT_STALL = _exported_by(
+    Gauge(
+        "kenning_commit_stall_seconds",
+        "How long this process's commit probe has waited for its commit (0: commits complete); past "
+        "--commit-stall-seconds the process is not ready (kenning.runtime.commitwatch)",
+        # the ingress's uvicorn workers: the longest wait of the live ones
+        multiprocess_mode="livemax",
+    ),
+    *PROCESSES,
 )
 
 # ---------------------------------------------------------------- console

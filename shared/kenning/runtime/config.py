@@ -372,6 +372,13 @@ class ProcessSettings:
         help="seconds between the heartbeats that keep this process in `kenning workers list`; after three missed "
         "it shows as stale",
     )
+    # kenning.runtime.commitwatch: a primary that takes connections but finishes no commit
+    commit_stall_seconds: float = setting(
+        5.0,
+        type=positive_float,
+        help="seconds this process's commit probe may wait for its commit before the process is not ready "
+        "(readyz 503), logs database.commits_stalled and reports kenning_commit_stall_seconds",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -403,6 +410,10 @@ def _add_shared(parser: argparse.ArgumentParser, *names: str) -> None:
 
 def add_database_options(parser: argparse.ArgumentParser) -> None:
     _add_shared(parser, "database_url")
+
+
+def add_commit_stall_option(parser: argparse.ArgumentParser) -> None:
+    _add_shared(parser, "commit_stall_seconds")
 
 
 def add_logging_options(parser: argparse.ArgumentParser) -> None:

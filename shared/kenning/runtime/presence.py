@@ -11,6 +11,8 @@ The scheduler deletes entries silent for ``FORGET_AFTER`` times their expiry.
 
 The registry is for operators, never for correctness: no claim or lease reads it, and a
 database that does not answer only delays the next heartbeat (a warning, then retried).
+Beside the heartbeat, each process probes its commits on its own row
+(``kenning.runtime.commitwatch``): ``Presence.commits`` says whether they complete.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from typing import Any
 
 import structlog
 
-from kenning.db import Database
+from kenning.db import Database, Executor
 from kenning.db.errors import is_unavailable
+from kenning.runtime.commitwatch import CommitWatch
 from kenning.storage import processes as processes_sql
 
 _log = structlog.get_logger("kenning.presence")
@@ -65,6 +68,7 @@ class Presence:
         kind: str,
         process_id: str,
         interval: float,
+        commit_stall_seconds: float,
         details: Details | None = None,
         forget_stale: bool = False,
     ) -> None:
@@ -79,21 +83,44 @@ class Presence:
         self.registered = False
         self.log = _log.bind(process_id=process_id, kind=kind)
         self._failing = False  # heartbeats failing in a row: warned once
+        self._registering = asyncio.Lock()  # the heartbeat and the commit probe may both register
+        # whether this process's commits complete (its /readyz): probed on its registry row
+        self.commits = CommitWatch(
+            database.session, self.probe_commit, stall_seconds=commit_stall_seconds, log=self.log
+        )
 
-    async def register(self) -> None:
-        async with self.database.connection() as conn:
-            await processes_sql.process_register(
-                conn,
-                id=self.process_id,
-                kind=self.kind,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                version=kenning_version(),
-                expires_after_seconds=self.interval * EXPIRY_INTERVALS,
-                details=self.details(),
-            )
-        self.registered = True
-        self.log.info("process.registered")
+    async def probe_commit(self, conn: Executor) -> None:
+        """One small committed write on this process's row, on ``conn``; a missing row
+        is registered instead (a write as well), or the probe would write nothing."""
+        if not await processes_sql.process_commit_probe(conn, self.process_id):
+            await self.register(conn)
+
+    async def register(self, conn: Executor | None = None) -> None:
+        """Register (again), on ``conn`` or a pooled connection. The commit probe's
+        registration (``conn``) says nothing when the heartbeat's got there first: both
+        find no row at a process's start."""
+        async with self._registering:
+            if conn is None:
+                async with self.database.connection() as pooled:
+                    await self._register(pooled)
+            else:
+                await self._register(conn)
+            said = conn is not None and self.registered
+            self.registered = True
+        if not said:
+            self.log.info("process.registered")
+
+    async def _register(self, conn: Executor) -> None:
+        await processes_sql.process_register(
+            conn,
+            id=self.process_id,
+            kind=self.kind,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            version=kenning_version(),
+            expires_after_seconds=self.interval * EXPIRY_INTERVALS,
+            details=self.details(),
+        )
 
     async def beat(self) -> None:
         """One heartbeat (a registration if the entry is missing), and, in a scheduler,
@@ -137,12 +164,14 @@ class Presence:
         the database pool."""
         # registered from a task: a database that does not answer yet delays no start
         task = asyncio.create_task(self.run(), name="kenning-presence")
+        watch = asyncio.create_task(self.commits.run(), name="kenning-commit-probe")
         try:
             yield self
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for running in (watch, task):
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
             await self.deregister()
 
     async def deregister(self) -> None:
@@ -165,12 +194,19 @@ async def registered(
     kind: str,
     process_id: str,
     interval: float,
+    commit_stall_seconds: float,
     details: Details | None = None,
     forget_stale: bool = False,
 ) -> AsyncIterator[Presence]:
     """``Presence(...).running()``: the process is in the registry while the block runs."""
     presence = Presence(
-        database, kind=kind, process_id=process_id, interval=interval, details=details, forget_stale=forget_stale
+        database,
+        kind=kind,
+        process_id=process_id,
+        interval=interval,
+        commit_stall_seconds=commit_stall_seconds,
+        details=details,
+        forget_stale=forget_stale,
     )
     async with presence.running():
         yield presence

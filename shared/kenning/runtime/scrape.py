@@ -12,6 +12,9 @@ The worker, scheduler and relayer serve it on ``--metrics-port`` (off by default
 ``serving_metrics``: an ``asyncio`` server on the process's own event loop, so a scrape
 waits on the database without blocking anything and no thread touches the process's
 objects; it stops after the service drained (a scrape during the drain is answered).
+The same server answers ``GET /readyz``: 200, or 503 with the reason the process is not
+ready (its commits do not complete: ``kenning.runtime.commitwatch``), as the ingress's
+and the console's ``/readyz`` do.
 The ingress and the console serve it as a route of their app; with several
 uvicorn workers it uses ``prometheus_client``'s multiprocess mode, so the one worker
 that answers a scrape reports every worker's counts.
@@ -21,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+import json
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import structlog
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
@@ -41,6 +45,10 @@ QUERY_TIMEOUT = 5.0  # seconds the database gauges may take before a scrape goes
 REQUEST_TIMEOUT = 10.0  # seconds a scraper has to send its request line and headers
 MAX_REQUEST_BYTES = 16 * 1024
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+JSON_TYPE = "application/json"
+
+# why the process is not ready, or None (``CommitWatch.verdict``)
+Readiness = Callable[[], str | None]
 
 
 class _ThisProcess(Collector):
@@ -110,14 +118,24 @@ async def _request_line(reader: asyncio.StreamReader) -> list[str]:
     return head.split(b"\r\n", 1)[0].decode("latin-1").split()
 
 
-class MetricsServer:
-    """``GET /metrics`` on ``host:port``, one scrape per connection."""
+def readiness_body(reason: str | None) -> tuple[int, bytes]:
+    """``/readyz``'s status and JSON body, for every process: ready, or why not."""
+    if reason is None:
+        return 200, json.dumps({"status": "ready"}).encode()
+    return 503, json.dumps({"status": "not_ready", "reason": reason}).encode()
 
-    def __init__(self, process: str, database: Database | None, host: str, port: int) -> None:
+
+class MetricsServer:
+    """``GET /metrics`` and ``GET /readyz`` on ``host:port``, one request per connection."""
+
+    def __init__(
+        self, process: str, database: Database | None, host: str, port: int, readiness: Readiness | None = None
+    ) -> None:
         self.process = process
         self.database = database
         self.host = host
         self.port = port
+        self.readiness = readiness
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
@@ -150,25 +168,30 @@ class MetricsServer:
         if len(words) != 3:
             return _response("400 Bad Request", b"bad request line\n")
         method, target, _ = words
-        if target.split("?", 1)[0] != "/metrics":
-            return _response("404 Not Found", b"only /metrics is served here\n")
+        path = target.split("?", 1)[0]
+        if path not in ("/metrics", "/readyz"):
+            return _response("404 Not Found", b"only /metrics and /readyz are served here\n")
         if method not in ("GET", "HEAD"):
-            return _response("405 Method Not Allowed", b"GET /metrics\n")
-        body = await scrape(self.process, self.database)
-        response = _response("200 OK", body, CONTENT_TYPE)
+            return _response("405 Method Not Allowed", f"GET {path}\n".encode())
+        if path == "/readyz":
+            code, body = readiness_body(self.readiness() if self.readiness is not None else None)
+            response = _response("200 OK" if code == 200 else "503 Service Unavailable", body, JSON_TYPE)
+        else:
+            body = await scrape(self.process, self.database)
+            response = _response("200 OK", body, CONTENT_TYPE)
         return response[: len(response) - len(body)] if method == "HEAD" else response
 
 
 @contextlib.asynccontextmanager
 async def serving_metrics(
-    process: str, database: Database, host: str, port: int
+    process: str, database: Database, host: str, port: int, readiness: Readiness | None = None
 ) -> AsyncIterator[MetricsServer | None]:
-    """``process``'s ``GET /metrics`` on ``host:port`` while the block runs (nothing when
-    ``port`` is 0, the settings' "off")."""
+    """``process``'s ``GET /metrics`` and ``GET /readyz`` on ``host:port`` while the block
+    runs (nothing when ``port`` is 0, the settings' "off")."""
     if not port:
         yield None
         return
-    server = MetricsServer(process, database, host, port)
+    server = MetricsServer(process, database, host, port, readiness)
     await server.start()
     try:
         yield server

@@ -79,6 +79,19 @@ async def process_heartbeat(conn: Executor, process_id: str, details: Mapping[st
     return rows.rowcount > 0
 
 
+# A write that changes no value: an UPDATE still writes a new row version (WAL), so its
+# commit waits as every other commit does (for the disk, for a synchronous standby), and
+# an unchanged, unindexed column keeps the update HOT (no index entry, nothing to vacuum
+# but the old version).
+_PROCESS_COMMIT_PROBE = statement("UPDATE kenning_processes SET details = details WHERE id = :id")
+
+
+async def process_commit_probe(conn: Executor, process_id: str) -> bool:
+    """One small committed write on the process's own row (``kenning.runtime.commitwatch``
+    times it); False if its row is missing (nothing was written: register it)."""
+    return (await conn.execute(_PROCESS_COMMIT_PROBE, {"id": process_id})).rowcount > 0
+
+
 _PROCESS_DEREGISTER = statement("DELETE FROM kenning_processes WHERE id = :id")
 
 
