@@ -23,6 +23,7 @@ from kenning.core.mailbox import Undelivered, refusal, request_answer, request_r
 from kenning.core.names import STATUS_VALUE_KEY
 from kenning.core.published import PublishedStatus, check_key, search_text, status_of
 from kenning.core.records import TERMINAL_STATUSES, InstanceRow, NewInstance, StartOutcome
+from kenning.core.texts import text_refusal
 from kenning.db import Database, connect
 from kenning.db.groupcommit import GroupCommit
 from kenning.errors import (
@@ -172,6 +173,7 @@ class Client:
         return started
 
     async def status(self, instance_id: str) -> InstanceRow:
+        checked_text("instance id", instance_id)
         async with self.database.connection() as conn:
             row = await instances_sql.instance_get(conn, instance_id)
         if row is None:
@@ -193,6 +195,7 @@ class Client:
         after ``timeout`` seconds.
         """
         instance_id = instance.instance_id if isinstance(instance, StartedInstance) else instance
+        checked_text("instance id", instance_id)
         row = await self.results.until_finished(instance_id, lambda: self.status(instance_id), timeout)
         if row is None:  # the time ran out before a read: the caller hears how it stands
             row = await self.status(instance_id)
@@ -212,6 +215,7 @@ class Client:
         """Request cancellation: a waiting instance is compensated and ends ``cancelled``;
         a running one stops at its next step boundary; one parked as ``crash_loop`` is
         resumed to be compensated. False if it had already finished."""
+        checked_text("instance id", instance_id)
         async with self.database.connection() as conn:  # one statement, its own transaction
             outcome = await instances_sql.instance_request_cancel(conn, instance_id)
         if outcome is None:
@@ -224,6 +228,10 @@ class Client:
         Returns the message id: ``message_id`` if given (sending it again to this instance
         is a no-op, so a retry is safe), else a new one. Raises ``WorkflowNotFoundError``
         for an unknown instance, ``MessageUndeliverableError`` for one that has ended."""
+        checked_text("instance id", instance_id)
+        checked_text("topic", topic)
+        if message_id is not None:
+            checked_text("message id", message_id)
         data = serialization.storable_json(data, f"message {topic!r} data")
         message_id = message_id or str(uuid.uuid4())
         async with self.database.transaction() as conn:
@@ -260,6 +268,10 @@ class Client:
         stays in the mailbox; a later reply is still stored)."""
         if timeout is not None and timeout < 0:
             raise ValueError(f"request timeout must not be negative, got {timeout}")
+        checked_text("instance id", instance_id)
+        checked_text("topic", topic)
+        if request_id is not None:
+            checked_text("request id", request_id)
         loop = asyncio.get_running_loop()
         began = loop.time()
         data = serialization.storable_json(data, f"request {topic!r} data")
@@ -302,6 +314,9 @@ class Client:
         """Broadcast ``data`` to every instance subscribed to ``channel`` (``kenning.subscribe``)
         that has not ended, each copy in its ``channel`` mailbox; returns how many it reached.
         ``message_id`` makes a retry safe (a subscriber that has the id gets no second copy)."""
+        checked_text("channel", channel)
+        if message_id is not None:
+            checked_text("message id", message_id)
         data = serialization.storable_json(data, f"message {channel!r} data")
         message_id = message_id or str(uuid.uuid4())
         async with self.database.transaction() as conn:
@@ -326,9 +341,14 @@ class Client:
         """The newest ``limit`` instances, of ``status`` and ``workflow`` if given, and
         whose search attributes (``@workflow(search_attributes=...)``) hold every
         ``where`` pair (values compared as text: ``True`` is ``"true"``)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidInputError(f"limit must be a whole number of at least 0, got {limit!r}")
+        for field, text in (("status", status), ("workflow", workflow)):
+            if text is not None:
+                checked_text(field, text)
+        texts = search_where(where) if where else None
         async with self.database.connection() as conn:
-            if where:
-                texts = search_where(where)
+            if texts:
                 return await published_sql.instance_list_where(
                     conn, texts, status=status, workflow_name=workflow, limit=limit
                 )
@@ -342,6 +362,11 @@ class Client:
         when the key is not published (by then, or the instance ended without it)."""
         if timeout is not None and timeout < 0:
             raise ValueError(f"get_value timeout must not be negative, got {timeout}")
+        checked_text("instance id", instance_id)
+        try:
+            check_key(key)
+        except ValueError as error:
+            raise InvalidInputError(str(error)) from None
         read = await self._read_value(instance_id, key, timeout)
         if read.value is None:
             waited = "" if timeout is None else f" within {timeout} s"
@@ -353,11 +378,13 @@ class Client:
     async def get_status(self, instance_id: str) -> PublishedStatus | None:
         """What the instance's last ``set_status`` published, None if it never did; raises
         ``WorkflowNotFoundError`` for an unknown instance."""
+        checked_text("instance id", instance_id)
         read = await self._read_value(instance_id, STATUS_VALUE_KEY, None)
         return None if read.value is None else status_of(read.value.value, read.value.updated_at)
 
     async def values(self, instance_id: str) -> dict[str, Any]:
         """Every value the instance published, by key (``{}`` for an unknown instance)."""
+        checked_text("instance id", instance_id)
         async with self.database.connection() as conn:
             return {v.key: v.value for v in await published_sql.values_of(conn, instance_id)}
 
@@ -378,6 +405,14 @@ class Client:
             timeout,
         )
         return found if found is not None else await read()  # None: the time ran out before a read
+
+
+def checked_text(field: str, text: str) -> None:
+    """``InvalidInputError`` naming ``field`` for text PostgreSQL cannot take (a NUL, a lone
+    surrogate): said before any statement, not by the driver."""
+    reason = text_refusal(text)
+    if reason is not None:
+        raise InvalidInputError(f"{field} {text!r} {reason}", f"{field} {reason}")
 
 
 def search_where(where: Mapping[str, Any]) -> dict[str, str]:

@@ -10,7 +10,7 @@ class KenningError(Exception):
     ``LeaseLostError``, ``Suspended``, ``StorageUnavailable``), which are
     ``BaseException``s so that no ``except Exception`` in user code can swallow them,
     nor of those kept as plain ``Exception``s with Edda's names and meanings
-    (``TerminalError`` and its ``UnstorableValueError``, ``RetryExhaustedError``,
+    (``TerminalError``, ``RetryExhaustedError``,
     ``WorkflowCancelledException``, ``EventTimeoutError``, ``ReplayedActivityError``).
     """
 
@@ -49,9 +49,10 @@ class HeartbeatTimeoutError(ActivityTimeoutError):
     the last details it heartbeated in ``ctx.heartbeat_details``."""
 
 
-class UnstorableValueError(TerminalError):
+class UnstorableValueError(TerminalError, KenningError):
     """A value headed for the database that PostgreSQL cannot store (a NUL character,
-    NaN, a lone surrogate): the step's failure, never retried and never replayed in a loop."""
+    NaN, a lone surrogate): the step's failure, never retried and never replayed in a loop.
+    Also a ``KenningError``: a client's caller catches it with the rest."""
 
 
 class ControlSignal(BaseException):

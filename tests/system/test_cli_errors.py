@@ -199,3 +199,25 @@ def test_version() -> None:
     result = kenning("--version")
     expected = f"kenning {importlib.metadata.version('kenning')}"
     assert result.returncode == 0 and result.stdout.strip() == expected, result.stdout + result.stderr
+
+
+def test_values_postgresql_cannot_take_are_one_line_naming_them(database_url: str) -> None:
+    """(issue 33, item 5) A lone surrogate (an argument that is not UTF-8), a NUL or a lone
+    surrogate in JSON data: one line and exit code 2, not the driver's error."""
+    started = kenning("start", "three_steps", "--app", APP, "--input", '{"value": 1}', url=database_url)
+    instance_id = started.stdout.strip()
+    not_utf8 = "c\udcff"  # the bytes b"c\xff" on the command line
+    refused: list[tuple[str, ...]] = [
+        ("instances", "list", "--where", f"customer={not_utf8}"),
+        ("instances", "show", not_utf8),
+        ("message", "send", instance_id, not_utf8),
+        ("request", not_utf8, "go", "--timeout", "1"),
+        ("start", "three_steps", "--app", APP, "--input", '{"value": 1}', "--instance-id", not_utf8),
+    ]
+    for args in refused:
+        line = one_error_line(kenning(*args, url=database_url))
+        assert "c\\udcff'" in line and "not UTF-8" in line, line
+    for data, reason in (('{"a": "x\\u0000"}', "NUL"), ('{"a": "\\ud800"}', "surrogate")):
+        for command in (("message", "send", instance_id, "go", "--data", data), ("request", instance_id, "go", data)):
+            line = one_error_line(kenning(*command, url=database_url))
+            assert reason in line and "cannot be stored" in line, line

@@ -15,6 +15,7 @@ import structlog
 # before it starts anything, not only those that import a fault point early.
 import kenning.observability.faults  # noqa: F401
 from kenning.commands.argparsing import ArgumentParser, VersionAction, parse
+from kenning.core.texts import text_refusal
 from kenning.db import errors as dberrors
 from kenning.errors import ConfigurationError, KenningError, UsageError, WorkflowNotFoundError
 from kenning.observability.logs import configure_logging
@@ -90,8 +91,21 @@ def _quiet_broken_pipe() -> int:
     return 141
 
 
+def not_utf8(arguments: Sequence[str]) -> str | None:
+    """The first argument that is not UTF-8 text (Python reads its bytes as lone
+    surrogates, which PostgreSQL's text cannot take), said in one line; None if all are."""
+    for argument in arguments:
+        if text_refusal(argument) is not None:
+            return f"argument {argument!r} is not UTF-8 text"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    refused = not_utf8(arguments)
+    if refused is not None:  # before any parse: an id, a topic or a value, refused alike
+        print(f"kenning: {refused}", file=sys.stderr)  # noqa: T201 - CLI edge
+        return 2
     parser, runners = build_parser(arguments)
     args = parse(parser, arguments)
     configure_logging(getattr(args, "log_level", "info"), getattr(args, "log_format", "auto"))
