@@ -19,6 +19,7 @@ from kenning import serialization
 from kenning.app import database_url_of_apps, warn_unloaded_hooks
 from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.clients.starts import Starter
+from kenning.clients.unavailable import DEFAULT_RETRY_SECONDS, retried
 from kenning.core.mailbox import Undelivered, refusal, request_answer, request_refusal
 from kenning.core.names import STATUS_VALUE_KEY
 from kenning.core.published import PublishedStatus, check_key, search_text, status_of
@@ -62,7 +63,15 @@ class Client:
         *,
         database: Database | None = None,
         result_poll_interval: float = DEFAULT_POLL_INTERVAL,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> None:
+        """``retry_seconds``: how long a call that is safe to repeat (a read, a cancel, a
+        message or request, whose id is fixed before the first attempt) is retried while
+        the database is unavailable before it raises ``DatabaseUnavailableError``; a start
+        raises it at once (``kenning.clients.unavailable``)."""
+        if retry_seconds < 0:
+            raise ValueError(f"retry_seconds must not be negative, got {retry_seconds}")
+        self.retry_seconds = retry_seconds
         if database is None:
             # as wf.start(): the environment's database, else the one this process's App names
             url = database_url or os.environ.get("KENNING_DATABASE_URL") or database_url_of_apps(REGISTRY) or ""
@@ -162,8 +171,9 @@ class Client:
             search_attributes=options["search_attributes"],
         )
         self.results.expect(start.instance.instance_id)  # result() may then wait without reading first
+        again = f" with instance_id={start.instance.instance_id!r}: it starts once"
         try:
-            started = await self.starter.start(start)
+            started = await retried(lambda: self.starter.start(start), "start", retry_seconds=0, again=again)
         except BaseException:
             self.results.forget(start.instance.instance_id)
             raise
@@ -174,8 +184,12 @@ class Client:
 
     async def status(self, instance_id: str) -> InstanceRow:
         checked_text("instance id", instance_id)
-        async with self.database.connection() as conn:
-            row = await instances_sql.instance_get(conn, instance_id)
+
+        async def read() -> InstanceRow | None:
+            async with self.database.connection() as conn:
+                return await instances_sql.instance_get(conn, instance_id)
+
+        row = await retried(read, "status", retry_seconds=self.retry_seconds)
         if row is None:
             raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
         return row
@@ -216,8 +230,12 @@ class Client:
         a running one stops at its next step boundary; one parked as ``crash_loop`` is
         resumed to be compensated. False if it had already finished."""
         checked_text("instance id", instance_id)
-        async with self.database.connection() as conn:  # one statement, its own transaction
-            outcome = await instances_sql.instance_request_cancel(conn, instance_id)
+
+        async def request_cancel() -> tuple[str, bool] | None:
+            async with self.database.connection() as conn:  # one statement, its own transaction
+                return await instances_sql.instance_request_cancel(conn, instance_id)
+
+        outcome = await retried(request_cancel, "cancel", retry_seconds=self.retry_seconds)
         if outcome is None:
             raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
         return outcome[1]
@@ -233,17 +251,27 @@ class Client:
         if message_id is not None:
             checked_text("message id", message_id)
         data = serialization.storable_json(data, f"message {topic!r} data")
-        message_id = message_id or str(uuid.uuid4())
-        async with self.database.transaction() as conn:
-            await messages_sql.mailbox_lock(conn, instance_id)
-            sent = await messages_sql.message_send(
-                conn, instance_id=instance_id, topic=topic, message_id=message_id, data=data, sender_instance_id=None
-            )
+        # fixed before the first attempt: a retry (the client's own, or the caller's with this
+        # id) finds it sent and sends nothing again
+        sent_id = message_id or str(uuid.uuid4())
+        sent = await retried(
+            lambda: self._send(instance_id, topic, data, sent_id),
+            "send_message",
+            retry_seconds=self.retry_seconds,
+            again=f" with message_id={sent_id!r}: it is sent once",
+        )
         if sent.status is SendStatus.UNKNOWN_INSTANCE:
             raise refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, None)
         if sent.status is SendStatus.FINISHED:
             raise refusal(Undelivered.FINISHED, instance_id, topic, sent.recipient_status)
-        return message_id
+        return sent_id
+
+    async def _send(self, instance_id: str, topic: str, data: Any, message_id: str) -> messages_sql.SendOutcome:
+        async with self.database.transaction() as conn:
+            await messages_sql.mailbox_lock(conn, instance_id)
+            return await messages_sql.message_send(
+                conn, instance_id=instance_id, topic=topic, message_id=message_id, data=data, sender_instance_id=None
+            )
 
     async def request(
         self,
@@ -295,11 +323,12 @@ class Client:
 
     async def send_request(self, instance_id: str, topic: str, data: Any, request_id: str) -> None:
         """``request``'s send: the message (JSON already) into the mailbox, once per id."""
-        async with self.database.transaction() as conn:
-            await messages_sql.mailbox_lock(conn, instance_id)
-            sent = await messages_sql.message_send(
-                conn, instance_id=instance_id, topic=topic, message_id=request_id, data=data, sender_instance_id=None
-            )
+        sent = await retried(
+            lambda: self._send(instance_id, topic, data, request_id),
+            "request",
+            retry_seconds=self.retry_seconds,
+            again=f" with request_id={request_id!r}: it is sent once",
+        )
         if sent.status is SendStatus.UNKNOWN_INSTANCE:
             raise request_refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, request_id, None)
         if sent.status is SendStatus.FINISHED:
@@ -307,8 +336,17 @@ class Client:
 
     async def request_state(self, instance_id: str, request_id: str) -> replies_sql.RequestState | None:
         """The instance's status and its reply to ``request_id`` (None: no such instance)."""
-        async with self.database.connection() as conn:
-            return await replies_sql.request_state(conn, instance_id=instance_id, message_id=request_id)
+
+        async def read() -> replies_sql.RequestState | None:
+            async with self.database.connection() as conn:
+                return await replies_sql.request_state(conn, instance_id=instance_id, message_id=request_id)
+
+        return await retried(
+            read,
+            "request",
+            retry_seconds=self.retry_seconds,
+            again=f" with request_id={request_id!r}: it is sent once",
+        )
 
     async def publish(self, channel: str, data: Any = None, message_id: str | None = None) -> int:
         """Broadcast ``data`` to every instance subscribed to ``channel`` (``kenning.subscribe``)
@@ -318,17 +356,26 @@ class Client:
         if message_id is not None:
             checked_text("message id", message_id)
         data = serialization.storable_json(data, f"message {channel!r} data")
-        message_id = message_id or str(uuid.uuid4())
-        async with self.database.transaction() as conn:
-            recipients = await messages_sql.channel_lock_subscribers(conn, channel)
-            return await messages_sql.channel_publish(
-                conn,
-                channel=channel,
-                recipients=recipients,
-                message_id=message_id,
-                data=data,
-                sender_instance_id=None,
-            )
+        published_id = message_id or str(uuid.uuid4())  # fixed: a retry reaches nobody twice
+
+        async def publish() -> int:
+            async with self.database.transaction() as conn:
+                recipients = await messages_sql.channel_lock_subscribers(conn, channel)
+                return await messages_sql.channel_publish(
+                    conn,
+                    channel=channel,
+                    recipients=recipients,
+                    message_id=published_id,
+                    data=data,
+                    sender_instance_id=None,
+                )
+
+        return await retried(
+            publish,
+            "publish",
+            retry_seconds=self.retry_seconds,
+            again=f" with message_id={published_id!r}: no subscriber gets it twice",
+        )
 
     async def list(
         self,
@@ -347,12 +394,16 @@ class Client:
             if text is not None:
                 checked_text(field, text)
         texts = search_where(where) if where else None
-        async with self.database.connection() as conn:
-            if texts:
-                return await published_sql.instance_list_where(
-                    conn, texts, status=status, workflow_name=workflow, limit=limit
-                )
-            return await instances_sql.instance_list(conn, status=status, workflow_name=workflow, limit=limit)
+
+        async def read() -> list[InstanceRow]:
+            async with self.database.connection() as conn:
+                if texts:
+                    return await published_sql.instance_list_where(
+                        conn, texts, status=status, workflow_name=workflow, limit=limit
+                    )
+                return await instances_sql.instance_list(conn, status=status, workflow_name=workflow, limit=limit)
+
+        return await retried(read, "list", retry_seconds=self.retry_seconds)
 
     async def get_value(self, instance_id: str, key: str, *, timeout: float | None = None) -> Any:
         """The value ``instance_id`` published last under ``key`` (``publish_value``),
@@ -385,13 +436,20 @@ class Client:
     async def values(self, instance_id: str) -> dict[str, Any]:
         """Every value the instance published, by key (``{}`` for an unknown instance)."""
         checked_text("instance id", instance_id)
-        async with self.database.connection() as conn:
-            return {v.key: v.value for v in await published_sql.values_of(conn, instance_id)}
+
+        async def read() -> dict[str, Any]:
+            async with self.database.connection() as conn:
+                return {v.key: v.value for v in await published_sql.values_of(conn, instance_id)}
+
+        return await retried(read, "values", retry_seconds=self.retry_seconds)
 
     async def _read_value(self, instance_id: str, key: str, timeout: float | None) -> published_sql.ValueRead:
-        async def read() -> published_sql.ValueRead:
+        async def read_once() -> published_sql.ValueRead | None:
             async with self.database.connection() as conn:
-                found = await published_sql.value_get(conn, instance_id, key)
+                return await published_sql.value_get(conn, instance_id, key)
+
+        async def read() -> published_sql.ValueRead:
+            found = await retried(read_once, "get_value", retry_seconds=self.retry_seconds)
             if found is None:
                 raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
             return found

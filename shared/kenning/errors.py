@@ -135,6 +135,13 @@ class ConfigurationError(KenningError):
     """A setting, flag or workflow definition is invalid; the message names it."""
 
 
+class DatabaseUnavailableError(KenningError):
+    """A client's call could not reach the database (a restart, a failover, a lost
+    connection, no free connection) even after the client's own retries of a call a retry
+    cannot do twice. Nothing about the call's values: try again, the message says how
+    (a ``message_id`` or ``request_id`` makes a resent message count once)."""
+
+
 class WorkflowNotFoundError(KenningError):
     """No instance with that id exists."""
 

@@ -62,6 +62,10 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def _retry_hint(error: Exception) -> str:
+    return " (the database is unavailable: try again)" if dberrors.is_unavailable(error) else ""
+
+
 def explain(error: Exception, *, debug: bool = False) -> tuple[str, int]:
     """The one place an exception becomes what the operator reads: (message, exit code).
     ``debug``: the traceback is being logged, so the hint to ask for it is left out."""
@@ -73,9 +77,9 @@ def explain(error: Exception, *, debug: bool = False) -> tuple[str, int]:
     if isinstance(driver_error, psycopg.Error):
         if driver_error.sqlstate in _SCHEMA_SQLSTATES:
             return "the database has no Kenning schema, or an older one: run `kenning migrate`", 2
-        return f"database error: {_first_line(driver_error)}", 1
+        return f"database error: {_first_line(driver_error)}{_retry_hint(error)}", 1
     if dberrors.is_sqlalchemy_error(error):  # pool timeouts and the like
-        return f"database error: {_first_line(error)}", 1
+        return f"database error: {_first_line(error)}{_retry_hint(error)}", 1
     if isinstance(error, OSError):  # the machine's answer: a port in use, a file not readable
         return _first_line(error), 1
     hint = "" if debug else f" ({DEBUG_HINT})"
