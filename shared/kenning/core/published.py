@@ -37,6 +37,18 @@ def search_text(key: str, value: Any) -> str | None:
     return text
 
 
+def parse_search_pair(text: str) -> tuple[str, str]:
+    """``KEY=VALUE``: a search attribute and the text it must hold, split at the first
+    ``=``, the value kept as typed (commas, spaces and ``=`` included): the CLI's
+    ``--where`` and the console's ``where=``, one pair each. ``ValueError`` says what is wrong."""
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise ValueError(f"{text!r} is not KEY=VALUE: a search attribute and its value, e.g. customer=c-1")
+    check_key(key)
+    search_text(key, value)
+    return key, value
+
+
 @dataclass(frozen=True)
 class PublishedStatus:
     """What ``set_status`` published last (``Client.get_status``)."""
