@@ -15,6 +15,7 @@ import structlog
 # before it starts anything, not only those that import a fault point early.
 import kenning.observability.faults  # noqa: F401
 from kenning.commands.argparsing import ArgumentParser, VersionAction, parse
+from kenning.core import stopping
 from kenning.core.texts import text_refusal
 from kenning.db import errors as dberrors
 from kenning.errors import ConfigurationError, KenningError, UsageError, WorkflowNotFoundError
@@ -114,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(parser, arguments)
     configure_logging(getattr(args, "log_level", "info"), getattr(args, "log_format", "auto"))
     try:
+        stopping.release()  # a service takes SIGTERM over first thing; a one-shot command dies by it
         code = runners[args.command](args)
         sys.stdout.flush()  # a closed pipe shows here at the latest
         return code
