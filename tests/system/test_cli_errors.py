@@ -221,3 +221,16 @@ def test_values_postgresql_cannot_take_are_one_line_naming_them(database_url: st
         for command in (("message", "send", instance_id, "go", "--data", data), ("request", instance_id, "go", data)):
             line = one_error_line(kenning(*command, url=database_url))
             assert reason in line and "cannot be stored" in line, line
+
+
+def test_a_database_that_is_away_is_one_line_saying_to_try_again() -> None:
+    """(issue 33, item 5) ``message send`` and ``request`` go through ``Client``: after its
+    retries (5 s at the command) one line, exit code 1, that says to try again with the
+    id that makes the message count once; not psycopg's error or a log line per retry."""
+    down = "postgresql://nobody@127.0.0.1:1/x"
+    for args, again in (
+        (("message", "send", "i-1", "go", "--id", "m-1"), "message_id='m-1'"),
+        (("request", "i-1", "go", "--id", "r-1"), "request_id='r-1'"),
+    ):
+        line = one_error_line(kenning(*args, url=down), code=1)
+        assert "the database is unavailable" in line and f"try again with {again}" in line, line

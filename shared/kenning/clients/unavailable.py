@@ -28,6 +28,8 @@ T = TypeVar("T")
 # seconds a client goes on retrying a call that is safe to repeat: a restart or a failover
 # takes a few; beyond that the caller decides
 DEFAULT_RETRY_SECONDS = 30.0
+# the kenning command's: an operator at a prompt hears of a wrong or stopped database sooner
+COMMAND_RETRY_SECONDS = 5.0
 _FIRST_WAIT = 0.05  # seconds before the first retry, doubling (with jitter) up to _LONGEST_WAIT
 _LONGEST_WAIT = 1.0
 
@@ -49,7 +51,8 @@ async def retried(call: Callable[[], Awaitable[T]], what: str, *, retry_seconds:
     def retrying(state: tenacity.RetryCallState) -> None:
         outcome = state.outcome
         error = outcome.exception() if outcome is not None else None
-        _log.warning(
+        # at debug: the caller hears of it once, by the error, if the retries do not help
+        _log.debug(
             "client.database_unavailable",
             call=what,
             attempt=state.attempt_number,
