@@ -10,7 +10,7 @@ import asyncio
 import inspect
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, overload
 
 from typing_extensions import ParamSpec, TypeVar
@@ -184,12 +184,14 @@ class Client:
 
     async def status(self, instance_id: str) -> InstanceRow:
         checked_text("instance id", instance_id)
+        return await self._status(instance_id, self.retry_seconds)
 
+    async def _status(self, instance_id: str, retry_seconds: float) -> InstanceRow:
         async def read() -> InstanceRow | None:
             async with self.database.connection() as conn:
                 return await instances_sql.instance_get(conn, instance_id)
 
-        row = await retried(read, "status", retry_seconds=self.retry_seconds)
+        row = await retried(read, "status", retry_seconds=retry_seconds)
         if row is None:
             raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
         return row
@@ -210,9 +212,10 @@ class Client:
         """
         instance_id = instance.instance_id if isinstance(instance, StartedInstance) else instance
         checked_text("instance id", instance_id)
-        row = await self.results.until_finished(instance_id, lambda: self.status(instance_id), timeout)
+        budget = self._retry_budget(timeout)
+        row = await self.results.until_finished(instance_id, lambda: self._status(instance_id, budget()), timeout)
         if row is None:  # the time ran out before a read: the caller hears how it stands
-            row = await self.status(instance_id)
+            row = await self._status(instance_id, budget())
         if row.status not in TERMINAL_STATUSES:
             raise ResultTimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
         if row.status != "completed":
@@ -266,6 +269,15 @@ class Client:
             raise refusal(Undelivered.FINISHED, instance_id, topic, sent.recipient_status)
         return sent_id
 
+    def _retry_budget(self, timeout: float | None) -> Callable[[], float]:
+        """Seconds a call made now may retry while the database is away: the client's
+        ``retry_seconds``, but no longer than what is left of a waiting call's ``timeout``."""
+        if timeout is None:
+            return lambda: self.retry_seconds
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        return lambda: max(0.0, min(self.retry_seconds, deadline - loop.time()))
+
     async def _send(self, instance_id: str, topic: str, data: Any, message_id: str) -> messages_sql.SendOutcome:
         async with self.database.transaction() as conn:
             await messages_sql.mailbox_lock(conn, instance_id)
@@ -302,12 +314,13 @@ class Client:
             checked_text("request id", request_id)
         loop = asyncio.get_running_loop()
         began = loop.time()
+        budget = self._retry_budget(timeout)
         data = serialization.storable_json(data, f"request {topic!r} data")
         request_id = request_id or str(uuid.uuid4())
-        await self.send_request(instance_id, topic, data, request_id)
+        await self.send_request(instance_id, topic, data, request_id, retry_seconds=budget())
 
         async def read() -> replies_sql.RequestState | None:
-            return await self.request_state(instance_id, request_id)
+            return await self.request_state(instance_id, request_id, retry_seconds=budget())
 
         def answered(state: replies_sql.RequestState | None) -> bool:
             return state is None or state.replied or state.status in TERMINAL_STATUSES
@@ -321,12 +334,15 @@ class Client:
         value = request_answer(instance_id, topic, request_id, state, timeout=timeout)
         return value if model is None else serialization.from_json(value, model)
 
-    async def send_request(self, instance_id: str, topic: str, data: Any, request_id: str) -> None:
-        """``request``'s send: the message (JSON already) into the mailbox, once per id."""
+    async def send_request(
+        self, instance_id: str, topic: str, data: Any, request_id: str, *, retry_seconds: float | None = None
+    ) -> None:
+        """``request``'s send: the message (JSON already) into the mailbox, once per id;
+        retried for ``retry_seconds`` (else the client's) while the database is away."""
         sent = await retried(
             lambda: self._send(instance_id, topic, data, request_id),
             "request",
-            retry_seconds=self.retry_seconds,
+            retry_seconds=self.retry_seconds if retry_seconds is None else retry_seconds,
             again=f" with request_id={request_id!r}: it is sent once",
         )
         if sent.status is SendStatus.UNKNOWN_INSTANCE:
@@ -334,8 +350,11 @@ class Client:
         if sent.status is SendStatus.FINISHED:
             raise request_refusal(Undelivered.FINISHED, instance_id, topic, request_id, sent.recipient_status)
 
-    async def request_state(self, instance_id: str, request_id: str) -> replies_sql.RequestState | None:
-        """The instance's status and its reply to ``request_id`` (None: no such instance)."""
+    async def request_state(
+        self, instance_id: str, request_id: str, *, retry_seconds: float | None = None
+    ) -> replies_sql.RequestState | None:
+        """The instance's status and its reply to ``request_id`` (None: no such instance);
+        retried for ``retry_seconds`` (else the client's) while the database is away."""
 
         async def read() -> replies_sql.RequestState | None:
             async with self.database.connection() as conn:
@@ -344,7 +363,7 @@ class Client:
         return await retried(
             read,
             "request",
-            retry_seconds=self.retry_seconds,
+            retry_seconds=self.retry_seconds if retry_seconds is None else retry_seconds,
             again=f" with request_id={request_id!r}: it is sent once",
         )
 
@@ -448,8 +467,10 @@ class Client:
             async with self.database.connection() as conn:
                 return await published_sql.value_get(conn, instance_id, key)
 
+        budget = self._retry_budget(timeout)
+
         async def read() -> published_sql.ValueRead:
-            found = await retried(read_once, "get_value", retry_seconds=self.retry_seconds)
+            found = await retried(read_once, "get_value", retry_seconds=budget())
             if found is None:
                 raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
             return found

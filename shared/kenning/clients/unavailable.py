@@ -73,7 +73,7 @@ async def retried(call: Callable[[], Awaitable[T]], what: str, *, retry_seconds:
     except Exception as error:
         if not is_unavailable(error):
             raise
-        tried = f" (retried for {retry_seconds:g} s)" if retry_seconds > 0 else ""
+        tried = f" (retried for {retry_seconds:.3g} s)" if retry_seconds > 0 else ""
         raise DatabaseUnavailableError(
             f"{what}: the database is unavailable{tried}: {_first_line(error)}; try again{again}"
         ) from error
