@@ -3,6 +3,11 @@
 Edda 0.1.0's user API under one import name; see the README for the processes.
 """
 
+# First, before anything slow: in the `kenning` command's process its import takes SIGTERM
+# over, so a stop while the command imports exits 0 (kenning/core/stopping.py).
+from kenning.core import stopping as _stopping  # noqa: F401
+
+# isort: split
 from kenning.activity import Activity, activity
 from kenning.app import App, EddaApp
 from kenning.children import ChildHandle, start_child
@@ -14,6 +19,7 @@ from kenning.errors import (
     ChildStartRefused,
     ChildWorkflowFailed,
     ConfigurationError,
+    DatabaseUnavailableError,
     EventTimeoutError,
     HeartbeatTimeoutError,
     KenningError,
@@ -65,6 +71,7 @@ __all__ = [
     "ChildWorkflowFailed",
     "Client",
     "ConfigurationError",
+    "DatabaseUnavailableError",
     "EddaApp",
     "EventTimeoutError",
     "HeartbeatTimeoutError",

@@ -10,7 +10,7 @@ import asyncio
 import inspect
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, overload
 
 from typing_extensions import ParamSpec, TypeVar
@@ -19,10 +19,12 @@ from kenning import serialization
 from kenning.app import database_url_of_apps, warn_unloaded_hooks
 from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.clients.starts import Starter
+from kenning.clients.unavailable import DEFAULT_RETRY_SECONDS, retried
 from kenning.core.mailbox import Undelivered, refusal, request_answer, request_refusal
 from kenning.core.names import STATUS_VALUE_KEY
 from kenning.core.published import PublishedStatus, check_key, search_text, status_of
 from kenning.core.records import TERMINAL_STATUSES, InstanceRow, NewInstance, StartOutcome
+from kenning.core.texts import text_refusal
 from kenning.db import Database, connect
 from kenning.db.groupcommit import GroupCommit
 from kenning.errors import (
@@ -61,7 +63,15 @@ class Client:
         *,
         database: Database | None = None,
         result_poll_interval: float = DEFAULT_POLL_INTERVAL,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> None:
+        """``retry_seconds``: how long a call that is safe to repeat (a read, a cancel, a
+        message or request, whose id is fixed before the first attempt) is retried while
+        the database is unavailable before it raises ``DatabaseUnavailableError``; a start
+        raises it at once (``kenning.clients.unavailable``)."""
+        if retry_seconds < 0:
+            raise ValueError(f"retry_seconds must not be negative, got {retry_seconds}")
+        self.retry_seconds = retry_seconds
         if database is None:
             # as wf.start(): the environment's database, else the one this process's App names
             url = database_url or os.environ.get("KENNING_DATABASE_URL") or database_url_of_apps(REGISTRY) or ""
@@ -161,8 +171,9 @@ class Client:
             search_attributes=options["search_attributes"],
         )
         self.results.expect(start.instance.instance_id)  # result() may then wait without reading first
+        again = f" with instance_id={start.instance.instance_id!r}: it starts once"
         try:
-            started = await self.starter.start(start)
+            started = await retried(lambda: self.starter.start(start), "start", retry_seconds=0, again=again)
         except BaseException:
             self.results.forget(start.instance.instance_id)
             raise
@@ -172,8 +183,15 @@ class Client:
         return started
 
     async def status(self, instance_id: str) -> InstanceRow:
-        async with self.database.connection() as conn:
-            row = await instances_sql.instance_get(conn, instance_id)
+        checked_text("instance id", instance_id)
+        return await self._status(instance_id, self.retry_seconds)
+
+    async def _status(self, instance_id: str, retry_seconds: float) -> InstanceRow:
+        async def read() -> InstanceRow | None:
+            async with self.database.connection() as conn:
+                return await instances_sql.instance_get(conn, instance_id)
+
+        row = await retried(read, "status", retry_seconds=retry_seconds)
         if row is None:
             raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
         return row
@@ -193,9 +211,11 @@ class Client:
         after ``timeout`` seconds.
         """
         instance_id = instance.instance_id if isinstance(instance, StartedInstance) else instance
-        row = await self.results.until_finished(instance_id, lambda: self.status(instance_id), timeout)
+        checked_text("instance id", instance_id)
+        budget = self._retry_budget(timeout)
+        row = await self.results.until_finished(instance_id, lambda: self._status(instance_id, budget()), timeout)
         if row is None:  # the time ran out before a read: the caller hears how it stands
-            row = await self.status(instance_id)
+            row = await self._status(instance_id, budget())
         if row.status not in TERMINAL_STATUSES:
             raise ResultTimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
         if row.status != "completed":
@@ -212,8 +232,13 @@ class Client:
         """Request cancellation: a waiting instance is compensated and ends ``cancelled``;
         a running one stops at its next step boundary; one parked as ``crash_loop`` is
         resumed to be compensated. False if it had already finished."""
-        async with self.database.connection() as conn:  # one statement, its own transaction
-            outcome = await instances_sql.instance_request_cancel(conn, instance_id)
+        checked_text("instance id", instance_id)
+
+        async def request_cancel() -> tuple[str, bool] | None:
+            async with self.database.connection() as conn:  # one statement, its own transaction
+                return await instances_sql.instance_request_cancel(conn, instance_id)
+
+        outcome = await retried(request_cancel, "cancel", retry_seconds=self.retry_seconds)
         if outcome is None:
             raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
         return outcome[1]
@@ -224,18 +249,41 @@ class Client:
         Returns the message id: ``message_id`` if given (sending it again to this instance
         is a no-op, so a retry is safe), else a new one. Raises ``WorkflowNotFoundError``
         for an unknown instance, ``MessageUndeliverableError`` for one that has ended."""
+        checked_text("instance id", instance_id)
+        checked_text("topic", topic)
+        if message_id is not None:
+            checked_text("message id", message_id)
         data = serialization.storable_json(data, f"message {topic!r} data")
-        message_id = message_id or str(uuid.uuid4())
-        async with self.database.transaction() as conn:
-            await messages_sql.mailbox_lock(conn, instance_id)
-            sent = await messages_sql.message_send(
-                conn, instance_id=instance_id, topic=topic, message_id=message_id, data=data, sender_instance_id=None
-            )
+        # fixed before the first attempt: a retry (the client's own, or the caller's with this
+        # id) finds it sent and sends nothing again
+        sent_id = message_id or str(uuid.uuid4())
+        sent = await retried(
+            lambda: self._send(instance_id, topic, data, sent_id),
+            "send_message",
+            retry_seconds=self.retry_seconds,
+            again=f" with message_id={sent_id!r}: it is sent once",
+        )
         if sent.status is SendStatus.UNKNOWN_INSTANCE:
             raise refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, None)
         if sent.status is SendStatus.FINISHED:
             raise refusal(Undelivered.FINISHED, instance_id, topic, sent.recipient_status)
-        return message_id
+        return sent_id
+
+    def _retry_budget(self, timeout: float | None) -> Callable[[], float]:
+        """Seconds a call made now may retry while the database is away: the client's
+        ``retry_seconds``, but no longer than what is left of a waiting call's ``timeout``."""
+        if timeout is None:
+            return lambda: self.retry_seconds
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        return lambda: max(0.0, min(self.retry_seconds, deadline - loop.time()))
+
+    async def _send(self, instance_id: str, topic: str, data: Any, message_id: str) -> messages_sql.SendOutcome:
+        async with self.database.transaction() as conn:
+            await messages_sql.mailbox_lock(conn, instance_id)
+            return await messages_sql.message_send(
+                conn, instance_id=instance_id, topic=topic, message_id=message_id, data=data, sender_instance_id=None
+            )
 
     async def request(
         self,
@@ -260,14 +308,19 @@ class Client:
         stays in the mailbox; a later reply is still stored)."""
         if timeout is not None and timeout < 0:
             raise ValueError(f"request timeout must not be negative, got {timeout}")
+        checked_text("instance id", instance_id)
+        checked_text("topic", topic)
+        if request_id is not None:
+            checked_text("request id", request_id)
         loop = asyncio.get_running_loop()
         began = loop.time()
+        budget = self._retry_budget(timeout)
         data = serialization.storable_json(data, f"request {topic!r} data")
         request_id = request_id or str(uuid.uuid4())
-        await self.send_request(instance_id, topic, data, request_id)
+        await self.send_request(instance_id, topic, data, request_id, retry_seconds=budget())
 
         async def read() -> replies_sql.RequestState | None:
-            return await self.request_state(instance_id, request_id)
+            return await self.request_state(instance_id, request_id, retry_seconds=budget())
 
         def answered(state: replies_sql.RequestState | None) -> bool:
             return state is None or state.replied or state.status in TERMINAL_STATUSES
@@ -281,39 +334,67 @@ class Client:
         value = request_answer(instance_id, topic, request_id, state, timeout=timeout)
         return value if model is None else serialization.from_json(value, model)
 
-    async def send_request(self, instance_id: str, topic: str, data: Any, request_id: str) -> None:
-        """``request``'s send: the message (JSON already) into the mailbox, once per id."""
-        async with self.database.transaction() as conn:
-            await messages_sql.mailbox_lock(conn, instance_id)
-            sent = await messages_sql.message_send(
-                conn, instance_id=instance_id, topic=topic, message_id=request_id, data=data, sender_instance_id=None
-            )
+    async def send_request(
+        self, instance_id: str, topic: str, data: Any, request_id: str, *, retry_seconds: float | None = None
+    ) -> None:
+        """``request``'s send: the message (JSON already) into the mailbox, once per id;
+        retried for ``retry_seconds`` (else the client's) while the database is away."""
+        sent = await retried(
+            lambda: self._send(instance_id, topic, data, request_id),
+            "request",
+            retry_seconds=self.retry_seconds if retry_seconds is None else retry_seconds,
+            again=f" with request_id={request_id!r}: it is sent once",
+        )
         if sent.status is SendStatus.UNKNOWN_INSTANCE:
             raise request_refusal(Undelivered.UNKNOWN_INSTANCE, instance_id, topic, request_id, None)
         if sent.status is SendStatus.FINISHED:
             raise request_refusal(Undelivered.FINISHED, instance_id, topic, request_id, sent.recipient_status)
 
-    async def request_state(self, instance_id: str, request_id: str) -> replies_sql.RequestState | None:
-        """The instance's status and its reply to ``request_id`` (None: no such instance)."""
-        async with self.database.connection() as conn:
-            return await replies_sql.request_state(conn, instance_id=instance_id, message_id=request_id)
+    async def request_state(
+        self, instance_id: str, request_id: str, *, retry_seconds: float | None = None
+    ) -> replies_sql.RequestState | None:
+        """The instance's status and its reply to ``request_id`` (None: no such instance);
+        retried for ``retry_seconds`` (else the client's) while the database is away."""
+
+        async def read() -> replies_sql.RequestState | None:
+            async with self.database.connection() as conn:
+                return await replies_sql.request_state(conn, instance_id=instance_id, message_id=request_id)
+
+        return await retried(
+            read,
+            "request",
+            retry_seconds=self.retry_seconds if retry_seconds is None else retry_seconds,
+            again=f" with request_id={request_id!r}: it is sent once",
+        )
 
     async def publish(self, channel: str, data: Any = None, message_id: str | None = None) -> int:
         """Broadcast ``data`` to every instance subscribed to ``channel`` (``kenning.subscribe``)
         that has not ended, each copy in its ``channel`` mailbox; returns how many it reached.
         ``message_id`` makes a retry safe (a subscriber that has the id gets no second copy)."""
+        checked_text("channel", channel)
+        if message_id is not None:
+            checked_text("message id", message_id)
         data = serialization.storable_json(data, f"message {channel!r} data")
-        message_id = message_id or str(uuid.uuid4())
-        async with self.database.transaction() as conn:
-            recipients = await messages_sql.channel_lock_subscribers(conn, channel)
-            return await messages_sql.channel_publish(
-                conn,
-                channel=channel,
-                recipients=recipients,
-                message_id=message_id,
-                data=data,
-                sender_instance_id=None,
-            )
+        published_id = message_id or str(uuid.uuid4())  # fixed: a retry reaches nobody twice
+
+        async def publish() -> int:
+            async with self.database.transaction() as conn:
+                recipients = await messages_sql.channel_lock_subscribers(conn, channel)
+                return await messages_sql.channel_publish(
+                    conn,
+                    channel=channel,
+                    recipients=recipients,
+                    message_id=published_id,
+                    data=data,
+                    sender_instance_id=None,
+                )
+
+        return await retried(
+            publish,
+            "publish",
+            retry_seconds=self.retry_seconds,
+            again=f" with message_id={published_id!r}: no subscriber gets it twice",
+        )
 
     async def list(
         self,
@@ -326,13 +407,22 @@ class Client:
         """The newest ``limit`` instances, of ``status`` and ``workflow`` if given, and
         whose search attributes (``@workflow(search_attributes=...)``) hold every
         ``where`` pair (values compared as text: ``True`` is ``"true"``)."""
-        async with self.database.connection() as conn:
-            if where:
-                texts = search_where(where)
-                return await published_sql.instance_list_where(
-                    conn, texts, status=status, workflow_name=workflow, limit=limit
-                )
-            return await instances_sql.instance_list(conn, status=status, workflow_name=workflow, limit=limit)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidInputError(f"limit must be a whole number of at least 0, got {limit!r}")
+        for field, text in (("status", status), ("workflow", workflow)):
+            if text is not None:
+                checked_text(field, text)
+        texts = search_where(where) if where else None
+
+        async def read() -> list[InstanceRow]:
+            async with self.database.connection() as conn:
+                if texts:
+                    return await published_sql.instance_list_where(
+                        conn, texts, status=status, workflow_name=workflow, limit=limit
+                    )
+                return await instances_sql.instance_list(conn, status=status, workflow_name=workflow, limit=limit)
+
+        return await retried(read, "list", retry_seconds=self.retry_seconds)
 
     async def get_value(self, instance_id: str, key: str, *, timeout: float | None = None) -> Any:
         """The value ``instance_id`` published last under ``key`` (``publish_value``),
@@ -342,6 +432,11 @@ class Client:
         when the key is not published (by then, or the instance ended without it)."""
         if timeout is not None and timeout < 0:
             raise ValueError(f"get_value timeout must not be negative, got {timeout}")
+        checked_text("instance id", instance_id)
+        try:
+            check_key(key)
+        except ValueError as error:
+            raise InvalidInputError(str(error)) from None
         read = await self._read_value(instance_id, key, timeout)
         if read.value is None:
             waited = "" if timeout is None else f" within {timeout} s"
@@ -353,18 +448,29 @@ class Client:
     async def get_status(self, instance_id: str) -> PublishedStatus | None:
         """What the instance's last ``set_status`` published, None if it never did; raises
         ``WorkflowNotFoundError`` for an unknown instance."""
+        checked_text("instance id", instance_id)
         read = await self._read_value(instance_id, STATUS_VALUE_KEY, None)
         return None if read.value is None else status_of(read.value.value, read.value.updated_at)
 
     async def values(self, instance_id: str) -> dict[str, Any]:
         """Every value the instance published, by key (``{}`` for an unknown instance)."""
-        async with self.database.connection() as conn:
-            return {v.key: v.value for v in await published_sql.values_of(conn, instance_id)}
+        checked_text("instance id", instance_id)
+
+        async def read() -> dict[str, Any]:
+            async with self.database.connection() as conn:
+                return {v.key: v.value for v in await published_sql.values_of(conn, instance_id)}
+
+        return await retried(read, "values", retry_seconds=self.retry_seconds)
 
     async def _read_value(self, instance_id: str, key: str, timeout: float | None) -> published_sql.ValueRead:
-        async def read() -> published_sql.ValueRead:
+        async def read_once() -> published_sql.ValueRead | None:
             async with self.database.connection() as conn:
-                found = await published_sql.value_get(conn, instance_id, key)
+                return await published_sql.value_get(conn, instance_id, key)
+
+        budget = self._retry_budget(timeout)
+
+        async def read() -> published_sql.ValueRead:
+            found = await retried(read_once, "get_value", retry_seconds=budget())
             if found is None:
                 raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
             return found
@@ -378,6 +484,14 @@ class Client:
             timeout,
         )
         return found if found is not None else await read()  # None: the time ran out before a read
+
+
+def checked_text(field: str, text: str) -> None:
+    """``InvalidInputError`` naming ``field`` for text PostgreSQL cannot take (a NUL, a lone
+    surrogate): said before any statement, not by the driver."""
+    reason = text_refusal(text)
+    if reason is not None:
+        raise InvalidInputError(f"{field} {text!r} {reason}", f"{field} {reason}")
 
 
 def search_where(where: Mapping[str, Any]) -> dict[str, str]:

@@ -10,7 +10,7 @@ class KenningError(Exception):
     ``LeaseLostError``, ``Suspended``, ``StorageUnavailable``), which are
     ``BaseException``s so that no ``except Exception`` in user code can swallow them,
     nor of those kept as plain ``Exception``s with Edda's names and meanings
-    (``TerminalError`` and its ``UnstorableValueError``, ``RetryExhaustedError``,
+    (``TerminalError``, ``RetryExhaustedError``,
     ``WorkflowCancelledException``, ``EventTimeoutError``, ``ReplayedActivityError``).
     """
 
@@ -49,9 +49,10 @@ class HeartbeatTimeoutError(ActivityTimeoutError):
     the last details it heartbeated in ``ctx.heartbeat_details``."""
 
 
-class UnstorableValueError(TerminalError):
+class UnstorableValueError(TerminalError, KenningError):
     """A value headed for the database that PostgreSQL cannot store (a NUL character,
-    NaN, a lone surrogate): the step's failure, never retried and never replayed in a loop."""
+    NaN, a lone surrogate): the step's failure, never retried and never replayed in a loop.
+    Also a ``KenningError``: a client's caller catches it with the rest."""
 
 
 class ControlSignal(BaseException):
@@ -132,6 +133,13 @@ class WorkflowTimeoutError(KenningError):
 
 class ConfigurationError(KenningError):
     """A setting, flag or workflow definition is invalid; the message names it."""
+
+
+class DatabaseUnavailableError(KenningError):
+    """A client's call could not reach the database (a restart, a failover, a lost
+    connection, no free connection) even after the client's own retries of a call a retry
+    cannot do twice. Nothing about the call's values: try again, the message says how
+    (a ``message_id`` or ``request_id`` makes a resent message count once)."""
 
 
 class WorkflowNotFoundError(KenningError):

@@ -23,6 +23,7 @@ from kenning import serialization
 from kenning.core.limits import MAX_ID_LENGTH
 from kenning.core.published import check_key, search_text
 from kenning.core.records import Definition, NewInstance
+from kenning.core.texts import check_text
 from kenning.errors import ConfigurationError, KenningError
 from kenning.observability import tracing
 from kenning.queues import check_priority, check_queue_name
@@ -84,6 +85,7 @@ def _check_storable(what: str, value: str | None) -> None:
         return
     if "\x00" in value or len(value) > MAX_ID_LENGTH:
         raise ValueError(f"{what} must be at most {MAX_ID_LENGTH} characters with no NUL character")
+    check_text(what, value)  # a lone surrogate
 
 
 def prepare_start(

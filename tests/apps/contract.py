@@ -250,3 +250,9 @@ async def chain(ctx: WorkflowContext, per_run: int, runs: int, total: int = 0, r
     if run < runs:
         await continue_as_new(ctx, per_run=per_run, runs=runs, total=total, run=run + 1)
     return {"total": total, "run": run}
+
+
+@workflow(name="contract.endless")
+async def endless(ctx: WorkflowContext, run: int = 1) -> None:
+    """A chain that never waits: only a workflow timeout ends it (issue 33, item 6)."""
+    await continue_as_new(ctx, run=run + 1)

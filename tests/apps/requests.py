@@ -71,3 +71,15 @@ async def twice(ctx: WorkflowContext) -> str:
     await request.reply(ctx, "first")
     await request.reply(ctx, "second")
     return "unreachable"
+
+
+@workflow(name="requests.echo")
+async def echo(ctx: WorkflowContext, count: int) -> list[int]:
+    """Take ``count`` messages of topic ``in`` (requests or plain ones), answer each with its
+    data, and return every ``n`` taken, in order: a message delivered twice shows twice."""
+    taken = []
+    for _ in range(count):
+        message = await receive(ctx, "in")
+        await message.reply(ctx, message.data)
+        taken.append(int(message.data["n"]))
+    return taken

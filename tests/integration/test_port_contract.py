@@ -28,6 +28,9 @@ from tests.logguard import expect_log
 
 Scenario = Callable[[WorkflowEnvironment], Awaitable[None]]
 ORDER = {"order_id": "o-1", "items": [{"sku": "book", "qty": 1}], "amount": 42}
+# how many runs a chain that never waits makes before its deadline is the machine's speed
+# (PostgreSQL's) or the environment's cap (in memory): its run number is not compared
+ENDLESS = "endless"
 
 
 def order(order_id: str) -> dict[str, Any]:
@@ -123,6 +126,13 @@ async def workflow_timeouts(env: WorkflowEnvironment) -> None:
     await env.sleep(timedelta(minutes=10))
 
 
+async def endless_chain(env: WorkflowEnvironment) -> None:
+    """A chain that never waits, under a workflow timeout: on PostgreSQL it runs until the
+    deadline fires and ends failed with ``WorkflowTimeoutError``; the in-memory backend once
+    gave up with a ``RuntimeError`` (issue 33, item 6)."""
+    await env.start(contract.endless.options(timeout=2), instance_id=ENDLESS)
+
+
 async def heartbeats(env: WorkflowEnvironment) -> None:
     """A hung attempt stopped by its heartbeat timeout; the retry resumes from its checkpoint."""
     await env.start(contract.heartbeats, instance_id="resumed", rows=4)
@@ -205,6 +215,7 @@ SCENARIOS: dict[str, Scenario] = {
     "events": events,
     "cancellations": cancellations,
     "workflow_timeouts": workflow_timeouts,
+    "endless_chain": endless_chain,
     "heartbeats": heartbeats,
     "requests": requests,
     "published": published,
@@ -248,7 +259,7 @@ def comparable(state: InstanceState, ids: dict[str, str]) -> dict[str, Any]:
         "history": [(e.kind, named(e.step_id), e.step_name) for e in state.history],
         "values": state.values,  # publish_value, set_status
         "search_attributes": state.search_attributes,
-        "run": state.run,
+        "run": None if state.instance_id == ENDLESS else state.run,
     }
 
 
@@ -342,3 +353,13 @@ async def test_env_result_is_the_last_runs_on_postgresql(database_url: str) -> N
             await chain.send_message("numbers", n)
         assert await chain.result() == {"total": 10, "run": 4}
         assert (await chain.state()).run == 4
+
+
+async def test_a_chain_that_never_waits_ends_by_its_workflow_timeout_on_both_backends(database_url: str) -> None:
+    """The outcome itself: failed with ``WorkflowTimeoutError``, in memory as on PostgreSQL."""
+    expect_log("instance.failed")
+    memory, postgres = await run_both(endless_chain, database_url)
+    for side in (memory, postgres):
+        endless = side[ENDLESS]
+        assert endless["status"] == "failed", endless
+        assert endless["error"]["type"].endswith("WorkflowTimeoutError"), endless

@@ -199,3 +199,38 @@ def test_version() -> None:
     result = kenning("--version")
     expected = f"kenning {importlib.metadata.version('kenning')}"
     assert result.returncode == 0 and result.stdout.strip() == expected, result.stdout + result.stderr
+
+
+def test_values_postgresql_cannot_take_are_one_line_naming_them(database_url: str) -> None:
+    """(issue 33, item 5) A lone surrogate (an argument that is not UTF-8), a NUL or a lone
+    surrogate in JSON data: one line and exit code 2, not the driver's error."""
+    started = kenning("start", "three_steps", "--app", APP, "--input", '{"value": 1}', url=database_url)
+    instance_id = started.stdout.strip()
+    not_utf8 = "c\udcff"  # the bytes b"c\xff" on the command line
+    refused: list[tuple[str, ...]] = [
+        ("instances", "list", "--where", f"customer={not_utf8}"),
+        ("instances", "show", not_utf8),
+        ("message", "send", instance_id, not_utf8),
+        ("request", not_utf8, "go", "--timeout", "1"),
+        ("start", "three_steps", "--app", APP, "--input", '{"value": 1}', "--instance-id", not_utf8),
+    ]
+    for args in refused:
+        line = one_error_line(kenning(*args, url=database_url))
+        assert "c\\udcff'" in line and "not UTF-8" in line, line
+    for data, reason in (('{"a": "x\\u0000"}', "NUL"), ('{"a": "\\ud800"}', "surrogate")):
+        for command in (("message", "send", instance_id, "go", "--data", data), ("request", instance_id, "go", data)):
+            line = one_error_line(kenning(*command, url=database_url))
+            assert reason in line and "cannot be stored" in line, line
+
+
+def test_a_database_that_is_away_is_one_line_saying_to_try_again() -> None:
+    """(issue 33, item 5) ``message send`` and ``request`` go through ``Client``: after its
+    retries (5 s at the command) one line, exit code 1, that says to try again with the
+    id that makes the message count once; not psycopg's error or a log line per retry."""
+    down = "postgresql://nobody@127.0.0.1:1/x"
+    for args, again in (
+        (("message", "send", "i-1", "go", "--id", "m-1"), "message_id='m-1'"),
+        (("request", "i-1", "go", "--id", "r-1"), "request_id='r-1'"),
+    ):
+        line = one_error_line(kenning(*args, url=down), code=1)
+        assert "the database is unavailable" in line and f"try again with {again}" in line, line

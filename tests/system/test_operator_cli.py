@@ -82,7 +82,7 @@ def test_clear_errors_and_exit_codes(database_url: str) -> None:
     bad_url = kenning("instances", "list", url="mysql://x/y")
     assert bad_url.returncode == 2 and "database URL must start with postgresql://" in bad_url.stderr
     down = kenning("instances", "list", url="postgresql://nobody@127.0.0.1:1/x")
-    assert down.returncode == 1 and "database error" in down.stderr
+    assert down.returncode == 1 and "database error" in down.stderr and "unavailable: try again" in down.stderr
     unreachable = kenning("send", "order.created", "--data", "{}", "--ingress-url", "http://127.0.0.1:1")
     assert unreachable.returncode == 2 and "cannot reach the ingress" in unreachable.stderr
     for result in (unknown, bad_json, bad_url, down, unreachable):

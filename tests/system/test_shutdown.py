@@ -7,7 +7,10 @@ starts is a clean stop too (issue 25, item 9)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -17,7 +20,7 @@ import pytest
 from kenning import Client
 from kenning.db import Database
 from kenning_worker.shutdown import MARGIN_SECONDS
-from tests.support import ProcessPool, eventually, executions
+from tests.support import REPO_ROOT, ProcessPool, eventually, executions
 
 APP = "tests.apps.poison"
 GRACE = 1.0
@@ -121,3 +124,58 @@ async def test_sigterm_while_the_scheduler_or_relayer_starts_is_a_clean_stop(
         except psutil.TimeoutExpired:
             raise AssertionError(f"{command} did not exit after SIGTERM {delay} s into its start") from None
     assert codes == [0, 0]
+
+
+async def _exit_code_after_sigterm(proc: psutil.Popen, what: str) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:  # slack for a loaded machine, not a timing: it exits at once
+        return int(await asyncio.to_thread(proc.wait, 30))
+    except psutil.TimeoutExpired:
+        raise AssertionError(f"{what} did not exit after SIGTERM") from None
+
+
+# modules whose import ends while `kenning worker` is still importing: kenning.client within
+# `import kenning` itself, kenning_worker.worker when the command's module is loaded
+IMPORTED_WHILE_LOADING = ("kenning.client", "kenning_worker.worker")
+
+
+@pytest.mark.parametrize("module", IMPORTED_WHILE_LOADING)
+async def test_sigterm_before_a_workers_imports_finish_is_a_clean_stop(
+    module: str, database_url: str, processes: ProcessPool
+) -> None:
+    """(issue 33, item 6) A SIGTERM before the worker's own imports are done (before its
+    app's: that was issue 25's) exits 0 too; it died by the signal (-15) until the
+    ``kenning`` command took SIGTERM over before importing anything of its own. Python's
+    import-time report (one line as each module's import ends) says where it is."""
+    worker = processes.worker(database_url, "tests.apps.slow_start", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    line = re.compile(rf"^import time: .*\|\s+{re.escape(module)}$", re.MULTILINE)
+    await eventually(
+        lambda: line.search(processes.log_of(worker)) is not None or worker.poll() is not None,
+        timeout=60,
+        message=f"{module} imported",
+    )
+    assert await _exit_code_after_sigterm(worker, f"a worker importing past {module}") == 0
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+async def test_sigterm_stops_the_ingress_with_exit_code_0(
+    workers: str, database_url: str, processes: ProcessPool
+) -> None:
+    """(issue 33, item 6) A requested stop of ``kenning ingress`` exits 0, as the other
+    services' does; it exited -15 (uvicorn raises the signal again once it has shut down)."""
+    from tests.ingress_support import start_ingress
+
+    ingress = start_ingress(processes, database_url, "--workers", workers)
+    assert await _exit_code_after_sigterm(ingress.process, "the ingress") == 0
+
+
+def test_a_program_that_imports_kenning_keeps_its_own_sigterm() -> None:
+    """Only the ``kenning`` command's import takes SIGTERM over, not a program's."""
+    shown = subprocess.run(
+        [sys.executable, "-c", "import signal, kenning; print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)"],
+        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.stdout.strip() == "True", shown.stdout + shown.stderr

@@ -19,6 +19,7 @@ EXPORTS = [
     "ChildWorkflowFailed",
     "Client",
     "ConfigurationError",
+    "DatabaseUnavailableError",  # issue 33, item 5: a client's call met an unavailable database
     "EddaApp",
     "EventTimeoutError",
     "HeartbeatTimeoutError",

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from kenning.core.published import check_key, search_text
+from kenning.core.published import parse_search_pair
 from kenning.core.records import INSTANCE_STATUSES
 from kenning.serialization import unstorable_reason
 from kenning.storage import console as console_sql
@@ -94,26 +94,24 @@ def parse_search(text: str) -> tuple[str, str]:
     return json.dumps(value), ""
 
 
-def parse_where(text: str) -> str:
-    """``customer=c-1, region=eu``: search attributes (``@workflow(search_attributes=...)``)
-    holding every pair, as the JSON object ``InstanceFilters.where`` takes ('' for none)."""
-    pairs: dict[str, str] = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
+def parse_where(pairs: list[str]) -> str:
+    """``where=customer=c-1&where=region=eu``: search attributes
+    (``@workflow(search_attributes=...)``) holding every pair, each read as ``kenning
+    instances list --where`` reads one (``parse_search_pair``: the value as typed, commas
+    and spaces too; an empty one skipped), as the JSON object ``InstanceFilters.where``
+    takes ('' for none)."""
+    wanted: dict[str, str] = {}
+    for pair in pairs:
+        if not pair.strip():  # the form's empty field for one more pair
             continue
-        key, sep, value = part.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key:
-            raise BadRequestError(f"where: {part!r} is not key=value (a search attribute, e.g. customer=c-1)")
-        if pairs.get(key, value) != value:
-            raise BadRequestError(f"where: {key!r} is named twice")
         try:
-            check_key(key)
-            search_text(key, value)
+            key, value = parse_search_pair(pair)
         except ValueError as error:
             raise BadRequestError(f"where: {error}") from None
-        pairs[key] = value
-    return json.dumps(pairs) if pairs else ""
+        if wanted.get(key, value) != value:
+            raise BadRequestError(f"where: {key!r} is named twice")
+        wanted[key] = value
+    return json.dumps(wanted) if wanted else ""
 
 
 class _NotJsonError(ValueError):
@@ -142,7 +140,7 @@ def parse_filters(request: Request) -> InstanceFilters:
         key_prefix=_text(request, "key"),
         contains=contains,
         text=text,
-        where=parse_where(_text(request, "where")),
+        where=parse_where(request.query_params.getlist("where")),
     )
 
 
@@ -179,7 +177,8 @@ async def instance_list(request: Request) -> Response:
     filters = parse_filters(request)
     after = decode_cursor(_text(request, "after"))
     limit = _page_size(request, console.settings.page_size)
-    kept = {name: request.query_params[name] for name in FILTER_FIELDS if request.query_params.get(name)}
+    # the filters as given, for the page's links: where= may come once per pair
+    kept = [(name, value) for name in FILTER_FIELDS for value in request.query_params.getlist(name) if value]
     exact = None
     if filters.id_prefix and after is None:  # an exact id: that instance, whatever else is asked
         exact = await console.read(lambda conn: console_sql.instance_by_id(conn, filters.id_prefix))
@@ -195,21 +194,22 @@ async def instance_list(request: Request) -> Response:
     workflows = await console.read(console_sql.workflow_names)
     next_url = None
     if page.next is not None:
-        query = {**kept, "after": encode_cursor(page.next)}
+        query = [*kept, ("after", encode_cursor(page.next))]
         if limit != console.settings.page_size:
-            query["limit"] = str(limit)
+            query.append(("limit", str(limit)))
         next_url = "/instances?" + urlencode(query)
-    status_urls = {
-        status: "/instances?" + urlencode({**{k: v for k, v in kept.items() if k != "status"}, "status": status})
-        for status in INSTANCE_STATUSES
-    }
+    unstatused = [(k, v) for k, v in kept if k != "status"]
+    status_urls = {status: "/instances?" + urlencode([*unstatused, ("status", status)]) for status in INSTANCE_STATUSES}
     return render(
         request,
         "instances.html",
         {
             "section": "instances",
             "filters": filters,
-            "form": {name: request.query_params.get(name, "") for name in FILTER_FIELDS},
+            "form": {
+                **{name: request.query_params.get(name, "") for name in FILTER_FIELDS},
+                "where": [pair for pair in request.query_params.getlist("where") if pair.strip()],
+            },
             "statuses": INSTANCE_STATUSES,
             "workflows": workflows,
             "rows": page.rows,
@@ -222,7 +222,7 @@ async def instance_list(request: Request) -> Response:
             "bulk": bulk.offers(filters),
             "count_cap": COUNT_CAP,
             "status_urls": status_urls,
-            "all_url": "/instances?" + urlencode({k: v for k, v in kept.items() if k != "status"}),
+            "all_url": "/instances?" + urlencode(unstatused),
             "refresh_seconds": console.settings.refresh_interval if after is None else 0,
             "search_kind": "contains" if filters.contains else ("text" if filters.text else ""),
             "status_texts": status_texts,  # set_status: what each row published last

@@ -13,6 +13,7 @@ from kenning.core.urls import hide_credentials
 from kenning.db.migrate import migrate
 from kenning.runtime import exposure
 from kenning.runtime.config import add_settings, settings_from_args
+from kenning.runtime.service import Starting
 from kenning_ingress.metrics import shared_metrics_directory
 from kenning_ingress.protocol import IngressProtocol
 from kenning_ingress.settings import IngressSettings, settings_to_environment
@@ -48,6 +49,9 @@ def settings_from(args: argparse.Namespace) -> IngressSettings:
 
 
 def run(args: argparse.Namespace) -> int:
+    # a stop while it migrates or connects, and uvicorn's SIGTERM raised again after its
+    # graceful shutdown (the default action would end the process with -15): exit code 0
+    Starting.catch()
     settings = settings_from(args)
     sqlalchemy_url(settings.database_url)  # a missing or malformed URL is a CLI error (exit 2)
     check_exposure(settings)

@@ -15,6 +15,8 @@ import structlog
 # before it starts anything, not only those that import a fault point early.
 import kenning.observability.faults  # noqa: F401
 from kenning.commands.argparsing import ArgumentParser, VersionAction, parse
+from kenning.core import stopping
+from kenning.core.texts import text_refusal
 from kenning.db import errors as dberrors
 from kenning.errors import ConfigurationError, KenningError, UsageError, WorkflowNotFoundError
 from kenning.observability.logs import configure_logging
@@ -61,6 +63,10 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def _retry_hint(error: Exception) -> str:
+    return " (the database is unavailable: try again)" if dberrors.is_unavailable(error) else ""
+
+
 def explain(error: Exception, *, debug: bool = False) -> tuple[str, int]:
     """The one place an exception becomes what the operator reads: (message, exit code).
     ``debug``: the traceback is being logged, so the hint to ask for it is left out."""
@@ -72,9 +78,9 @@ def explain(error: Exception, *, debug: bool = False) -> tuple[str, int]:
     if isinstance(driver_error, psycopg.Error):
         if driver_error.sqlstate in _SCHEMA_SQLSTATES:
             return "the database has no Kenning schema, or an older one: run `kenning migrate`", 2
-        return f"database error: {_first_line(driver_error)}", 1
+        return f"database error: {_first_line(driver_error)}{_retry_hint(error)}", 1
     if dberrors.is_sqlalchemy_error(error):  # pool timeouts and the like
-        return f"database error: {_first_line(error)}", 1
+        return f"database error: {_first_line(error)}{_retry_hint(error)}", 1
     if isinstance(error, OSError):  # the machine's answer: a port in use, a file not readable
         return _first_line(error), 1
     hint = "" if debug else f" ({DEBUG_HINT})"
@@ -90,12 +96,26 @@ def _quiet_broken_pipe() -> int:
     return 141
 
 
+def not_utf8(arguments: Sequence[str]) -> str | None:
+    """The first argument that is not UTF-8 text (Python reads its bytes as lone
+    surrogates, which PostgreSQL's text cannot take), said in one line; None if all are."""
+    for argument in arguments:
+        if text_refusal(argument) is not None:
+            return f"argument {argument!r} is not UTF-8 text"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    refused = not_utf8(arguments)
+    if refused is not None:  # before any parse: an id, a topic or a value, refused alike
+        print(f"kenning: {refused}", file=sys.stderr)  # noqa: T201 - CLI edge
+        return 2
     parser, runners = build_parser(arguments)
     args = parse(parser, arguments)
     configure_logging(getattr(args, "log_level", "info"), getattr(args, "log_format", "auto"))
     try:
+        stopping.release()  # a service takes SIGTERM over first thing; a one-shot command dies by it
         code = runners[args.command](args)
         sys.stdout.flush()  # a closed pipe shows here at the latest
         return code

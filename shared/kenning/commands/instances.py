@@ -12,7 +12,7 @@ from kenning.commands import steering
 from kenning.commands.output import emit, emit_json, table
 from kenning.commands.steering import BATCH_SIZE
 from kenning.core.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED, COMPENSATION_SKIPPED
-from kenning.core.published import check_key, search_text
+from kenning.core.published import parse_search_pair
 from kenning.core.records import INSTANCE_STATUSES, InstanceRow
 from kenning.db import Database, Executor, connect
 from kenning.errors import UsageError, WorkflowNotFoundError
@@ -48,17 +48,10 @@ def _time(text: str) -> datetime:
 
 def _where(text: str) -> tuple[str, str]:
     """A ``--where`` pair: ``KEY=VALUE``, a search attribute and its text."""
-    key, equals, value = text.partition("=")
-    if not equals or not key:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not KEY=VALUE: a search attribute and its value, e.g. customer=c-1"
-        )
     try:
-        check_key(key)
-        search_text(key, value)
+        return parse_search_pair(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-    return key, value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from kenning.client import Client
+from kenning.clients.unavailable import COMMAND_RETRY_SECONDS
 from kenning.commands.output import emit, emit_json
 from kenning.commands.send import json_value
 from kenning.errors import MessageUndeliverableError, UnstorableValueError, UsageError, WorkflowNotFoundError
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _send(args: argparse.Namespace) -> dict[str, Any]:
-    async with Client(database_url(args.database_url, None)) as client:
+    async with Client(database_url(args.database_url, None), retry_seconds=COMMAND_RETRY_SECONDS) as client:
         try:
             message_id = await client.send_message(args.instance_id, args.topic, args.data, args.message_id)
         except (WorkflowNotFoundError, MessageUndeliverableError, UnstorableValueError) as error:

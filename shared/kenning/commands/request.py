@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from kenning.client import Client
+from kenning.clients.unavailable import COMMAND_RETRY_SECONDS
 from kenning.commands.output import emit_json
 from kenning.commands.send import json_value
 from kenning.errors import MessageUndeliverableError, RequestTimeoutError, UnstorableValueError, UsageError
@@ -42,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _request(args: argparse.Namespace) -> Any:
-    async with Client(database_url(args.database_url, None)) as client:
+    async with Client(database_url(args.database_url, None), retry_seconds=COMMAND_RETRY_SECONDS) as client:
         try:
             return await client.request(
                 args.instance_id, args.topic, args.data, timeout=args.timeout, request_id=args.request_id

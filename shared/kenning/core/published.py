@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from kenning.core.limits import MAX_SEARCH_VALUE_LENGTH, MAX_VALUE_KEY_LENGTH
+from kenning.core.texts import check_text
 
 
 def check_key(key: str) -> None:
@@ -15,6 +16,7 @@ def check_key(key: str) -> None:
         raise ValueError(
             f"a published value's key must be a non-empty str of at most {MAX_VALUE_KEY_LENGTH} characters"
         )
+    check_text(f"key {key!r}", key)
 
 
 def search_text(key: str, value: Any) -> str | None:
@@ -31,7 +33,20 @@ def search_text(key: str, value: Any) -> str | None:
         raise TypeError(f"search attribute {key!r} takes a str, int, float or bool, not {type(value).__name__}")
     if len(text) > MAX_SEARCH_VALUE_LENGTH:
         raise ValueError(f"search attribute {key!r} is longer than {MAX_SEARCH_VALUE_LENGTH} characters")
+    check_text(f"search attribute {key!r}", text)
     return text
+
+
+def parse_search_pair(text: str) -> tuple[str, str]:
+    """``KEY=VALUE``: a search attribute and the text it must hold, split at the first
+    ``=``, the value kept as typed (commas, spaces and ``=`` included): the CLI's
+    ``--where`` and the console's ``where=``, one pair each. ``ValueError`` says what is wrong."""
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise ValueError(f"{text!r} is not KEY=VALUE: a search attribute and its value, e.g. customer=c-1")
+    check_key(key)
+    search_text(key, value)
+    return key, value
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, TypeGuard
 
 import psycopg
 
+from kenning.errors import DatabaseUnavailableError
+
 if TYPE_CHECKING:
     from sqlalchemy.exc import DBAPIError
 
@@ -59,6 +61,8 @@ def is_unavailable(error: BaseException) -> bool:
     program limits (54: an index row too large) and object states (55) too, which are one
     write's fault. Without a SQLSTATE, an operational or interface error is the
     connection's (a refused connect, a lost server, a pool that had no connection)."""
+    if isinstance(error, DatabaseUnavailableError):  # a client's, raised after its own retries
+        return True
     if _is_wrapper(error) and error.connection_invalidated:
         return True
     driver = driver_error(error)

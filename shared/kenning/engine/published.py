@@ -48,8 +48,8 @@ async def publish_value(run: WorkflowRun, key: str, value: Any) -> None:
     if run.cursor.take(step_id, step_name) is not None:
         return
     searchable = key in run.workflow.search_attributes
+    stored = storable_value(key, value)  # first: a NUL or lone surrogate is UnstorableValueError
     text = search_text(key, value) if searchable else None
-    stored = storable_value(key, value)
     await run.before_new_step(step_id, step_name)
     record = StepRecord(step_id, VALUE_PUBLISHED, step_name, {"key": key})
     await run.port.publish_value(PublishValue(record, key, stored, searchable, text))

@@ -13,6 +13,7 @@ waiting instance runnable to be compensated, a child's end wakes its parent.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,11 @@ _RUNNABLE = ("pending", "running", "compensating")
 # runs without an instance coming to rest before the environment gives up: a workflow
 # that loops for ever without waiting (never in production either: it would hold a worker)
 MAX_RUNS = 10_000
+# runs of one instance in one settle after which one that never waits (a continue_as_new
+# chain that only continues) is taken to run until its workflow timeout: on PostgreSQL the
+# clock moves while it runs and the deadline ends it (WorkflowTimeoutError), here the clock
+# moves only when told, so it is moved to the deadline
+NEVER_WAITS_RUNS = 1_000
 
 
 @dataclass
@@ -218,6 +224,7 @@ class MemoryBackend:
 
     async def settle(self) -> None:
         """Run what is runnable, deliver, fire what is due, until nothing is left to do."""
+        runs: Counter[str] = Counter()
         for _ in range(MAX_RUNS):
             self._adopt_children()
             self._settle_ends()
@@ -230,9 +237,23 @@ class MemoryBackend:
             if not runnable:
                 return
             instance = runnable[0]
+            if runs[instance.id] >= NEVER_WAITS_RUNS and self._skip_to_deadline(instance):
+                runs[instance.id] = 0
+                continue
+            runs[instance.id] += 1
             await run_once(self.app, instance, inline_retry_seconds=0.0, clock=self.clock)
             self._catch_up(instance)
         raise RuntimeError(f"instances still running after {MAX_RUNS} runs: a workflow that never waits or ends?")
+
+    def _skip_to_deadline(self, instance: MemoryInstance) -> bool:
+        """Move the clock to the workflow timeout of an instance that never waits, so the
+        next pass fires it; False when it has none (then nothing ever ends it)."""
+        deadline = _pending_deadline(instance)
+        if deadline is None:
+            return False
+        _log.info("settle.never_waits", instance_id=instance.id, workflow=instance.workflow_name)
+        self.clock.advance(deadline - self.clock())
+        return True
 
     async def next_due(self) -> float | None:
         now = self.clock()
