@@ -20,6 +20,7 @@ from kenning.workflow import Workflow
 from kenning_scheduler import Scheduler
 from kenning_scheduler.cron_ticks import RETRY_SECONDS
 from tests.apps import schedules as apps
+from tests.apps import ticking
 from tests.scheduler_support import Sql
 
 T0 = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
@@ -148,6 +149,24 @@ async def test_ticks_missed_while_a_scheduler_ran_are_each_started_late(database
         "2026-01-05T11:45:00Z",
         "2026-01-05T12:00:00Z",
     ]
+
+
+async def test_a_scheduler_coming_within_a_minute_of_the_last_decision_starts_each_tick(
+    database: Database, sql: Sql
+) -> None:
+    app = app_of(ticking.tick_a)
+    await seen_before_t0(database, sql, app)
+    assert await Scheduler(database, app).cron.start_due(T0) == {"tick_a": TickOutcome.STARTED}
+    # that one stopped (killed, or SIGSTOPped, or the database away): one starting 30 s
+    # later starts each second it missed, as the first would have
+    assert await Scheduler(database, app).cron.start_due(T0 + timedelta(seconds=30)) == {"tick_a": TickOutcome.STARTED}
+    assert len(ticks_started(sql, "tick_a")) == 31
+    # nobody for 170 s: the minute after the last decision is started, each tick; the
+    # rest, until the newcomer's first pass, collapse into the latest
+    assert await Scheduler(database, app).cron.start_due(T0 + timedelta(seconds=200)) == {"tick_a": TickOutcome.STARTED}
+    started = ticks_started(sql, "tick_a")
+    assert len(started) == 31 + 60 + 1
+    assert started[-2:] == ["2026-01-05T10:01:30Z", "2026-01-05T10:03:20Z"]
 
 
 async def test_a_held_row_is_decided_later_and_a_catch_up_starts_one_run_unless_allowed(

@@ -22,7 +22,7 @@ transaction cut so is given up with ``cron.tick_deferred``; its ticks are decide
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
@@ -46,6 +46,10 @@ LOCK_WAIT_SECONDS = 1.0  # longest wait of a tick's transaction for any lock
 HOLD_SECONDS = 5.0  # longest a scheduler's silent client holds a schedule's row
 RETRY_SECONDS = 0.2  # a schedule left undecided (row held elsewhere, wait cut) is tried again this soon
 CATCH_UP_BATCH = 100  # ticks decided per transaction; more are decided on the next pass, at once
+# A schedule's ticks up to this long after its last decision count as watched: a scheduler
+# then running (stopped, or the database away) would have started them, so one coming
+# later starts each; ticks further out and before its own first pass collapse into one.
+WATCH_SECONDS = 60.0
 # the bounds above, as the server reports them: lock_timeout, idle_in_transaction_session_timeout
 _BOUND_SQLSTATES = frozenset({"55P03", "25P03"})
 
@@ -162,10 +166,10 @@ class CronTicker:
         due = due[:CATCH_UP_BATCH]
         held = _held_back(state)
         if held is TickOutcome.BUFFERED:
-            await schedules_sql.schedule_record(conn, wf.name, next_tick=window.following)
+            await schedules_sql.schedule_record(conn, wf.name, next_tick=window.following, decided_at=now)
             return _Decision([(due[-1], held)])
         if held is not None:
-            await schedules_sql.schedule_record(conn, wf.name, tick=due[-1], next_tick=window.following)
+            await schedules_sql.schedule_record(conn, wf.name, tick=due[-1], next_tick=window.following, decided_at=now)
             return _Decision([(tick, held) for tick in due], complete)
         decision = _Decision(complete=complete)
         if state.overlap != "allow":
@@ -177,7 +181,9 @@ class CronTicker:
             outcome, started = await self._start(conn, wf, tick)
             decision.ticks.append((tick, outcome))
             last = started or last
-        await schedules_sql.schedule_record(conn, wf.name, tick=due[-1], instance_id=last, next_tick=window.following)
+        await schedules_sql.schedule_record(
+            conn, wf.name, tick=due[-1], instance_id=last, next_tick=window.following, decided_at=now
+        )
         return decision
 
     async def _start(self, conn: Executor, wf: Workflow[Any], tick: datetime) -> tuple[TickOutcome, str | None]:
@@ -200,19 +206,23 @@ class CronTicker:
 
     def _due_ticks(self, wf: Workflow[Any], state: ScheduleState, latest: datetime) -> list[datetime]:
         """The ticks to decide, oldest first, up to ``latest``: every one after the row's
-        last decided tick; of those at or before this ticker's first pass (when maybe no
-        scheduler ran), only the latest. At most one more than a batch."""
+        last decided tick that fell while a scheduler watched (up to ``WATCH_SECONDS``
+        after the row's last decision, or since this ticker's first pass); those between,
+        when maybe none ran, collapse into their latest. At most one more than a batch."""
         assert wf.cron is not None and self._since is not None
-        missed = wf.cron.latest_at_or_before(min(self._since, latest))
-        if state.last_tick is None or missed > state.last_tick:
-            after = missed  # the ticks before it fell while maybe no scheduler ran
-            ticks = [missed]
-        elif state.last_tick >= latest:
-            return []
-        else:
-            after, ticks = state.last_tick, []
-        if after < latest:
-            ticks.extend(ticks_between(wf.cron, wf.cron.next_after(after), latest, CATCH_UP_BATCH))
+        cron, after = wf.cron, state.last_tick
+        ticks: list[datetime] = []
+        if after is not None and state.decided_at is not None:
+            watched = min(state.decided_at + timedelta(seconds=WATCH_SECONDS), latest)
+            if watched > after:
+                ticks = ticks_between(cron, cron.next_after(after), watched, CATCH_UP_BATCH)
+                after = watched
+        missed = cron.latest_at_or_before(min(self._since, latest))
+        if after is None or missed > after:
+            ticks.append(missed)
+            after = missed
+        if after < latest and len(ticks) <= CATCH_UP_BATCH:
+            ticks.extend(ticks_between(cron, cron.next_after(after), latest, CATCH_UP_BATCH))
         return ticks[: CATCH_UP_BATCH + 1]
 
     def _log_outcome(self, wf: Workflow[Any], tick: datetime, outcome: TickOutcome, now: datetime) -> None:

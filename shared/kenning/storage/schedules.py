@@ -86,11 +86,13 @@ class ScheduleState:
     last_tick: datetime | None
     last_instance_id: str | None
     last_instance_running: bool  # the instance it started last exists and has not finished
+    decided_at: datetime | None  # the database clock when a scheduler last decided a tick
 
 
 _SCHEDULE_LOCK = statement(
     """
-    SELECT s.workflow_name, s.paused, s.overlap, s.last_tick, s.last_instance_id, i.status AS last_status
+    SELECT s.workflow_name, s.paused, s.overlap, s.last_tick, s.last_instance_id, s.decided_at,
+           i.status AS last_status
     FROM kenning_schedules AS s
     LEFT JOIN kenning_instances AS i ON i.id = s.last_instance_id
     WHERE s.workflow_name = :name
@@ -115,6 +117,7 @@ async def schedule_lock(conn: Executor, workflow_name: str) -> ScheduleState | N
         last_tick=row.last_tick,
         last_instance_id=row.last_instance_id,
         last_instance_running=row.last_status is not None and row.last_status not in TERMINAL_STATUSES,
+        decided_at=row.decided_at,
     )
 
 
@@ -153,7 +156,8 @@ _SCHEDULE_RECORD = statement(
     UPDATE kenning_schedules
     SET last_tick = greatest(last_tick, CAST(:tick AS timestamptz)),
         last_instance_id = coalesce(CAST(:instance_id AS text), last_instance_id),
-        next_tick = coalesce(CAST(:next_tick AS timestamptz), next_tick)
+        next_tick = coalesce(CAST(:next_tick AS timestamptz), next_tick),
+        decided_at = coalesce(CAST(:decided_at AS timestamptz), decided_at)
     WHERE workflow_name = :name
     """
 )
@@ -166,10 +170,18 @@ async def schedule_record(
     tick: datetime | None = None,
     instance_id: str | None = None,
     next_tick: datetime | None = None,
+    decided_at: datetime | None = None,
 ) -> None:
     """Record a decision: ``tick`` decided (never moving ``last_tick`` back), the
-    instance started (a tick's or a trigger's), the next tick due; None: unchanged."""
-    params = {"name": workflow_name, "tick": tick, "instance_id": instance_id, "next_tick": next_tick}
+    instance started (a tick's or a trigger's), the next tick due, when the scheduler
+    decided (its database clock); None: unchanged."""
+    params = {
+        "name": workflow_name,
+        "tick": tick,
+        "instance_id": instance_id,
+        "next_tick": next_tick,
+        "decided_at": decided_at,
+    }
     await conn.execute(_SCHEDULE_RECORD, params)
 
 
