@@ -189,6 +189,24 @@ async def test_a_held_row_is_decided_later_and_a_catch_up_starts_one_run_unless_
     assert scheduler.cron.seconds_until_next(T0 + timedelta(minutes=16)) == 240
 
 
+async def test_a_scheduler_starting_while_a_row_is_held_decides_the_other_schedules(
+    database: Database, sql: Sql
+) -> None:
+    app = app_of(apps.quarter_hourly, apps.five_minutes_skip)
+    await seen_before_t0(database, sql, app)
+    sql.execute("BEGIN")
+    sql.execute("SELECT 1 FROM kenning_schedules WHERE workflow_name = 'quarter_hourly' FOR UPDATE")
+    # its declaration waits for the row a bounded time, then is left for a later pass
+    scheduler = Scheduler(database, app)
+    assert await scheduler.cron.start_due(T0) == {
+        "quarter_hourly": TickOutcome.LOCKED,
+        "five_minutes_skip": TickOutcome.STARTED,
+    }
+    sql.execute("COMMIT")
+    assert await scheduler.cron.start_due(T0 + timedelta(seconds=1)) == {"quarter_hourly": TickOutcome.STARTED}
+    assert ticks_started(sql, "quarter_hourly") == ["2026-01-05T10:00:00Z"]
+
+
 async def test_a_scheduler_declares_its_schedules_and_keeps_the_operators_pause(database: Database, sql: Sql) -> None:
     app = app_of(apps.quarter_hourly, apps.five_minutes_buffer)
     await Scheduler(database, app).cron.register()

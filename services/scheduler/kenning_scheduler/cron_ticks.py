@@ -92,13 +92,24 @@ class CronTicker:
 
     async def register(self) -> None:
         """Record the workflows' definitions (the first sighting of a schedule is when its
-        ticks begin to count) and their schedules."""
+        ticks begin to count) and their schedules. A schedule row held elsewhere leaves
+        the declaration for the next pass (``cron.declare_deferred``): the ticks of the
+        others are decided meanwhile."""
         if self._registered or not self.workflows:
             return
         definitions = [Definition(wf.name, wf.source_hash, wf.source, wf.retention_seconds) for wf in self.workflows]
-        async with self.database.connection() as conn:
-            await definitions_sql.definitions_register(conn, definitions)
-            await schedules_sql.schedules_declare(conn, [_declaration(wf) for wf in self.workflows])
+        try:
+            async with self.database.transaction() as conn:
+                await schedules_sql.schedule_bound_transaction(
+                    conn, lock_seconds=LOCK_WAIT_SECONDS, idle_seconds=HOLD_SECONDS
+                )
+                await definitions_sql.definitions_register(conn, definitions)
+                await schedules_sql.schedules_declare(conn, [_declaration(wf) for wf in self.workflows])
+        except Exception as error:
+            if sqlstate(error) not in _BOUND_SQLSTATES:
+                raise
+            self.log.warning("cron.declare_deferred", error=repr(error))
+            return
         self._known.update((d.workflow_name, d.source_hash) for d in definitions)
         self._registered = True
 
