@@ -36,7 +36,7 @@ START_AT = 3.0  # seconds into the fault window: the second scheduler starts
 STOP_SECONDS = HOLD_SECONDS + 2.0  # the held row is freed by its bound, not by the SIGCONT
 # The second scheduler's 6th tick decision: a few seconds after it started. It stalls there
 # long enough for this phase to see fault.fired in its log and SIGSTOP it mid-transaction.
-FAULT = "cron.tick_decided=stall:3@6"
+FAULT = "cron.tick_decided=stall:4@6"
 SETTLE_MARGIN = timedelta(seconds=10)  # ticks this close to the pause may be decided after it
 
 Query = Callable[[str], Awaitable[list[tuple[Any, ...]]]]

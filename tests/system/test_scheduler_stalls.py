@@ -76,11 +76,12 @@ async def test_a_scheduler_stopped_inside_a_tick_holds_up_no_other_and_loses_no_
     await eventually(lambda: "scheduler.started" in processes.log_of(other), message="the other scheduler up")
     # the 10th decision: some seconds in, both running; the stall is the window to stop it in
     stopped = spawn_scheduler(
-        processes, database_url, "--app", TICKING_APP, env={"KENNING_FAULTS": "cron.tick_decided=stall:3@10"}
+        processes, database_url, "--app", TICKING_APP, env={"KENNING_FAULTS": "cron.tick_decided=stall:4@10"}
     )
     await eventually(lambda: "fault.fired" in processes.log_of(stopped), timeout=30, message="inside a tick")
     stopped.suspend()  # SIGSTOP, the schedule's row held by its open transaction
     stopped_at = db_now(sql)
+    assert "fault.resumed" not in processes.log_of(stopped), "stopped only after its stall inside the tick ended"
     try:
         # the other scheduler starts every schedule's ticks meanwhile, the held one's once
         # the server ended the stopped scheduler's transaction

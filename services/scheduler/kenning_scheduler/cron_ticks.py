@@ -148,7 +148,8 @@ class CronTicker:
                     conn, lock_seconds=LOCK_WAIT_SECONDS, idle_seconds=HOLD_SECONDS
                 )
                 decision = await self._decide(conn, wf, window, now)
-                fault_point("cron.tick_decided")
+                if decision.outcome is not TickOutcome.LOCKED:
+                    fault_point("cron.tick_decided")  # the row held, the decision not yet committed
         except Exception as error:
             if sqlstate(error) not in _BOUND_SQLSTATES and not is_unavailable(error):
                 raise
