@@ -21,6 +21,7 @@ from kenning_scheduler import Scheduler
 from kenning_scheduler.cron_ticks import RETRY_SECONDS
 from tests.apps import schedules as apps
 from tests.apps import ticking
+from tests.logguard import LogGuard
 from tests.scheduler_support import Sql
 
 T0 = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
@@ -187,6 +188,30 @@ async def test_a_held_row_is_decided_later_and_a_catch_up_starts_one_run_unless_
     assert await scheduler.cron.start_due(T0 + timedelta(minutes=16)) == {name: TickOutcome.STARTED}
     assert ticks_started(sql, name) == ["2026-01-05T10:00:00Z", "2026-01-05T10:15:00Z"]
     assert scheduler.cron.seconds_until_next(T0 + timedelta(minutes=16)) == 240
+
+
+async def test_a_long_hold_collapses_into_the_latest_tick_and_says_which_it_skipped(
+    database: Database, sql: Sql, log_guard: LogGuard
+) -> None:
+    app = app_of(apps.held_buffer)  # every second, buffer_one
+    await seen_before_t0(database, sql, app)
+    scheduler = Scheduler(database, app)
+    name = "held_buffer"
+    assert await scheduler.cron.start_due(T0) == {name: TickOutcome.STARTED}
+    # held for 150 ticks, more than a catch-up batch: still one run, of the latest
+    assert await scheduler.cron.start_due(T0 + timedelta(seconds=150)) == {name: TickOutcome.BUFFERED}
+    finish(sql, f"{name}@2026-01-05T10:00:00Z")
+    with log_guard.capture() as logs:
+        assert await scheduler.cron.start_due(T0 + timedelta(seconds=151)) == {name: TickOutcome.STARTED}
+    assert ticks_started(sql, name) == ["2026-01-05T10:00:00Z", "2026-01-05T10:02:31Z"]
+    skipped = [(e["reason"], e["first"], e["last"]) for e in logs if e["event"] == "cron.ticks_skipped"]
+    assert skipped == [("overlap_skipped", "2026-01-05T10:00:01Z", "2026-01-05T10:02:30Z")]
+    # a newcomer after every scheduler was away for long: the ticks nobody watched, said once
+    finish(sql, f"{name}@2026-01-05T10:02:31Z")
+    with log_guard.capture() as logs:
+        assert await Scheduler(database, app).cron.start_due(T0 + timedelta(hours=1)) == {name: TickOutcome.STARTED}
+    skipped = [(e["reason"], e["first"], e["last"]) for e in logs if e["event"] == "cron.ticks_skipped"]
+    assert skipped[0] == ("missed", "2026-01-05T10:03:32Z", "2026-01-05T10:59:59Z")
 
 
 async def test_a_scheduler_starting_while_a_row_is_held_decides_the_other_schedules(

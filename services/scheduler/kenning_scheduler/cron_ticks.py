@@ -66,6 +66,8 @@ class _Decision:
 
     ticks: list[tuple[datetime, TickOutcome]] = field(default_factory=list)
     complete: bool = True  # every tick due was decided (False: a batch was full)
+    # ranges of ticks skipped together, logged once each: (reason, first, last)
+    skipped: list[tuple[str, datetime, datetime]] = field(default_factory=list)
 
     @property
     def outcome(self) -> TickOutcome:
@@ -135,6 +137,11 @@ class CronTicker:
             else:
                 self._pending.add(wf.name)
             outcomes[wf.name] = decision.outcome
+            for reason, first, last in decision.skipped:
+                # ticks never started, said once per range: none dropped in silence
+                self.log.info(
+                    "cron.ticks_skipped", workflow=wf.name, reason=reason, first=tick_key(first), last=tick_key(last)
+                )
             for tick, outcome in decision.ticks:
                 self._log_outcome(wf, tick, outcome, now)
         return outcomes
@@ -168,33 +175,42 @@ class CronTicker:
             state = await schedules_sql.schedule_lock(conn, wf.name)
             if state is None:  # declared meanwhile by another scheduler, which holds it
                 return _Decision([(window.latest, TickOutcome.LOCKED)])
-        due = self._due_ticks(wf, state, window.latest)
+        due, missed = self._due_ticks(wf, state, window.latest)
         if not due:
             instance_id = tick_instance_id(wf.name, window.latest)
             return _Decision(
                 [(window.latest, TickOutcome.EXISTS if state.last_instance_id == instance_id else TickOutcome.DECIDED)]
             )
-        complete = len(due) <= CATCH_UP_BATCH
-        due = due[:CATCH_UP_BATCH]
         held = _held_back(state)
         if held is TickOutcome.BUFFERED:
             await schedules_sql.schedule_record(conn, wf.name, next_tick=window.following, decided_at=now)
-            return _Decision([(due[-1], held)])
-        if held is not None:
-            await schedules_sql.schedule_record(conn, wf.name, tick=due[-1], next_tick=window.following, decided_at=now)
-            return _Decision([(tick, held) for tick in due], complete)
-        decision = _Decision(complete=complete)
-        if state.overlap != "allow":
-            # a catch-up starts one run, the latest tick's: the earlier ones would overlap it
-            decision.ticks.extend((tick, TickOutcome.OVERLAP_SKIPPED) for tick in due[:-1])
-            due = due[-1:]
+            return _Decision([(window.latest, held)])
+        latest = window.latest
+        if held is not None or state.overlap != "allow":
+            # paused, skip and buffer_one decide every due tick at once, and start one run at
+            # most, the latest tick's: the earlier ones would overlap it
+            decision = _Decision(skipped=[] if missed is None else [missed])
+            if due[0] < latest:
+                reason = (held or TickOutcome.OVERLAP_SKIPPED).value
+                decision.skipped.append((reason, due[0], _tick_before(wf, latest)))
+            started = None
+            if held is not None:
+                decision.ticks.append((latest, held))
+            else:
+                outcome, started = await self._start(conn, wf, latest)
+                decision.ticks.append((latest, outcome))
+            await schedules_sql.schedule_record(
+                conn, wf.name, tick=latest, instance_id=started, next_tick=window.following, decided_at=now
+            )
+            return decision
+        decision = _Decision(complete=len(due) <= CATCH_UP_BATCH, skipped=[] if missed is None else [missed])
         last = None
-        for tick in due:
+        for tick in due[:CATCH_UP_BATCH]:
             outcome, started = await self._start(conn, wf, tick)
             decision.ticks.append((tick, outcome))
             last = started or last
         await schedules_sql.schedule_record(
-            conn, wf.name, tick=due[-1], instance_id=last, next_tick=window.following, decided_at=now
+            conn, wf.name, tick=decision.ticks[-1][0], instance_id=last, next_tick=window.following, decided_at=now
         )
         return decision
 
@@ -216,14 +232,18 @@ class CronTicker:
             return TickOutcome.BEFORE_SCHEDULE, None
         return (TickOutcome.STARTED if started.created else TickOutcome.EXISTS), started.instance_id
 
-    def _due_ticks(self, wf: Workflow[Any], state: ScheduleState, latest: datetime) -> list[datetime]:
+    def _due_ticks(
+        self, wf: Workflow[Any], state: ScheduleState, latest: datetime
+    ) -> tuple[list[datetime], tuple[str, datetime, datetime] | None]:
         """The ticks to decide, oldest first, up to ``latest``: every one after the row's
         last decided tick that fell while a scheduler watched (up to ``WATCH_SECONDS``
         after the row's last decision, or since this ticker's first pass); those between,
-        when maybe none ran, collapse into their latest. At most one more than a batch."""
+        when maybe none ran, collapse into their latest. At most one more than a batch;
+        and the range collapsed into it, if any: ``("missed", first, last)``."""
         assert wf.cron is not None and self._since is not None
         cron, after = wf.cron, state.last_tick
         ticks: list[datetime] = []
+        collapsed = None
         if after is not None and state.decided_at is not None:
             watched = min(state.decided_at + timedelta(seconds=WATCH_SECONDS), latest)
             if watched > after:
@@ -231,11 +251,13 @@ class CronTicker:
                 after = watched
         missed = cron.latest_at_or_before(min(self._since, latest))
         if after is None or missed > after:
+            if after is not None and cron.next_after(after) < missed:
+                collapsed = ("missed", cron.next_after(after), _tick_before(wf, missed))
             ticks.append(missed)
             after = missed
         if after < latest and len(ticks) <= CATCH_UP_BATCH:
             ticks.extend(ticks_between(cron, cron.next_after(after), latest, CATCH_UP_BATCH))
-        return ticks[: CATCH_UP_BATCH + 1]
+        return ticks[: CATCH_UP_BATCH + 1], collapsed
 
     def _log_outcome(self, wf: Workflow[Any], tick: datetime, outcome: TickOutcome, now: datetime) -> None:
         log = self.log.bind(workflow=wf.name, instance_id=tick_instance_id(wf.name, tick), tick=tick_key(tick))
@@ -278,3 +300,9 @@ def _held_back(state: ScheduleState) -> TickOutcome | None:
     if not state.last_instance_running or state.overlap == "allow":
         return None
     return TickOutcome.BUFFERED if state.overlap == "buffer_one" else TickOutcome.OVERLAP_SKIPPED
+
+
+def _tick_before(wf: Workflow[Any], tick: datetime) -> datetime:
+    """The schedule's tick just before ``tick``."""
+    assert wf.cron is not None
+    return wf.cron.latest_at_or_before(tick - timedelta(microseconds=1))
