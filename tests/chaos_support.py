@@ -10,7 +10,9 @@ events through the ingress; and, on a schedule drawn from a seed, SIGKILLs and r
 SIGSTOPs and continues each kind of process, restarts PostgreSQL with ``pg_ctl -m
 immediate``, cuts one worker off from the database through a TCP proxy, and once kills a
 worker holding at least ``MIN_IN_FLIGHT`` instances (the mass kill, after a burst of slow
-ones). Then it waits for quiescence, runs every invariant and counts what was lost: every
+ones), and once stops a second scheduler inside a cron tick's transaction
+(``tests/chaos_cron.py``). Then it waits for quiescence, runs every invariant and counts
+what was lost: every cron tick due while a scheduler ran must have started once, and every
 accepted event must have started its workflow, been delivered, been handled once, or be
 marked as having no receiver, as its type says. Same seed, same schedule (the timing of
 the processes is not).
@@ -38,6 +40,7 @@ from kenning.client import Client
 from kenning.db.migrate import migrate
 from kenning.runtime.embedded import with_database
 from tests.apps import chaos as chaos_app
+from tests.chaos_cron import CRON_APP, CronPhase
 from tests.chaos_postgres import OwnedPostgres, owned_postgres
 from tests.chaos_schedule import (
     LEASE_SECONDS,
@@ -112,6 +115,7 @@ class Figures:
     invariants: str = "not run"
     settled: bool = False  # quiescent by the deadline: if not, "lost" may only mean "late"
     receivers_declared: bool = False  # the new version's, before the load began
+    cron: dict[str, Any] = field(default_factory=dict)  # the cron phase (tests/chaos_cron.py)
 
     def summary(self) -> dict[str, Any]:
         out = asdict(self)
@@ -150,6 +154,7 @@ class Chaos:
         self.t0 = 0.0
         self.stopping = False
         self.log = (work_dir / "chaos.log").open("a")
+        self.cron = CronPhase(pool, self.url, self._query, self.say)
 
     def say(self, message: str) -> None:
         line = f"[chaos +{time.monotonic() - self.t0:6.2f}s] {message}"
@@ -178,7 +183,7 @@ class Chaos:
                 {"KENNING_DATABASE_URL": self.proxy.url},
             ),
             "worker-old": ([*old, *slots, "--worker-id", WORKER_IDS["worker-old"]], direct),
-            "scheduler": (["scheduler", "--no-migrate", "--poll-interval", "0.5"], direct),
+            "scheduler": (["scheduler", "--no-migrate", "--poll-interval", "0.5", "--app", CRON_APP], direct),
             "relayer": (
                 [
                     *("relayer", "--broker-url", self.receiver.url, "--no-migrate", "--poll-interval", "0.2"),
@@ -430,7 +435,9 @@ class Chaos:
         answerer = asyncio.create_task(self.answer_events())
         watcher = asyncio.create_task(self.watch_leases())
         try:
-            await asyncio.gather(self.faults(), self.start_instances())
+            await asyncio.gather(
+                self.faults(), self.start_instances(), self.cron.run(self.t0, self.config.fault_seconds)
+            )
             self.say("faults over; waiting for quiescence")
             for role in self.roles.values():  # nothing may be left stopped
                 if role.proc is not None and self._alive(role):
@@ -513,6 +520,7 @@ class Chaos:
                 f.invariants = "all hold"
             except AssertionError as error:
                 f.invariants = f"violated: {error}"
+            f.cron = asdict(self.cron.measure(sql))
         return f
 
     def account_events(self, sql: psycopg.Connection[tuple[Any, ...]], ran: Counter[str]) -> None:
@@ -569,6 +577,7 @@ def verdict(figures: Figures) -> list[str]:
         problems.append(f"instances of the mass kill not finished: {figures.mass_kill_unfinished[:10]}")
     if figures.invariants != "all hold":
         problems.append(f"invariants: {figures.invariants}")
+    problems.extend(figures.cron.get("problems", []))
     return problems
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from types import ModuleType
 from typing import Any
 
@@ -22,6 +23,8 @@ import psycopg
 
 from kenning.activity import Activity
 from kenning.retry import DEFAULT_RETRY_POLICY
+from kenning.schedules import tick_instance_id, tick_key, ticks_between
+from kenning.workflow import Workflow
 
 Sql = psycopg.Connection[tuple[Any, ...]]
 
@@ -556,6 +559,36 @@ def event_outcomes(sql: Sql, executions: Counter[str]) -> dict[tuple[str, str], 
         ([source for _, source, _ in committed], [event_id for _, _, event_id in committed]),
     )
     return {(str(source), str(event_id)): (str(kind), str(outcome)) for source, event_id, kind, outcome in rows}
+
+
+def cron_ticks_started_once(sql: Sql, workflows: Iterable[Workflow[Any]], first: datetime, last: datetime) -> int:
+    """Every tick of each scheduled workflow from ``first`` to ``last`` (a time in which a
+    scheduler ran throughout, stopped or not) has exactly one instance, named and keyed by
+    its tick: none lost, none started twice (issue 33). Returns how many ticks were due."""
+    due = 0
+    for wf in workflows:
+        assert wf.cron is not None, f"{wf.name} has no schedule"
+        ticks = ticks_between(wf.cron, first, last, limit=100_000)
+        due += len(ticks)
+        rows = _rows(
+            sql,
+            "SELECT idempotency_key, count(*), min(id) FROM kenning_instances WHERE workflow_name = %s GROUP BY 1",
+            (wf.name,),
+        )
+        started = {str(key): (int(count), str(instance_id)) for key, count, instance_id in rows}
+        _fail_if(
+            [(wf.name, tick_key(t)) for t in ticks if tick_key(t) not in started],
+            "cron ticks due while a scheduler ran and never started (workflow, tick)",
+        )
+        _fail_if(
+            [
+                (wf.name, tick_key(t), started[tick_key(t)])
+                for t in ticks
+                if started.get(tick_key(t), (1, tick_instance_id(wf.name, t))) != (1, tick_instance_id(wf.name, t))
+            ],
+            "cron ticks started more than once or under another id (workflow, tick, (count, id))",
+        )
+    return due
 
 
 def check_invariants(

@@ -1,9 +1,11 @@
 """A cron tick's decision against real PostgreSQL, time moved with ``now``: the overlap
-policies, pause and resume, several schedulers deciding one tick, the schedules' rows."""
+policies, pause and resume, several schedulers deciding one tick, late ticks caught up, a
+row held elsewhere, the schedules' rows."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,7 +18,10 @@ from kenning.storage import schedules as schedules_sql
 from kenning.storage.schedules import TickOutcome
 from kenning.workflow import Workflow
 from kenning_scheduler import Scheduler
+from kenning_scheduler.cron_ticks import RETRY_SECONDS
 from tests.apps import schedules as apps
+from tests.apps import ticking
+from tests.logguard import LogGuard
 from tests.scheduler_support import Sql
 
 T0 = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
@@ -116,13 +121,115 @@ async def test_a_paused_schedule_starts_no_tick_and_resumes_from_the_next(databa
 async def test_schedulers_deciding_one_tick_at_once_start_it_once(database: Database, sql: Sql) -> None:
     app = app_of(apps.five_minutes_skip)
     await seen_before_t0(database, sql, app)
+    # none waits for another: one decides, the others find it decided or its row held
     outcomes = await asyncio.gather(*(Scheduler(database, app).cron.start_due(T0) for _ in range(6)))
-    assert sorted(o["five_minutes_skip"].value for o in outcomes) == ["exists"] * 5 + ["started"]
+    decided = Counter(o["five_minutes_skip"].value for o in outcomes)
+    assert decided["started"] == 1 and set(decided) <= {"started", "exists", "locked"}, decided
     outcomes = await asyncio.gather(
         *(Scheduler(database, app).cron.start_due(T0 + timedelta(minutes=5)) for _ in range(6))
     )
-    assert sorted(o["five_minutes_skip"].value for o in outcomes) == ["decided"] * 5 + ["overlap_skipped"]
+    decided = Counter(o["five_minutes_skip"].value for o in outcomes)
+    assert decided["overlap_skipped"] == 1 and set(decided) <= {"overlap_skipped", "decided", "locked"}, decided
     assert ticks_started(sql, "five_minutes_skip") == ["2026-01-05T10:00:00Z"]
+
+
+async def test_ticks_missed_while_a_scheduler_ran_are_each_started_late(database: Database, sql: Sql) -> None:
+    app = app_of(apps.quarter_hourly)
+    await seen_before_t0(database, sql, app)
+    scheduler = Scheduler(database, app)
+    assert await scheduler.cron.start_due(T0) == {"quarter_hourly": TickOutcome.STARTED}
+    # its passes held up (a stall, a row held elsewhere) across three ticks: each starts once
+    assert await scheduler.cron.start_due(T0 + timedelta(minutes=50)) == {"quarter_hourly": TickOutcome.STARTED}
+    assert ticks_started(sql, "quarter_hourly") == [f"2026-01-05T10:{m:02}:00Z" for m in (0, 15, 30, 45)]
+    # a scheduler that only came now starts what fell while it ran, not before it
+    late = Scheduler(database, app)
+    assert await late.cron.start_due(T0 + timedelta(minutes=100)) == {"quarter_hourly": TickOutcome.STARTED}
+    assert await late.cron.start_due(T0 + timedelta(minutes=130)) == {"quarter_hourly": TickOutcome.STARTED}
+    assert ticks_started(sql, "quarter_hourly")[4:] == [
+        "2026-01-05T11:30:00Z",  # 11:00 to 11:30 fell before it began: the latest only
+        "2026-01-05T11:45:00Z",
+        "2026-01-05T12:00:00Z",
+    ]
+
+
+async def test_a_scheduler_coming_within_a_minute_of_the_last_decision_starts_each_tick(
+    database: Database, sql: Sql
+) -> None:
+    app = app_of(ticking.tick_a)
+    await seen_before_t0(database, sql, app)
+    assert await Scheduler(database, app).cron.start_due(T0) == {"tick_a": TickOutcome.STARTED}
+    # that one stopped (killed, or SIGSTOPped, or the database away): one starting 30 s
+    # later starts each second it missed, as the first would have
+    assert await Scheduler(database, app).cron.start_due(T0 + timedelta(seconds=30)) == {"tick_a": TickOutcome.STARTED}
+    assert len(ticks_started(sql, "tick_a")) == 31
+    # nobody for 170 s: the minute after the last decision is started, each tick; the
+    # rest, until the newcomer's first pass, collapse into the latest
+    assert await Scheduler(database, app).cron.start_due(T0 + timedelta(seconds=200)) == {"tick_a": TickOutcome.STARTED}
+    started = ticks_started(sql, "tick_a")
+    assert len(started) == 31 + 60 + 1
+    assert started[-2:] == ["2026-01-05T10:01:30Z", "2026-01-05T10:03:20Z"]
+
+
+async def test_a_held_row_is_decided_later_and_a_catch_up_starts_one_run_unless_allowed(
+    database: Database, sql: Sql
+) -> None:
+    app = app_of(apps.five_minutes_skip)
+    await seen_before_t0(database, sql, app)
+    scheduler = Scheduler(database, app)
+    name = "five_minutes_skip"
+    assert await scheduler.cron.start_due(T0) == {name: TickOutcome.STARTED}
+    finish(sql, f"{name}@2026-01-05T10:00:00Z")
+    sql.execute("BEGIN")
+    sql.execute("SELECT 1 FROM kenning_schedules WHERE workflow_name = %s FOR UPDATE", (name,))
+    assert await scheduler.cron.start_due(T0 + timedelta(minutes=5)) == {name: TickOutcome.LOCKED}
+    assert scheduler.cron.seconds_until_next(T0 + timedelta(minutes=5)) == RETRY_SECONDS
+    sql.execute("COMMIT")
+    # 10:05 to 10:15 fell due: overlap="skip" starts the latest, the others would overlap it
+    assert await scheduler.cron.start_due(T0 + timedelta(minutes=16)) == {name: TickOutcome.STARTED}
+    assert ticks_started(sql, name) == ["2026-01-05T10:00:00Z", "2026-01-05T10:15:00Z"]
+    assert scheduler.cron.seconds_until_next(T0 + timedelta(minutes=16)) == 240
+
+
+async def test_a_long_hold_collapses_into_the_latest_tick_and_says_which_it_skipped(
+    database: Database, sql: Sql, log_guard: LogGuard
+) -> None:
+    app = app_of(apps.held_buffer)  # every second, buffer_one
+    await seen_before_t0(database, sql, app)
+    scheduler = Scheduler(database, app)
+    name = "held_buffer"
+    assert await scheduler.cron.start_due(T0) == {name: TickOutcome.STARTED}
+    # held for 150 ticks, more than a catch-up batch: still one run, of the latest
+    assert await scheduler.cron.start_due(T0 + timedelta(seconds=150)) == {name: TickOutcome.BUFFERED}
+    finish(sql, f"{name}@2026-01-05T10:00:00Z")
+    with log_guard.capture() as logs:
+        assert await scheduler.cron.start_due(T0 + timedelta(seconds=151)) == {name: TickOutcome.STARTED}
+    assert ticks_started(sql, name) == ["2026-01-05T10:00:00Z", "2026-01-05T10:02:31Z"]
+    skipped = [(e["reason"], e["first"], e["last"]) for e in logs if e["event"] == "cron.ticks_skipped"]
+    assert skipped == [("overlap_skipped", "2026-01-05T10:00:01Z", "2026-01-05T10:02:30Z")]
+    # a newcomer after every scheduler was away for long: the ticks nobody watched, said once
+    finish(sql, f"{name}@2026-01-05T10:02:31Z")
+    with log_guard.capture() as logs:
+        assert await Scheduler(database, app).cron.start_due(T0 + timedelta(hours=1)) == {name: TickOutcome.STARTED}
+    skipped = [(e["reason"], e["first"], e["last"]) for e in logs if e["event"] == "cron.ticks_skipped"]
+    assert skipped[0] == ("missed", "2026-01-05T10:03:32Z", "2026-01-05T10:59:59Z")
+
+
+async def test_a_scheduler_starting_while_a_row_is_held_decides_the_other_schedules(
+    database: Database, sql: Sql
+) -> None:
+    app = app_of(apps.quarter_hourly, apps.five_minutes_skip)
+    await seen_before_t0(database, sql, app)
+    sql.execute("BEGIN")
+    sql.execute("SELECT 1 FROM kenning_schedules WHERE workflow_name = 'quarter_hourly' FOR UPDATE")
+    # its declaration waits for the row a bounded time, then is left for a later pass
+    scheduler = Scheduler(database, app)
+    assert await scheduler.cron.start_due(T0) == {
+        "quarter_hourly": TickOutcome.LOCKED,
+        "five_minutes_skip": TickOutcome.STARTED,
+    }
+    sql.execute("COMMIT")
+    assert await scheduler.cron.start_due(T0 + timedelta(seconds=1)) == {"quarter_hourly": TickOutcome.STARTED}
+    assert ticks_started(sql, "quarter_hourly") == ["2026-01-05T10:00:00Z"]
 
 
 async def test_a_scheduler_declares_its_schedules_and_keeps_the_operators_pause(database: Database, sql: Sql) -> None:

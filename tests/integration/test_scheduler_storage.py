@@ -222,7 +222,8 @@ async def test_ticks_missed_while_down_start_only_the_latest_once(database: Data
     outcomes = await asyncio.gather(
         *(Scheduler(database, app).cron.start_due(t0 + timedelta(hours=1, minutes=5)) for _ in range(4))
     )
-    assert sorted(o["every_five_minutes"].value for o in outcomes) == ["exists", "exists", "exists", "started"]
+    decided = sorted(o["every_five_minutes"].value for o in outcomes)  # the others find it started, or held
+    assert decided.count("started") == 1 and set(decided) <= {"started", "exists", "locked"}, decided
     assert [k for _, _, k in cron_instances(sql)] == [key, "2026-01-05T11:05:00Z"]
     (status,) = sql.execute("SELECT DISTINCT status FROM kenning_instances").fetchone() or ()
     assert status == "pending"
@@ -248,6 +249,9 @@ async def test_schedule_in_a_time_zone_and_run_once_drives_ticks(database: Datab
     summer = datetime(2026, 7, 1, 1, 0, tzinfo=UTC)  # 03:00 CEST
     await scheduler.run_once(now=summer)
     winter = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)  # 03:00 CET
+    # another scheduler, come after one that ran only in July: the nights between are
+    # not caught up (one that ran all along would start each, oldest first)
+    scheduler = Scheduler(database, app, SchedulerSettings(poll_interval=30, stuck_check_interval=60))
     sleep_for = await scheduler.run_once(now=winter)
     assert [k for _, _, k in cron_instances(sql)] == ["2026-07-01T00:30:00Z", "2026-12-01T01:30:00Z"]
     assert sleep_for == 30  # the poll interval is sooner than tomorrow's tick

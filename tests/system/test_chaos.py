@@ -1,8 +1,9 @@
 """A seeded chaos run (issue 13, item 10; issue 25): a few hundred mixed workflows and
 events, on workers of two versions of the app, while processes are killed, stopped, cut
 off from PostgreSQL, PostgreSQL itself is restarted, and one worker is killed with at
-least 20 instances in flight; then every invariant, every accepted event accounted for,
-and nothing lost. ``KENNING_CHAOS_SEED`` picks the schedule of faults;
+least 20 instances in flight, and a second scheduler is stopped inside a cron tick's
+transaction; then every invariant, every accepted event and cron tick accounted for, and
+nothing lost. ``KENNING_CHAOS_SEED`` picks the schedule of faults;
 ``scripts/chaos.py`` runs the same scenario longer for release checks."""
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ import asyncio
 import json
 from typing import Any
 
+import psycopg
+
 from kenning import Client
 from kenning.db import Database
 from tests.scheduler_support import Sql, log_events, spawn_scheduler
@@ -125,3 +127,16 @@ def test_schedules_refusals_are_one_line(database_url: str) -> None:
         # argparse's own refusals come after the usage, as for every command: the error is one line
         last = done.stderr.strip().splitlines()[-1]
         assert expected in last and "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_operators_command_waits_for_a_held_schedule_row_a_bounded_time(database_url: str, sql: Sql) -> None:
+    sql.execute("INSERT INTO kenning_schedules (workflow_name, expression) VALUES ('held', '* * * * *')")
+    with psycopg.connect(database_url) as holder:  # another session holds the row, for as long as it likes
+        holder.execute("SELECT 1 FROM kenning_schedules WHERE workflow_name = 'held' FOR UPDATE")
+        for action in ("pause", "resume", "trigger"):
+            done = kenning_command("schedules", action, "held", url=database_url)
+            assert done.returncode == 1, done
+            last = done.stderr.strip().splitlines()[-1]
+            assert "schedule 'held' is held by another transaction" in last and "Traceback" not in done.stderr, last
+        holder.rollback()
+    assert schedules(database_url, "pause", "held") == "held: paused"

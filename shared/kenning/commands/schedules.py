@@ -26,7 +26,8 @@ from kenning.core.cron import CronError, CronSchedule
 from kenning.core.records import NewInstance, StartOutcome
 from kenning.core.suggest import did_you_mean
 from kenning.db import Database, Executor, connect
-from kenning.errors import UsageError
+from kenning.db.errors import sqlstate
+from kenning.errors import KenningError, UsageError
 from kenning.runtime.config import add_database_options, add_logging_options
 from kenning.schedules import next_tick_of, tick_instance_id, tick_key, ticks_between, trigger_key
 from kenning.storage import actions as actions_sql
@@ -38,6 +39,10 @@ from kenning.storage.schedules import ScheduleRow
 HELP = "list cron schedules; pause, resume or trigger one; backfill its missed ticks"
 MAX_BACKFILL = 10_000  # ticks one backfill starts at most: a wider range is surely a typo
 _BATCH = 500  # ticks per insert statement: each commits on its own, no long transaction
+# Longest an operator's command waits for a lock (a schedule's row held by another session;
+# a scheduler's tick holds it milliseconds, and 5 s at most if that scheduler stalls).
+LOCK_WAIT_SECONDS = 5.0
+_LOCK_NOT_AVAILABLE = "55P03"
 
 
 def moment(text: str) -> datetime:
@@ -158,6 +163,11 @@ async def trigger(conn: Executor, row: ScheduleRow, who: Who) -> tuple[str, bool
     return instance_id, created
 
 
+async def _bound(conn: Executor) -> None:
+    """No statement of this transaction waits for a lock longer than ``LOCK_WAIT_SECONDS``."""
+    await schedules_sql.schedule_bound_transaction(conn, lock_seconds=LOCK_WAIT_SECONDS, idle_seconds=LOCK_WAIT_SECONDS)
+
+
 async def _pause_or_resume(conn: Executor, args: argparse.Namespace) -> None:
     row = await _schedule(conn, args.name)
     paused = args.action == "pause"
@@ -170,6 +180,7 @@ async def _pause_or_resume(conn: Executor, args: argparse.Namespace) -> None:
 
 async def _trigger(database: Database, args: argparse.Namespace) -> None:
     async with database.transaction() as conn:
+        await _bound(conn)
         row = await _schedule(conn, args.name)
         instance_id, created = await trigger(conn, row, cli_who())
     if args.json:
@@ -197,6 +208,7 @@ async def _backfill(database: Database, args: argparse.Namespace) -> None:
                 for t in ticks[offset : offset + _BATCH]
             ]
             async with database.transaction() as conn:  # a batch and its progress commit together
+                await _bound(conn)
                 outcomes = await instances_sql.instances_start(conn, starts)
                 batch = sum(o is StartOutcome.STARTED for o in outcomes)
                 await actions_sql.action_progress(conn, action_id, batch, {"batches": offset // _BATCH + 1})
@@ -228,8 +240,17 @@ async def _run(args: argparse.Namespace) -> int:
                 await _list(conn, args)
         else:
             async with database.transaction() as conn:  # a pause and its record commit together
+                await _bound(conn)
                 await _pause_or_resume(conn, args)
         return 0
+    except Exception as error:
+        if sqlstate(error) == _LOCK_NOT_AVAILABLE:
+            done = "the batches started before stay" if args.action == "backfill" else "nothing was done"
+            raise KenningError(
+                f"schedule {args.name!r} is held by another transaction (a session holding its row or "
+                f"a tick's instance) for over {LOCK_WAIT_SECONDS:g} s: {done}; try again"
+            ) from None
+        raise
     finally:
         await database.dispose()
 

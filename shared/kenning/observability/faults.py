@@ -51,6 +51,8 @@ POINTS: dict[str, str] = {
     "(kenning_ingress/sources/base.py)",
     "timer.after_fire": "the scheduler committed fired timers or event timeouts, its next pass not yet begun "
     "(scheduler.py)",
+    "cron.tick_decided": "a cron tick's decision written (instance inserted, schedule's row updated), its "
+    "transaction not yet committed: the schedule's row is held (kenning_scheduler/cron_ticks.py)",
 }
 ACTIONS = "crash or stall:SECONDS, optionally suffixed @N (the N-th time, once) or %P (probability P each time)"
 

@@ -2,13 +2,16 @@
 operator's pause, resume, trigger and backfill.
 
 Every scheduler declares the schedules of its workflows (expression, time zone, overlap
-policy); an operator's pause stays across declarations. A tick is decided in one short
-transaction per schedule: the schedule's row is locked (``schedule_lock``), so schedulers
-decide its ticks one at a time, and ``last_tick`` says which ticks are decided (started,
-or skipped: paused, overlapping, before the schedule was first seen). Exactly once per
-tick still rests on the instances' unique ``(workflow_name, idempotency_key)`` index: the
-tick's instance has the same key whoever inserts it. ``last_instance_id`` names the
-instance the schedule started last: the overlap policy reads that one row by its key.
+policy); an operator's pause stays across declarations. A schedule's ticks are decided in
+one short transaction per schedule: its row is locked (``schedule_lock``) with ``SKIP
+LOCKED``, so schedulers decide its ticks one at a time and none waits for another (a
+schedule whose row is held elsewhere is left for the next pass), and the transaction's
+own waits and idle time are bounded (``schedule_bound_transaction``). ``last_tick`` says
+which ticks are decided (started, or skipped: paused, overlapping, before the schedule was
+first seen). Exactly once per tick still rests on the instances' unique
+``(workflow_name, idempotency_key)`` index: the tick's instance has the same key whoever
+inserts it. ``last_instance_id`` names the instance the schedule started last: the overlap
+policy reads that one row by its key.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class TickOutcome(enum.Enum):
     PAUSED = "paused"  # the schedule is paused: the tick is skipped
     OVERLAP_SKIPPED = "overlap_skipped"  # overlap="skip" and the last instance runs
     BUFFERED = "buffered"  # overlap="buffer_one": starts once the last instance finished
+    LOCKED = "locked"  # the schedule's row is held elsewhere: decided on a later pass
 
 
 @dataclass(frozen=True)
@@ -82,22 +86,27 @@ class ScheduleState:
     last_tick: datetime | None
     last_instance_id: str | None
     last_instance_running: bool  # the instance it started last exists and has not finished
+    decided_at: datetime | None  # the database clock when a scheduler last decided a tick
 
 
 _SCHEDULE_LOCK = statement(
     """
-    SELECT s.workflow_name, s.paused, s.overlap, s.last_tick, s.last_instance_id, i.status AS last_status
+    SELECT s.workflow_name, s.paused, s.overlap, s.last_tick, s.last_instance_id, s.decided_at,
+           i.status AS last_status
     FROM kenning_schedules AS s
     LEFT JOIN kenning_instances AS i ON i.id = s.last_instance_id
     WHERE s.workflow_name = :name
-    FOR UPDATE OF s
+    -- never wait: a row held by a stalled scheduler or an operator's session holds up no
+    -- other schedule, timer or timeout of this pass
+    FOR UPDATE OF s SKIP LOCKED
     """
 )
 
 
 async def schedule_lock(conn: Executor, workflow_name: str) -> ScheduleState | None:
-    """Lock the schedule's row until the transaction ends (one scheduler decides its tick
-    at a time); None if there is no such schedule."""
+    """Lock the schedule's row until the transaction ends (one scheduler decides its ticks
+    at a time); None if there is no such schedule or its row is locked by another
+    transaction (``schedule_exists`` tells which)."""
     row = (await conn.execute(_SCHEDULE_LOCK, {"name": workflow_name})).first()
     if row is None:
         return None
@@ -108,7 +117,38 @@ async def schedule_lock(conn: Executor, workflow_name: str) -> ScheduleState | N
         last_tick=row.last_tick,
         last_instance_id=row.last_instance_id,
         last_instance_running=row.last_status is not None and row.last_status not in TERMINAL_STATUSES,
+        decided_at=row.decided_at,
     )
+
+
+_SCHEDULE_EXISTS = statement("SELECT EXISTS (SELECT 1 FROM kenning_schedules WHERE workflow_name = :name) AS found")
+
+
+async def schedule_exists(conn: Executor, workflow_name: str) -> bool:
+    """Whether the schedule has a row (a plain read: it waits for no lock)."""
+    return bool((await conn.execute(_SCHEDULE_EXISTS, {"name": workflow_name})).one().found)
+
+
+_SCHEDULE_BOUND_TRANSACTION = statement(
+    """
+    SELECT set_config('lock_timeout', :lock_timeout, true) AS lock_timeout,
+           set_config('idle_in_transaction_session_timeout', :idle_timeout, true) AS idle_timeout
+    """
+)
+
+
+async def schedule_bound_transaction(conn: Executor, *, lock_seconds: float, idle_seconds: float) -> None:
+    """For the rest of this transaction (``SET LOCAL``): a lock it waits for longer than
+    ``lock_seconds`` raises ``LockNotAvailable`` (an instance key or a definition another
+    transaction is inserting), and if its client stays silent inside it for
+    ``idle_seconds`` (a scheduler stopped or stalled), the server ends the session, which
+    rolls it back and frees the schedule's row for the other schedulers."""
+    params = {"lock_timeout": _milliseconds(lock_seconds), "idle_timeout": _milliseconds(idle_seconds)}
+    await conn.execute(_SCHEDULE_BOUND_TRANSACTION, params)
+
+
+def _milliseconds(seconds: float) -> str:
+    return f"{max(1, round(seconds * 1000))}ms"
 
 
 _SCHEDULE_RECORD = statement(
@@ -116,7 +156,8 @@ _SCHEDULE_RECORD = statement(
     UPDATE kenning_schedules
     SET last_tick = greatest(last_tick, CAST(:tick AS timestamptz)),
         last_instance_id = coalesce(CAST(:instance_id AS text), last_instance_id),
-        next_tick = coalesce(CAST(:next_tick AS timestamptz), next_tick)
+        next_tick = coalesce(CAST(:next_tick AS timestamptz), next_tick),
+        decided_at = coalesce(CAST(:decided_at AS timestamptz), decided_at)
     WHERE workflow_name = :name
     """
 )
@@ -129,10 +170,18 @@ async def schedule_record(
     tick: datetime | None = None,
     instance_id: str | None = None,
     next_tick: datetime | None = None,
+    decided_at: datetime | None = None,
 ) -> None:
     """Record a decision: ``tick`` decided (never moving ``last_tick`` back), the
-    instance started (a tick's or a trigger's), the next tick due; None: unchanged."""
-    params = {"name": workflow_name, "tick": tick, "instance_id": instance_id, "next_tick": next_tick}
+    instance started (a tick's or a trigger's), the next tick due, when the scheduler
+    decided (its database clock); None: unchanged."""
+    params = {
+        "name": workflow_name,
+        "tick": tick,
+        "instance_id": instance_id,
+        "next_tick": next_tick,
+        "decided_at": decided_at,
+    }
     await conn.execute(_SCHEDULE_RECORD, params)
 
 

@@ -304,6 +304,7 @@ schedules = Table(
     _ts("next_tick"),
     Column("last_instance_id", Text),  # the instance the schedule last started (overlap)
     _ts("updated_at", False),
+    _ts("decided_at"),  # migration 0014: when a scheduler last decided a tick (catch-up)
 )
 
 # migration 0012: published values (publish_value, set_status) and search attributes
