@@ -114,8 +114,8 @@ class Formation:
             "XDG_CONFIG_HOME": str(self.root / "config"),
             "XDG_DATA_HOME": str(self.root / "state"),
             "PG_CONFIG": str(postgres_bin() / "pg_config"),  # type: ignore[operator]
-            # pg_autoctl's initdb takes the locale from here: without one a database is
-            # SQL_ASCII, whose text psycopg hands over as bytes
+            # pg_autoctl's initdb takes the locale from here: without one its databases
+            # are SQL_ASCII, which kenning migrate refuses (Kenning needs UTF8)
             "LANG": "C.UTF-8",
         }
         with open(self.root / f"{name}.log", "ab") as log:
