@@ -90,11 +90,13 @@ def summary(
     }
 
 
-async def run_failover() -> dict[str, Any]:
+async def run_failover(ports: tuple[int, int, int] | None = None) -> dict[str, Any]:
+    """``ports``: the monitor's and the two nodes' (default: free ones, picked at random)."""
     reason = autofailover.missing()
     if reason is not None:
         return {"skipped": reason}
-    with autofailover.formation(free_port(), (free_port(), free_port())) as ha:
+    monitor, first, second = ports or (free_port(), free_port(), free_port())
+    with autofailover.formation(monitor, (first, second)) as ha:
         url = ha.multi_host_url
         await asyncio.to_thread(migrate, url)
         worker = ["worker", "--app", APP, "--no-migrate", "--poll-interval", str(POLL_SECONDS)]
@@ -122,6 +124,9 @@ async def run_failover() -> dict[str, Any]:
                     first_step = time.monotonic()
                     await _until(primary, _UNFINISHED, (in_flight,), lambda n: n == 0, "the in-flight ones done", 120)
                     in_flight_done = time.monotonic()
+                    deadline = time.monotonic() + 30  # a second's worth of new starts, on the new primary
+                    while len(starts.started) < len(in_flight) + STARTS_PER_SECOND and time.monotonic() < deadline:
+                        await asyncio.sleep(0.1)
                 finally:
                     starts.stop()
                     await stream
