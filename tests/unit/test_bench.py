@@ -112,3 +112,19 @@ def test_the_resume_target_judges_the_continue_as_new_loop() -> None:
     assert targets.evaluate(report(1.1))["flat_resume_with_continue_as_new"]["met"] is True
     assert targets.evaluate(report(3.0))["flat_resume_with_continue_as_new"]["met"] is False
     assert targets.evaluate({})["flat_resume_with_continue_as_new"]["met"] is None
+
+
+def test_the_failover_section_is_run_when_named_and_reported() -> None:
+    from kenning_devtools.bench.failover import summary
+    from kenning_devtools.bench.report import render
+
+    assert section_list("failover") == ["failover"]
+    run = summary(
+        kill_to_promotion=6.971, to_first_step=0.134, to_in_flight_done=5.9, started=44, started_before_kill=40, lost=0
+    )
+    assert run["first_step_within_poll"] is True and run["in_flight_within_lease_and_poll"] is True
+    assert run["promotion_to_first_step_seconds"] == 0.13
+    report = {"configuration": "full", "duration_seconds": 27.1, "machine": {"cpus": 2}}
+    text = render({**report, "failover": run})
+    assert "first step on the new primary 0.13 s after the promotion" in text and "lost 0" in text
+    assert "failover skipped: no pg_autoctl" in render({**report, "failover": {"skipped": "no pg_autoctl"}})

@@ -20,6 +20,7 @@ from kenning.runtime.config import add_logging_options, add_option, positive_flo
 from kenning.runtime.embedded import postgres_server, with_database
 from kenning_devtools.bench import (
     events,
+    failover,
     ingress_load,
     lateness,
     limits,
@@ -92,8 +93,9 @@ SECTIONS = (
     "resume",
     "recovery",
 )
-# run only when named (--sections relay): a correctness count against the machine's brokers, not a speed
-EXTRA_SECTIONS = ("relay",)
+# run only when named (--sections relay): a correctness count against the machine's brokers, not a speed;
+# failover: on a PostgreSQL pair of its own under pg_auto_failover, not the database benchmarked
+EXTRA_SECTIONS = ("relay", "failover")
 
 
 def section_list(text: str) -> list[str]:
@@ -126,7 +128,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=section_list,
         default=list(SECTIONS),
         help=f"comma-separated subset of: {','.join(SECTIONS)} (default: all); "
-        f"also {','.join(EXTRA_SECTIONS)} (relayers crashing after the broker answered, counted per target)",
+        "also relay (relayers crashing after the broker answered, counted per target) and failover (a primary "
+        "lost under pg_auto_failover: promotion to the first step on the new primary)",
     )
     parser.add_argument("--relay-events", type=int, help="events per relay target (default 1000)")
     parser.add_argument(
@@ -243,6 +246,9 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
             args.nats_url,
         )
         lap("relay")
+    if "failover" in sections:
+        results["failover"] = await failover.run_failover()
+        lap("failover")
     results["section_seconds"] = seconds
     return results
 

@@ -155,7 +155,9 @@ def render(report: dict[str, Any]) -> str:
     if rows:
         bare = (lim.get("bare_engine") or {}).get("workflows_per_second")
         lines += _throughput(rows, bare, lim.get("pgbench_tps"))
-    lines += _latencies(report) + _shapes(report) + _queued(report) + _recovery(report) + _relay(report)
+    lines += (
+        _latencies(report) + _shapes(report) + _queued(report) + _recovery(report) + _relay(report) + _failover(report)
+    )
     if report.get("targets"):
         lines += _targets(report["targets"])
     return "\n".join(lines)
@@ -195,6 +197,23 @@ def _recovery(report: dict[str, Any]) -> list[str]:
         f"({rec['first_takeover_after_expiry_seconds']} s after the leases expired; claims {rec['claim_passes']}); "
         f"re-runs took {rec['run_seconds_median']} s (max {rec['run_seconds_max']}); "
         f"one at a time would take about {rec['one_at_a_time_seconds']} s",
+    ]
+
+
+def _failover(report: dict[str, Any]) -> list[str]:
+    """The failover section: a primary lost under pg_auto_failover, the standby promoted."""
+    run = report.get("failover")
+    if not run:
+        return []
+    if "skipped" in run:
+        return ["", f"failover skipped: {run['skipped']}"]
+    return [
+        "",
+        f"failover (pg_auto_failover, primary killed, {run['started']} workflows started through the multi-host URL, "
+        f"poll {run['poll_seconds']} s, lease {run['lease_seconds']} s): promoted "
+        f"{run['kill_to_promotion_seconds']} s after the kill; first step on the new primary "
+        f"{run['promotion_to_first_step_seconds']} s after the promotion; the {run['started_before_kill']} started "
+        f"before it all done {run['promotion_to_in_flight_done_seconds']} s after it; lost {run['lost']}",
     ]
 
 

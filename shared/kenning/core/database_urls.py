@@ -8,6 +8,7 @@ checks a URL with them as the database layer does before it connects.
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qsl, quote, urlencode
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -54,9 +55,29 @@ def _check(url: str) -> str:
     return rest
 
 
+def _hosts_in_query(rest: str) -> str:
+    """``rest`` with a list of hosts (libpq's ``h1:p1,h2:p2``) moved from the authority to
+    the query as ``host=h1,h2&port=p1,p2``. SQLAlchemy reads one ``host:port`` in the
+    authority (a list fails its ``int(port)``); its psycopg dialect hands these two
+    parameters to libpq as they are, so ``target_session_attrs`` picks among them as libpq
+    would. A URL with one host is left as written."""
+    tail_at = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    authority, tail = rest[:tail_at], rest[tail_at:]
+    userinfo, _, hosts = authority.rpartition("@")
+    if "," not in hosts:
+        return rest
+    parts = conninfo_to_dict(f"postgresql://{rest}")  # libpq's reading: IPv6 brackets off, ports lined up
+    path, _, query = tail.partition("?")
+    kept = [(key, value) for key, value in parse_qsl(query, keep_blank_values=True) if key not in ("host", "port")]
+    ports = str(parts.get("port") or "")
+    listed = [("host", str(parts["host"]))] + ([("port", ports)] if ports.strip(",") else [])
+    at = f"{userinfo}@" if userinfo else ""
+    return f"{at}{path or '/'}?{urlencode(kept + listed, quote_via=quote, safe=',:/')}"
+
+
 def sqlalchemy_url(url: str) -> str:
     """``postgresql://…`` as users write it, turned into SQLAlchemy's psycopg 3 dialect."""
-    return f"postgresql+psycopg://{_check(url)}"
+    return f"postgresql+psycopg://{_hosts_in_query(_check(url))}"
 
 
 sync_url = sqlalchemy_url  # the psycopg dialect serves sync and async engines alike

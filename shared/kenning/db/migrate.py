@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from kenning.core.database_urls import sync_url
+from kenning.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from alembic.config import Config
-    from sqlalchemy import Engine
+    from sqlalchemy import Connection, Engine
 
 _log = structlog.get_logger("kenning.migrate")
 
@@ -35,7 +36,9 @@ MIGRATION_LOCK_KEY = 0x6B656E6E696E67  # "kenning"
 
 # Statements prepared on a server connection are unknown on the next one a transaction
 # pooler hands out; a migration runs each statement about once, so preparing gains nothing.
-_NEVER_PREPARE: dict[str, Any] = {"prepare_threshold": None}
+# UTF8 asked of the server: on a database that is not (SQL_ASCII) psycopg would hand text
+# back as bytes, and SQLAlchemy fail reading the server's version before the check below.
+_CONNECT_ARGS: dict[str, Any] = {"prepare_threshold": None, "client_encoding": "utf8"}
 
 
 def _config() -> Config:
@@ -49,7 +52,22 @@ def _config() -> Config:
 def _engine(database_url: str) -> Engine:
     from sqlalchemy import create_engine
 
-    return create_engine(sync_url(database_url), connect_args=_NEVER_PREPARE)
+    return create_engine(sync_url(database_url), connect_args=_CONNECT_ARGS)
+
+
+def _require_utf8(connection: Connection) -> None:
+    """Refuse a database not encoded in UTF8: what Kenning stores (JSON, names, errors)
+    is Unicode, and a SQL_ASCII database (``initdb`` without a locale) neither checks nor
+    converts it."""
+    from sqlalchemy import text
+
+    encoding = connection.execute(text("SELECT current_setting('server_encoding')")).scalar_one()
+    if encoding != "UTF8":
+        name = connection.execute(text("SELECT current_database()")).scalar_one()
+        raise ConfigurationError(
+            f"database {name!r} is encoded {encoding}: Kenning needs UTF8 (CREATE DATABASE ... "
+            "ENCODING 'UTF8' TEMPLATE template0, or a cluster made by initdb with a UTF-8 locale)"
+        )
 
 
 def head_revision() -> str:
@@ -69,6 +87,8 @@ def migrate(database_url: str) -> str:
     engine = _engine(database_url)
     try:
         with engine.connect() as connection:
+            _require_utf8(connection)
+            connection.rollback()
             # begins the upgrade's transaction; Alembic runs in it (an external transaction)
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             before = MigrationContext.configure(
@@ -92,6 +112,7 @@ def current_revision(database_url: str) -> str | None:
     engine = _engine(database_url)
     try:
         with engine.connect() as connection:
+            _require_utf8(connection)
             return MigrationContext.configure(
                 connection, opts={"version_table": "kenning_alembic_version"}
             ).get_current_revision()
