@@ -19,7 +19,9 @@ import psycopg
 import pytest
 
 from kenning import Client, StreamEntry, WorkflowNotFoundError
+from kenning.core.limits import MAX_STREAM_ENTRIES, MAX_STREAM_ENTRY_CHARS
 from kenning.db import Database
+from kenning.storage import retention as retention_sql
 from tests.apps import streams
 from tests.support import eventually, running_worker
 
@@ -78,3 +80,63 @@ async def test_close_stream_ends_readers_and_refuses_later_writes(database: Data
         refused = await client.result(started, timeout=20)
         assert [e.value for e in await asyncio.wait_for(follower, 10)] == ["open"]
     assert refused == f"stream 'a' of instance {started.instance_id!r} is closed: nothing was written"
+
+
+async def test_many_readers_share_one_listener_and_one_feed_and_see_every_entry_live(
+    database: Database, sql: Sql
+) -> None:
+    count = 6
+    async with Client(database=database, result_poll_interval=30) as client, running_worker(database, streams.app):
+        started = await client.start(streams.ticker, count=count)
+        received: list[list[int]] = [[] for _ in range(50)]
+
+        async def follow(n: int) -> None:
+            async for entry in client.read_stream(started.instance_id, "ticks"):
+                received[n].append(entry.value)
+
+        readers = [asyncio.create_task(follow(n)) for n in range(50)]
+        for tick in range(count):
+            await client.send_message(started.instance_id, "tick")
+            # every reader sees the entry while the instance runs on (woken, not polled: 30 s)
+            expected = tick + 1
+
+            def all_received(n: int = expected) -> bool:
+                return all(len(r) == n for r in received)
+
+            await eventually(all_received, timeout=10, message=f"tick {tick}")
+            if tick == count - 1:
+                break  # the instance ended with this one: the readers end
+            await eventually(lambda: client.streams.feeds == 1, timeout=10, message="the readers share one feed")
+            listeners = sql.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'kenning-results'"
+                " AND datname = current_database()"
+            ).fetchone()
+            assert listeners == (1,)
+        await asyncio.wait_for(asyncio.gather(*readers), 10)  # the end closed the stream
+    assert received == [list(range(count))] * 50
+    assert client.streams.feeds == 0
+
+
+async def test_refusals_at_the_limits_and_retention_takes_the_streams(database: Database, sql: Sql) -> None:
+    async with Client(database=database, result_poll_interval=30) as client, running_worker(database, streams.app):
+        started = await client.start(streams.at_the_limits)
+
+        async def written() -> bool:
+            return sql.execute("SELECT count(*) FROM kenning_stream_entries").fetchone() == (1,)
+
+        await eventually(cast(Any, written), message="the first entry", timeout=10)
+        sql.execute("UPDATE kenning_streams SET length = %s", [MAX_STREAM_ENTRIES])
+        await client.send_message(started.instance_id, "go")
+        refused = await client.result(started, timeout=20)
+    assert refused == {
+        "full": f"stream 'full' of instance {started.instance_id!r} holds {MAX_STREAM_ENTRIES} entries, the most a "
+        "stream holds: nothing was written; write on under another key",
+        "big": f"stream 'big' entry cannot be stored: {MAX_STREAM_ENTRY_CHARS + 3} characters of JSON, "
+        f"more than {MAX_STREAM_ENTRY_CHARS}",
+    }
+    sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '2 days'")
+    async with database.connection() as conn:
+        await retention_sql.instances_expire(conn, default_seconds=3600, limit=10)
+    assert sql.execute(
+        "SELECT (SELECT count(*) FROM kenning_streams), (SELECT count(*) FROM kenning_stream_entries)"
+    ).fetchone() == (0, 0)

@@ -1,0 +1,160 @@
+"""Durable streams through real processes (issue 34, items 1 and 4): a ``kenning worker``
+writes, a ``kenning ingress`` serves ``GET /instances/{id}/streams/{key}`` as Server-Sent
+Events over real HTTP. A reader disconnected mid-run reconnects with ``Last-Event-ID`` and
+gets every entry once, in order, then the close at the instance's end; the endpoint takes
+the admin token like ``/instances``, answers bad input with one-line JSON errors, and
+ends its event streams (without a close) when the ingress is asked to stop, so the
+process exits and its clients resume elsewhere.
+
+Before the feature there was no such endpoint: every test here failed (404)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import psycopg
+
+from kenning import Client
+from kenning.db import Database
+from tests.ingress_support import Ingress, start_ingress
+from tests.support import ProcessPool, eventually, workers_started
+
+APP = "tests.apps.streams"
+ADMIN_TOKEN = "admin-token-3"
+Sql = psycopg.Connection[tuple[object, ...]]
+
+
+@dataclass
+class Event:
+    event: str = "message"
+    id: str | None = None
+    data: list[str] = field(default_factory=list)
+
+    def json(self) -> Any:
+        return json.loads("\n".join(self.data))
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[Event]:
+    """The events of a text/event-stream response (comments skipped)."""
+    event = Event()
+    async for line in response.aiter_lines():
+        if not line:
+            if event.data or event.id is not None:
+                yield event
+            event = Event()
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            event.event = value
+        elif name == "id":
+            event.id = value
+        elif name == "data":
+            event.data.append(value)
+
+
+def stream_url(ingress: Ingress, instance_id: str, key: str) -> str:
+    return f"{ingress.url}/instances/{instance_id}/streams/{key}"
+
+
+async def test_a_reader_disconnected_mid_run_resumes_from_last_event_id(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool
+) -> None:
+    worker = processes.worker(database_url, APP)
+    ingress = start_ingress(processes, database_url, env={"KENNING_ADMIN_TOKEN": ADMIN_TOKEN})
+    await workers_started(processes, [worker])
+    count = 12
+    auth = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+    async with Client(database=database) as client, httpx.AsyncClient(timeout=30) as http:
+        instance_id = (await client.start("ticker", count=count)).instance_id
+        url = stream_url(ingress, instance_id, "ticks")
+        seen: list[tuple[int, Any]] = []
+
+        # the first connection: five entries written and read live, then the reader drops
+        async with http.stream("GET", url, headers=auth) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = sse_events(response)
+            for n in range(5):
+                await client.send_message(instance_id, "tick")
+                event = await anext(events)
+                assert (event.event, event.id) == ("entry", str(n))
+                seen.append((int(event.id or -1), event.json()["value"]))
+        # written while nobody reads
+        for _ in range(4):
+            await client.send_message(instance_id, "tick")
+        await eventually(
+            lambda: sql.execute("SELECT count(*) FROM kenning_stream_entries").fetchone() == (9,),
+            timeout=20,
+            message="nine entries",
+        )
+        # resumed after the last id seen: the four missed, then the rest live, then the close
+        last_id = seen[-1][0]
+        async with http.stream("GET", url, headers={**auth, "last-event-id": str(last_id)}) as response:
+            assert response.status_code == 200
+            events = sse_events(response)
+            for _ in range(4):
+                event = await anext(events)
+                seen.append((int(event.id or -1), event.json()["value"]))
+            for _ in range(count - 9):
+                await client.send_message(instance_id, "tick")
+                event = await anext(events)
+                assert event.event == "entry"
+                body = event.json()
+                assert body["offset"] == int(event.id or -1) and body["attempt"] == 0 and body["step"] is None
+                seen.append((body["offset"], body["value"]))
+            closing = [event async for event in events]
+        assert [e.event for e in closing] == ["close"]
+        assert seen == [(n, n) for n in range(count)]  # every entry once, in order
+        assert await client.result(instance_id, timeout=10) == count
+        # ?offset= starts anywhere; a finished instance's stream is read whole and closed
+        async with http.stream("GET", f"{url}?offset={count - 2}", headers=auth) as response:
+            assert [(e.event, e.id) for e in [event async for event in sse_events(response)]] == [
+                ("entry", str(count - 2)),
+                ("entry", str(count - 1)),
+                ("close", None),
+            ]
+
+
+async def test_the_endpoint_takes_the_admin_token_refuses_bad_input_and_ends_at_shutdown(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool
+) -> None:
+    worker = processes.worker(database_url, APP)
+    ingress = start_ingress(processes, database_url, env={"KENNING_ADMIN_TOKEN": ADMIN_TOKEN}, token="in-token")
+    await workers_started(processes, [worker])
+    auth = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+    async with Client(database=database) as client, httpx.AsyncClient(timeout=30) as http:
+        instance_id = (await client.start("ticker", count=3)).instance_id
+        url = stream_url(ingress, instance_id, "ticks")
+
+        async def answer(target: str, headers: dict[str, str]) -> tuple[int, Any]:
+            response = await http.get(target, headers=headers)
+            return response.status_code, response.json()
+
+        assert (await answer(url, {}))[0] == 401
+        assert (await answer(url, {"authorization": "Bearer in-token"}))[0] == 401  # events' token: not enough
+        status, body = await answer(stream_url(ingress, "nobody", "ticks"), auth)
+        assert (status, body["error"]) == (404, "no workflow instance 'nobody'")
+        status, body = await answer(url, {**auth, "last-event-id": "seven"})
+        assert status == 400 and body["error"].startswith("Last-Event-ID must be an entry's offset")
+        status, body = await answer(f"{url}?offset=-1", auth)
+        assert status == 400 and body["error"].startswith("offset must be a non-negative integer")
+        status, body = await answer(stream_url(ingress, instance_id, "k" * 300), auth)
+        assert status == 400 and "at most 256 characters" in body["error"]
+
+        # an open stream when the ingress is asked to stop: the response ends, no close
+        async with http.stream("GET", url, headers=auth) as response:
+            events = sse_events(response)
+            await client.send_message(instance_id, "tick")
+            assert (await anext(events)).id == "0"
+            ingress.process.terminate()
+            rest = [event async for event in events]
+        assert rest == []
+        assert ingress.process.wait(timeout=20) == -signal.SIGTERM  # uvicorn raises it again once stopped
