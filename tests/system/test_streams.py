@@ -10,8 +10,10 @@ Before the feature there was no such endpoint: every test here failed (404)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +24,8 @@ import psycopg
 from kenning import Client
 from kenning.db import Database
 from tests.ingress_support import Ingress, start_ingress
-from tests.support import ProcessPool, eventually, workers_started
+from tests.support import REPO_ROOT, ProcessPool, eventually, workers_started
+from tests.support import kenning_command as kenning
 
 APP = "tests.apps.streams"
 ADMIN_TOKEN = "admin-token-3"
@@ -158,3 +161,61 @@ async def test_the_endpoint_takes_the_admin_token_refuses_bad_input_and_ends_at_
             rest = [event async for event in events]
         assert rest == []
         assert ingress.process.wait(timeout=20) == -signal.SIGTERM  # uvicorn raises it again once stopped
+
+
+async def test_kenning_stream_read_prints_json_lines_and_follows_to_the_close(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool
+) -> None:
+    worker = processes.worker(database_url, APP)
+    await workers_started(processes, [worker])
+    async with Client(database=database) as client:
+        instance_id = (await client.start("ticker", count=3)).instance_id
+        await client.send_message(instance_id, "tick")
+        await eventually(
+            lambda: sql.execute("SELECT count(*) FROM kenning_stream_entries").fetchone() == (1,),
+            timeout=20,
+            message="the first entry",
+        )
+        # without --follow: what is written so far, then exit 0
+        done = kenning("stream", "read", instance_id, "ticks", url=database_url)
+        assert done.returncode == 0, done.stderr
+        (line,) = done.stdout.splitlines()
+        first = json.loads(line)
+        assert (first["offset"], first["attempt"], first["step"], first["value"]) == (0, 0, None, 0)
+
+        # --follow: each entry as it is written, exit 0 at the instance's end
+        follower = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "kenning",
+            "stream",
+            "read",
+            instance_id,
+            "ticks",
+            "--offset",
+            "1",
+            "--follow",
+            env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin", "KENNING_DATABASE_URL": database_url},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert follower.stdout is not None
+        lines = []
+        for n in (1, 2):
+            await client.send_message(instance_id, "tick")
+            lines.append(json.loads(await asyncio.wait_for(follower.stdout.readline(), 20)))
+            assert lines[-1]["offset"] == n
+        assert await asyncio.wait_for(follower.wait(), 20) == 0
+        assert await follower.stdout.read() == b""
+
+    done = kenning("stream", "read", instance_id, "ticks", "--offset", "2", url=database_url)
+    assert [json.loads(line)["value"] for line in done.stdout.splitlines()] == [2]
+    # bad input: one line, exit 2
+    for args, message in [
+        (["nobody", "ticks"], "kenning stream: no workflow instance 'nobody'"),
+        ([instance_id, "k" * 300], "kenning stream: a stream's key must be a non-empty str of at most 256 characters"),
+    ]:
+        done = kenning("stream", "read", *args, url=database_url)
+        assert (done.returncode, done.stderr.strip()) == (2, message)
+    done = kenning("stream", "read", instance_id, "ticks", "--offset", "-1", url=database_url)
+    assert done.returncode == 2 and "error: argument --offset: invalid non_negative_int value: '-1'" in done.stderr
