@@ -84,3 +84,19 @@ async def at_the_limits(ctx: WorkflowContext) -> dict[str, str]:
     except UnstorableValueError as error:
         refused["big"] = str(error)
     return refused
+
+
+@activity
+async def announce_parts(ctx: WorkflowContext, parts: list[str]) -> int:
+    for part in parts:
+        await write_stream(ctx, "parts", {"part": part}, publish=True)
+    return len(parts)
+
+
+@workflow
+async def announced(ctx: WorkflowContext, parts: list[str]) -> int:
+    """Publishes its stream's entries to the relayer's targets, but the last one."""
+    await write_stream(ctx, "parts", {"begin": len(parts)}, publish=True)
+    count = await announce_parts(ctx, parts)
+    await write_stream(ctx, "parts", "kept in the stream only")
+    return count

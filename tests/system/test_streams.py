@@ -24,6 +24,7 @@ import psycopg
 from kenning import Client
 from kenning.db import Database
 from tests.ingress_support import Ingress, start_ingress
+from tests.relayer_support import relayer_process, start_receiver
 from tests.support import REPO_ROOT, ProcessPool, eventually, workers_started
 from tests.support import kenning_command as kenning
 
@@ -219,3 +220,41 @@ async def test_kenning_stream_read_prints_json_lines_and_follows_to_the_close(
         assert (done.returncode, done.stderr.strip()) == (2, message)
     done = kenning("stream", "read", instance_id, "ticks", "--offset", "-1", url=database_url)
     assert done.returncode == 2 and "error: argument --offset: invalid non_negative_int value: '-1'" in done.stderr
+
+
+async def test_published_entries_reach_the_relayers_target_as_the_same_stream(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool
+) -> None:
+    receiver = await start_receiver(processes)
+    worker = processes.worker(database_url, APP)
+    relayer_process(processes, database_url, receiver.url)
+    await workers_started(processes, [worker])
+    async with Client(database=database) as client:
+        instance_id = (await client.start("announced", parts=["a", "b", "c"])).instance_id
+        assert await client.result(instance_id, timeout=30) == 3
+        entries = [entry async for entry in client.read_stream(instance_id, "parts")]
+    assert [e.value for e in entries][-1] == "kept in the stream only"
+    await eventually(lambda: len(receiver.events()) == 4, timeout=30, message="four events relayed")
+    # the last entry was not published: four outbox rows, all delivered
+    assert sql.execute(
+        "SELECT count(*), count(*) FILTER (WHERE status = 'published') FROM kenning_outbox"
+    ).fetchone() == (4, 4)
+    events = receiver.events()
+    assert len(events) == 4
+    assert [e["data"] for e in events] == [
+        {
+            "instance_id": instance_id,
+            "key": "parts",
+            "offset": entry.offset,
+            "attempt": entry.attempt,
+            "step": entry.step,
+            "time": entry.time.isoformat(),
+            "value": entry.value,
+        }
+        for entry in entries[:4]
+    ]
+    attributes = [e["attributes"] for e in events]
+    assert {(a["type"], a["source"], a["subject"]) for a in attributes} == {
+        ("kenning.stream.entry", f"kenning/instances/{instance_id}", "parts")
+    }
+    assert len({a["id"] for a in attributes}) == 4
