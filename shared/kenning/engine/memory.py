@@ -636,7 +636,8 @@ class MemoryPort:
         attempt = WORKFLOW_ATTEMPT
         if command.step_id is not None:
             attempt = next_attempt(stream.writers, command.step_id, f"{self.token}:{command.attempt}", command.attempt)
-        entry = StreamEntry(len(stream.entries), attempt, command.value, datetime.now(UTC), command.step_id)
+        written = datetime.fromtimestamp(self._clock(), UTC)  # the port's clock: it skips with the test's
+        entry = StreamEntry(len(stream.entries), attempt, command.value, written, command.step_id)
         stream.entries.append(entry)
         if command.publish:
             event = stream_event(self.instance.id, command.key, entry)
