@@ -22,6 +22,7 @@ from kenning import Client, StreamEntry, WorkflowNotFoundError
 from kenning.core.limits import MAX_STREAM_ENTRIES, MAX_STREAM_ENTRY_CHARS
 from kenning.db import Database
 from kenning.storage import retention as retention_sql
+from kenning.storage import streams as streams_sql
 from tests.apps import streams
 from tests.support import eventually, running_worker
 
@@ -140,3 +141,47 @@ async def test_refusals_at_the_limits_and_retention_takes_the_streams(database: 
     assert sql.execute(
         "SELECT (SELECT count(*) FROM kenning_streams), (SELECT count(*) FROM kenning_stream_entries)"
     ).fetchone() == (0, 0)
+
+
+async def test_a_taken_over_attempt_writes_under_a_higher_number_and_the_old_lease_writes_nothing(
+    database: Database, sql: Sql
+) -> None:
+    """The statement's attempt numbering, as a takeover meets it: the worker that took the
+    instance over runs the step's attempt 1 again (the crashed one was never counted)."""
+    async with Client(database=database) as client:
+        instance_id = (await client.start(streams.ticker, count=1)).instance_id
+
+    def lease() -> str:
+        row = sql.execute(
+            "UPDATE kenning_instances SET status = 'running', lease_token = gen_random_uuid() WHERE id = %s"
+            " RETURNING CAST(lease_token AS text)",
+            [instance_id],
+        ).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    async def write(token: str, value: str, attempt: int = 1) -> streams_sql.StreamWritten:
+        async with database.connection() as conn:
+            return await streams_sql.stream_write(
+                conn,
+                instance_id=instance_id,
+                token=token,
+                key="k",
+                value=value,
+                step_id="act:1",
+                attempt=attempt,
+                writer=f"{token}:{attempt}",
+                max_entries=MAX_STREAM_ENTRIES,
+            )
+
+    crashed = lease()
+    assert [(await write(crashed, v)).entry.attempt for v in ("a", "b")] == [1, 1]  # type: ignore[union-attr]
+    taken_over = lease()
+    lost = await write(crashed, "zombie")
+    assert (lost.leased, lost.entry) == (False, None)  # the old lease adds nothing
+    assert [(await write(taken_over, v)).entry.attempt for v in ("a", "b")] == [2, 2]  # type: ignore[union-attr]
+    second = await write(taken_over, "retry", attempt=2)  # its own retry, counted: attempt 2 of the engine
+    assert second.entry is not None and second.entry.attempt == 3
+    assert sql.execute('SELECT array_agg(attempt ORDER BY "offset") FROM kenning_stream_entries').fetchone() == (
+        [1, 1, 2, 2, 3],
+    )
