@@ -780,7 +780,8 @@ class PgInstancePort:
             entry = await self._write_with_record(write, command.record)
             fault_point("step.after_commit")
             return entry
-        return await self._on_its_own(write, f"an entry of stream {command.key!r}")
+        # one statement unless an outbox row goes with it: autocommit, one round trip
+        return await self._on_its_own(write, f"an entry of stream {command.key!r}", transaction=command.publish)
 
     async def close_stream(self, command: CloseStream) -> None:
         """As ``write_stream``: with the step's record, or on its own commit."""
@@ -797,13 +798,18 @@ class PgInstancePort:
             await self._write_with_record(close, command.record)
             fault_point("step.after_commit")
             return
-        await self._on_its_own(close, f"the close of stream {command.key!r}")
+        await self._on_its_own(close, f"the close of stream {command.key!r}", transaction=False)
 
-    async def _on_its_own(self, write: Callable[[Executor], Awaitable[T]], what: str) -> T:
-        """``write`` in a transaction of its own, now; its errors mapped as ``_storage``
+    async def _on_its_own(self, write: Callable[[Executor], Awaitable[T]], what: str, *, transaction: bool) -> T:
+        """``write`` now, committed on its own: in a transaction when it writes with more
+        than one statement, else in autocommit (its one write statement is atomic, and a
+        read after a refusal needs no transaction). Its errors are mapped as ``_storage``
         maps them, but a refused value leaves what is held back as it is (it is not this
         write's: the attempt writing goes on, or fails, on its own)."""
         try:
+            if not transaction:
+                async with self.database.connection() as conn:
+                    return await write(conn)
             async with self.database.transaction() as conn:
                 return await write(conn)
         except Exception as error:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator
 
 import structlog
@@ -35,7 +34,7 @@ _log = structlog.get_logger("kenning.streams")
 
 # entries one read takes at most
 READ_BATCH = 500
-# entries a feed keeps for its readers (one behind by more reads the database itself)
+# entries a feed keeps for its readers at least (one behind by more reads the database itself)
 FEED_TAIL = 1000
 
 
@@ -46,7 +45,7 @@ class _Feed:
     def __init__(self, instance_id: str, key: str, offset: int) -> None:
         self.instance_id = instance_id
         self.key = key
-        self.entries: deque[StreamEntry] = deque()
+        self.entries: list[StreamEntry] = []  # trimmed to the tail now and then, not per entry
         self.first = offset  # the offset of entries[0] (== end while empty)
         self.end = offset  # the next offset to read
         self.closed = False
@@ -60,8 +59,8 @@ class _Feed:
             if entry.offset == self.end:
                 self.entries.append(entry)
                 self.end += 1
-        while len(self.entries) > tail:
-            self.entries.popleft()
+        if len(self.entries) > 2 * tail:  # a copy per ``tail`` entries, not a shift per entry
+            del self.entries[: len(self.entries) - tail]
         self.first = self.entries[0].offset if self.entries else self.end
         self.closed = read.closed
         self.announce()
@@ -72,7 +71,7 @@ class _Feed:
 
     def taken_from(self, offset: int) -> list[StreamEntry]:
         """The entries held from ``offset`` on (``first <= offset``)."""
-        return list(self.entries)[offset - self.first :]
+        return self.entries[offset - self.first :]
 
 
 class StreamReaders:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -108,11 +109,24 @@ def entry_as_json(entry: StreamEntry) -> dict[str, Any]:
     }
 
 
+# The latest entries' events, by the entry object: the readers of one stream share its
+# entries (kenning.clients.streams), so 1,000 of them encode each entry once, not 1,000 times.
+_ENCODED: OrderedDict[int, tuple[StreamEntry, bytes]] = OrderedDict()
+_ENCODED_KEPT = 4096
+
+
 def sse_entry(entry: StreamEntry) -> bytes:
     """An entry as a Server-Sent Event ``entry`` whose ``id`` is its offset (JSON escapes
     line breaks: ``data`` stays one line)."""
+    known = _ENCODED.get(id(entry))
+    if known is not None and known[0] is entry:
+        return known[1]
     data = json.dumps(entry_as_json(entry), separators=(",", ":"))
-    return f"id: {entry.offset}\nevent: entry\ndata: {data}\n\n".encode()
+    encoded = f"id: {entry.offset}\nevent: entry\ndata: {data}\n\n".encode()
+    _ENCODED[id(entry)] = (entry, encoded)  # the entry is kept with it: its id is not reused meanwhile
+    if len(_ENCODED) > _ENCODED_KEPT:
+        _ENCODED.popitem(last=False)
+    return encoded
 
 
 # the event after a closed stream's last entry
