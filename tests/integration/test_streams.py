@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from kenning import Client, StreamEntry, WorkflowNotFoundError
+from kenning.clients.streams import StreamReaders
 from kenning.core.limits import MAX_STREAM_ENTRIES, MAX_STREAM_ENTRY_CHARS
 from kenning.db import Database
 from kenning.storage import retention as retention_sql
@@ -185,3 +186,33 @@ async def test_a_taken_over_attempt_writes_under_a_higher_number_and_the_old_lea
     assert sql.execute('SELECT array_agg(attempt ORDER BY "offset") FROM kenning_stream_entries').fetchone() == (
         [1, 1, 2, 2, 3],
     )
+
+
+async def test_reads_are_bounded_in_entries_and_bytes_and_still_yield_every_entry(database: Database) -> None:
+    """Tiny bounds (a read of 3 entries or 40 bytes, a feed keeping 2 entries or 30
+    bytes): every entry still comes once, in order, from a finished stream read in pieces
+    and from a live one whose feed keeps less than a slow reader lags behind."""
+    async with Client(database=database, result_poll_interval=30) as client, running_worker(database, streams.app):
+        chat = await client.start(streams.chat, prompt="hello brave new world")
+        await client.result(chat, timeout=20)
+        tiny = StreamReaders(database, client.results, batch=3, batch_bytes=40, tail=2, tail_bytes=30)
+        whole = [e async for e in client.read_stream(chat.instance_id, "chat")]
+        pieces = [e async for e in tiny.read(chat.instance_id, "chat") if e is not None]
+        assert pieces == whole and len(whole) == 8
+
+        ticker = await client.start(streams.ticker, count=8)
+        fast: list[int] = []
+        slow: list[int] = []
+
+        async def read(into: list[int], pause: float) -> None:
+            async for entry in tiny.read(ticker.instance_id, "ticks"):
+                if entry is not None:
+                    into.append(entry.value)
+                    await asyncio.sleep(pause)  # the slow one falls behind the feed's tail
+
+        readers = [asyncio.create_task(read(fast, 0)), asyncio.create_task(read(slow, 0.2))]
+        for _ in range(8):
+            await client.send_message(ticker.instance_id, "tick")
+        await asyncio.wait_for(asyncio.gather(*readers), 30)
+        await tiny.close()
+    assert fast == slow == list(range(8))

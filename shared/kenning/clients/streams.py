@@ -34,8 +34,13 @@ _log = structlog.get_logger("kenning.streams")
 
 # entries one read takes at most
 READ_BATCH = 500
-# entries a feed keeps for its readers at least (one behind by more reads the database itself)
+# bytes of JSON one read takes at most, past its first entry (a backlog of large entries
+# is read in pieces)
+READ_BYTES = 4 * 1024 * 1024
+# entries a feed keeps for its readers at least (one behind by more reads the database
+# itself), and bytes of JSON at most: 1,000 entries of the largest size would be 256 MiB
 FEED_TAIL = 1000
+FEED_BYTES = 8 * 1024 * 1024
 
 
 class _Feed:
@@ -46,6 +51,8 @@ class _Feed:
         self.instance_id = instance_id
         self.key = key
         self.entries: list[StreamEntry] = []  # trimmed to the tail now and then, not per entry
+        self.sizes: list[int] = []  # each entry's bytes of JSON
+        self.bytes = 0
         self.first = offset  # the offset of entries[0] (== end while empty)
         self.end = offset  # the next offset to read
         self.closed = False
@@ -54,13 +61,22 @@ class _Feed:
         self.readers = 0
         self.task: asyncio.Task[None] | None = None
 
-    def add(self, read: streams_sql.StreamRead, tail: int) -> None:
-        for entry in read.entries:
+    def add(self, read: streams_sql.StreamRead, tail: int, tail_bytes: int) -> None:
+        for entry, size in zip(read.entries, read.sizes, strict=True):
             if entry.offset == self.end:
                 self.entries.append(entry)
+                self.sizes.append(size)
+                self.bytes += size
                 self.end += 1
-        if len(self.entries) > 2 * tail:  # a copy per ``tail`` entries, not a shift per entry
-            del self.entries[: len(self.entries) - tail]
+        # a copy per ``tail`` entries (or bytes), not a shift per entry
+        if len(self.entries) > 2 * tail or self.bytes > 2 * tail_bytes:
+            drop = max(0, len(self.entries) - tail)
+            kept = sum(self.sizes[drop:])
+            while drop < len(self.entries) - 1 and kept > tail_bytes:
+                kept -= self.sizes[drop]
+                drop += 1
+            del self.entries[:drop], self.sizes[:drop]
+            self.bytes = kept
         self.first = self.entries[0].offset if self.entries else self.end
         self.closed = read.closed
         self.announce()
@@ -78,12 +94,21 @@ class StreamReaders:
     """The stream readers of one client (or one ingress, one console process)."""
 
     def __init__(
-        self, database: Database, waits: ResultWaits, *, batch: int = READ_BATCH, tail: int = FEED_TAIL
+        self,
+        database: Database,
+        waits: ResultWaits,
+        *,
+        batch: int = READ_BATCH,
+        batch_bytes: int = READ_BYTES,
+        tail: int = FEED_TAIL,
+        tail_bytes: int = FEED_BYTES,
     ) -> None:
         self.database = database
         self.waits = waits
         self.batch = batch
+        self.batch_bytes = batch_bytes
         self.tail = tail
+        self.tail_bytes = tail_bytes
         self._feeds: dict[tuple[str, str], _Feed] = {}
         self._closed = False  # close(): readers end where they are
 
@@ -110,7 +135,7 @@ class StreamReaders:
                 yield entry
             if read.entries:
                 offset = read.entries[-1].offset + 1
-            if len(read.entries) < self.batch:
+            if not read.more:
                 break
             read = await self._read(instance_id, key, offset)
             if read is None:
@@ -150,7 +175,9 @@ class StreamReaders:
 
     async def _read(self, instance_id: str, key: str, offset: int) -> streams_sql.StreamRead | None:
         async with self.database.connection() as conn:
-            return await streams_sql.stream_read(conn, instance_id, key, offset=offset, limit=self.batch)
+            return await streams_sql.stream_read(
+                conn, instance_id, key, offset=offset, limit=self.batch, max_bytes=self.batch_bytes
+            )
 
     def _join(self, instance_id: str, key: str, offset: int) -> _Feed:
         feed = self._feeds.get((instance_id, key))
@@ -184,8 +211,8 @@ class StreamReaders:
                     feed.gone = True
                     feed.announce()
                     return
-                feed.add(read, self.tail)
-                if len(read.entries) == self.batch:
+                feed.add(read, self.tail, self.tail_bytes)
+                if read.more:
                     continue
                 if read.closed:
                     return

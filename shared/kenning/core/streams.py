@@ -112,7 +112,9 @@ def entry_as_json(entry: StreamEntry) -> dict[str, Any]:
 # The latest entries' events, by the entry object: the readers of one stream share its
 # entries (kenning.clients.streams), so 1,000 of them encode each entry once, not 1,000 times.
 _ENCODED: OrderedDict[int, tuple[StreamEntry, bytes]] = OrderedDict()
-_ENCODED_KEPT = 4096
+_ENCODED_KEPT = 4096  # events, and bytes of them at most:
+_ENCODED_BYTES = 16 * 1024 * 1024
+_encoded_bytes = 0
 
 
 def sse_entry(entry: StreamEntry) -> bytes:
@@ -123,9 +125,11 @@ def sse_entry(entry: StreamEntry) -> bytes:
         return known[1]
     data = json.dumps(entry_as_json(entry), separators=(",", ":"))
     encoded = f"id: {entry.offset}\nevent: entry\ndata: {data}\n\n".encode()
+    global _encoded_bytes
     _ENCODED[id(entry)] = (entry, encoded)  # the entry is kept with it: its id is not reused meanwhile
-    if len(_ENCODED) > _ENCODED_KEPT:
-        _ENCODED.popitem(last=False)
+    _encoded_bytes += len(encoded)
+    while len(_ENCODED) > _ENCODED_KEPT or _encoded_bytes > _ENCODED_BYTES:
+        _encoded_bytes -= len(_ENCODED.popitem(last=False)[1][1])
     return encoded
 
 

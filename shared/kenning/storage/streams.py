@@ -15,7 +15,7 @@ client's one LISTEN connection (``kenning.clients.results``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -164,50 +164,67 @@ async def stream_state(conn: Executor, instance_id: str, key: str) -> StreamStat
     return StreamState(int(row.length), row.closed_at is not None)
 
 
+# The entries from an offset, at most :limit of them and, past the first, only while the
+# JSON read so far is under :max_bytes (so a backlog of large entries is read in pieces);
+# ``through`` is the running size, which tells the caller whether the bound cut the read.
 _STREAM_READ = statement(
     """
-    SELECT i.status, s.closed_at, e.entry_offset, e.attempt, e.step_id, e.value, e.written_at
+    SELECT i.status, s.closed_at, e.entry_offset, e.attempt, e.step_id, e.value, e.written_at, e.size, e.through
     FROM kenning_instances AS i
     LEFT JOIN kenning_streams AS s ON s.instance_id = i.id AND s.key = :key
     LEFT JOIN LATERAL (
-        SELECT x."offset" AS entry_offset, x.attempt, x.step_id, x.value, x.written_at
-        FROM kenning_stream_entries AS x
-        WHERE x.instance_id = i.id AND x.key = :key AND x."offset" >= :offset
-        ORDER BY x."offset"
-        LIMIT :limit
+        SELECT w.* FROM (
+            SELECT x."offset" AS entry_offset, x.attempt, x.step_id, x.value, x.written_at, t.size,
+                   sum(t.size) OVER (ORDER BY x."offset") AS through
+            FROM kenning_stream_entries AS x
+            CROSS JOIN LATERAL (SELECT octet_length(CAST(x.value AS text)) AS size OFFSET 0) AS t
+            WHERE x.instance_id = i.id AND x.key = :key AND x."offset" >= :offset
+            ORDER BY x."offset"
+            LIMIT :limit
+        ) AS w
+        WHERE w.through - w.size < :max_bytes
     ) AS e ON true
     WHERE i.id = :instance_id
     ORDER BY e.entry_offset
     """
 )
 
+# no bound on a read's bytes (a test's whole stream)
+UNBOUNDED = 2**62
+
 
 @dataclass(frozen=True)
 class StreamRead:
-    """One read of a stream, in one snapshot: the entries from an offset (at most the
-    limit), and whether the stream is closed: by ``close_stream``, or because its
-    instance has ended (a stream never written included)."""
+    """One read of a stream, in one snapshot: the entries from an offset (within the
+    bounds), their sizes (bytes of JSON), whether the bounds may have left some out
+    (``more``: read on before waiting), and whether the stream is closed: by
+    ``close_stream``, or because its instance has ended (a stream never written
+    included). A closed stream is over once a read of it has no ``more``."""
 
     instance_status: str
     entries: list[StreamEntry]
     closed: bool
+    more: bool = False
+    sizes: list[int] = field(default_factory=list)
 
 
-async def stream_read(conn: Executor, instance_id: str, key: str, *, offset: int, limit: int) -> StreamRead | None:
-    """The entries of ``key`` from ``offset`` on, in order; None when there is no such
-    instance."""
-    params = {"instance_id": instance_id, "key": key, "offset": offset, "limit": limit}
+async def stream_read(
+    conn: Executor, instance_id: str, key: str, *, offset: int, limit: int, max_bytes: int = UNBOUNDED
+) -> StreamRead | None:
+    """The entries of ``key`` from ``offset`` on, in order, at most ``limit`` and, past
+    the first, while under ``max_bytes`` of JSON; None when there is no such instance."""
+    params = {"instance_id": instance_id, "key": key, "offset": offset, "limit": limit, "max_bytes": max_bytes}
     rows = await conn.execute(_STREAM_READ, params)
     if not rows:
         return None
     first = rows[0]
+    found = [row for row in rows if row.entry_offset is not None]
     entries = [
-        StreamEntry(int(row.entry_offset), int(row.attempt), row.value, row.written_at, row.step_id)
-        for row in rows
-        if row.entry_offset is not None
+        StreamEntry(int(row.entry_offset), int(row.attempt), row.value, row.written_at, row.step_id) for row in found
     ]
+    more = limit > 0 and bool(found) and (len(found) == limit or int(found[-1].through) >= max_bytes)
     closed = first.closed_at is not None or first.status in TERMINAL_STATUSES
-    return StreamRead(str(first.status), entries, closed)
+    return StreamRead(str(first.status), entries, closed, more, [int(row.size) for row in found])
 
 
 @dataclass(frozen=True)
