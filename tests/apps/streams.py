@@ -17,6 +17,7 @@ from kenning import (
     WorkflowContext,
     activity,
     close_stream,
+    continue_as_new,
     receive,
     workflow,
     write_stream,
@@ -100,3 +101,36 @@ async def announced(ctx: WorkflowContext, parts: list[str]) -> int:
     count = await announce_parts(ctx, parts)
     await write_stream(ctx, "parts", "kept in the stream only")
     return count
+
+
+FAILED_ONCE: set[str] = set()  # the instances whose flaky step failed already (in-process worker)
+
+
+@activity(retry_policy=RetryPolicy(max_attempts=1))
+async def fails_the_first_run(ctx: WorkflowContext) -> None:
+    if ctx.instance_id not in FAILED_ONCE:
+        FAILED_ONCE.add(ctx.instance_id)
+        raise RuntimeError("the first run fails")
+
+
+@workflow
+async def retried_writer(ctx: WorkflowContext) -> str:
+    """Fails after its first entry; retried by an operator, it writes on."""
+    await write_stream(ctx, "log", "before")
+    await fails_the_first_run(ctx)
+    await write_stream(ctx, "log", "after")
+    return "done"
+
+
+@activity
+async def says_its_run(ctx: WorkflowContext, run: int) -> None:
+    await write_stream(ctx, "runs", {"run": run})
+
+
+@workflow
+async def chained_writer(ctx: WorkflowContext, runs: int, run: int = 1) -> int:
+    """Each run's activity writes one entry; continue_as_new until ``runs``."""
+    await says_its_run(ctx, run)
+    if run < runs:
+        await continue_as_new(ctx, runs=runs, run=run + 1)
+    return run

@@ -18,13 +18,15 @@ from typing import Any, cast
 import psycopg
 import pytest
 
-from kenning import Client, StreamEntry, WorkflowNotFoundError
+from kenning import Client, StreamEntry, WorkflowFailedError, WorkflowNotFoundError
 from kenning.clients.streams import StreamReaders
 from kenning.core.limits import MAX_STREAM_ENTRIES, MAX_STREAM_ENTRY_CHARS
 from kenning.db import Database
+from kenning.storage import instances as instances_sql
 from kenning.storage import retention as retention_sql
 from kenning.storage import streams as streams_sql
 from tests.apps import streams
+from tests.logguard import expect_log
 from tests.support import eventually, running_worker
 
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -216,3 +218,32 @@ async def test_reads_are_bounded_in_entries_and_bytes_and_still_yield_every_entr
         await asyncio.wait_for(asyncio.gather(*readers), 30)
         await tiny.close()
     assert fast == slow == list(range(8))
+
+
+async def test_a_retried_instance_writes_on_to_the_streams_its_end_closed(database: Database, sql: Sql) -> None:
+    expect_log("instance.failed")
+    async with Client(database=database, result_poll_interval=30) as client, running_worker(database, streams.app):
+        started = await client.start(streams.retried_writer)
+        with pytest.raises(WorkflowFailedError):
+            await client.result(started, timeout=20)
+        # the failure closed the stream
+        assert [e.value for e in await _read_all(client, started.instance_id, "log")] == ["before"]
+        async with database.connection() as conn:
+            assert (await instances_sql.instance_retry(conn, started.instance_id))["retried"] is True
+        assert await client.result(started, timeout=20) == "done"
+        assert [e.value for e in await _read_all(client, started.instance_id, "log")] == ["before", "after"]
+    assert sql.execute("SELECT closed_at IS NOT NULL, ended FROM kenning_streams").fetchall() == [(True, True)]
+
+
+async def test_after_continue_as_new_a_runs_steps_are_labelled_with_its_run(database: Database) -> None:
+    """A run's step ids start again: its activity's first attempt is attempt 1 of
+    ``says_its_run:1@2``, not a retry of run 1's ``says_its_run:1``, and the stream goes on."""
+    async with Client(database=database, result_poll_interval=30) as client, running_worker(database, streams.app):
+        started = await client.start(streams.chained_writer, runs=3)
+        assert await client.result(started, timeout=20) == 3
+        entries = await _read_all(client, started.instance_id, "runs")
+    assert [(e.offset, e.attempt, e.step, e.value) for e in entries] == [
+        (0, 1, "says_its_run:1", {"run": 1}),
+        (1, 1, "says_its_run:1@2", {"run": 2}),
+        (2, 1, "says_its_run:1@3", {"run": 3}),
+    ]

@@ -25,8 +25,9 @@ class StreamEntry:
     when workflow code wrote it; else the attempt of the activity (or compensation) that
     wrote it, 1 for the first, growing with every later attempt of that step, an attempt
     cut short by a crashed worker included. ``step`` names that step (None from workflow
-    code): entries of a step with a lower ``attempt`` than a later entry of the same step
-    came from an abandoned attempt. ``time``: when it was written (the database's clock).
+    code; ``<step id>@<run>`` after a ``continue_as_new``): entries of a step with a
+    lower ``attempt`` than a later entry of the same step came from an abandoned attempt.
+    ``time``: when it was written (the database's clock).
     """
 
     offset: int

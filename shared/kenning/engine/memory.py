@@ -633,11 +633,12 @@ class MemoryPort:
         stream = self.instance.streams.setdefault(command.key, MemoryStream())
         if len(stream.entries) >= MAX_STREAM_ENTRIES:
             raise stream_full_error(self.instance.id, command.key)
-        attempt = WORKFLOW_ATTEMPT
-        if command.step_id is not None:
-            attempt = next_attempt(stream.writers, command.step_id, f"{self.token}:{command.attempt}", command.attempt)
+        attempt, step = WORKFLOW_ATTEMPT, command.step_id
+        if step is not None:
+            step = step if self.instance.run == 1 else f"{step}@{self.instance.run}"  # storage.streams' label
+            attempt = next_attempt(stream.writers, step, f"{self.token}:{command.attempt}", command.attempt)
         written = datetime.fromtimestamp(self._clock(), UTC)  # the port's clock: it skips with the test's
-        entry = StreamEntry(len(stream.entries), attempt, command.value, written, command.step_id)
+        entry = StreamEntry(len(stream.entries), attempt, command.value, written, step)
         stream.entries.append(entry)
         if command.publish:
             event = stream_event(self.instance.id, command.key, entry)

@@ -25,7 +25,7 @@ from kenning.db import Executor, statement
 from kenning.storage.names import notify_results
 
 _FENCE = """fence AS (
-        SELECT id FROM kenning_instances
+        SELECT id, run FROM kenning_instances
         WHERE id = :instance_id AND lease_token = CAST(:token AS uuid)
         FOR UPDATE
     )"""
@@ -36,9 +36,21 @@ def close_ended_streams(finished: str) -> str:
     with ``id``): every open stream of theirs is closed in the same transaction. A
     data-modifying CTE runs whether or not the statement reads it."""
     return f"""streams_closed AS (
-        UPDATE kenning_streams AS s SET closed_at = now(), updated_at = now()
+        UPDATE kenning_streams AS s SET closed_at = now(), ended = true, updated_at = now()
         FROM {finished} AS f
         WHERE s.instance_id = f.id AND s.closed_at IS NULL
+        RETURNING 1
+    )"""
+
+
+def reopen_ended_streams(retried: str) -> str:
+    """A CTE for a statement that makes ended instances run again (a retry; ``retried``:
+    its CTE of their ids, ``id``): the streams their end closed are open again, so the
+    instance writes on where it stopped (one closed by ``close_stream`` stays closed)."""
+    return f"""streams_reopened AS (
+        UPDATE kenning_streams AS s SET closed_at = NULL, ended = false, updated_at = now()
+        FROM {retried} AS r
+        WHERE s.instance_id = r.id AND s.ended
         RETURNING 1
     )"""
 
@@ -47,12 +59,19 @@ def close_ended_streams(finished: str) -> str:
 # number its first write was given, else the engine's attempt number, raised above the
 # step's last writer's (an attempt abandoned by a crashed worker was never counted, so its
 # retry has the same engine number; the stream still tells the two apart).
-_STEP = "CAST(:step_id AS text)"
+# The writing step's label: its step id, and after a continue_as_new the run it is in
+# (``generate:1@2``): a run's step ids start again, its attempts must not follow the last run's.
+_STEP = "(SELECT label FROM step)"
+_STEP_LABEL = """step AS (
+        SELECT CASE WHEN f.run > 1 THEN CAST(:step_id AS text) || '@' || f.run
+                    ELSE CAST(:step_id AS text) END AS label
+        FROM fence AS f
+    )"""
 _NEW_WRITER = f"""jsonb_build_object({_STEP}, jsonb_build_array(CAST(:writer AS text), greatest(
                 CAST(:attempt AS integer), coalesce(CAST(s.writers -> {_STEP} ->> 1 AS integer), 0) + 1)))"""
 _STREAM_WRITE = statement(
     f"""
-    WITH {_FENCE}, header AS (
+    WITH {_FENCE}, {_STEP_LABEL}, header AS (
         INSERT INTO kenning_streams AS s (instance_id, key, length, writers)
         SELECT f.id, :key, 1,
                CASE WHEN {_STEP} IS NULL THEN CAST('{{}}' AS jsonb)
@@ -71,9 +90,9 @@ _STREAM_WRITE = statement(
     ), entry AS (
         INSERT INTO kenning_stream_entries (instance_id, key, "offset", attempt, step_id, value)
         SELECT h.instance_id, :key, h.entry_offset, h.attempt, {_STEP}, CAST(:value AS jsonb) FROM header AS h
-        RETURNING instance_id AS id, "offset" AS entry_offset, attempt, written_at
+        RETURNING instance_id AS id, "offset" AS entry_offset, attempt, step_id, written_at
     )
-    SELECT (SELECT count(*) FROM fence) AS leased, e.entry_offset, e.attempt, e.written_at,
+    SELECT (SELECT count(*) FROM fence) AS leased, e.entry_offset, e.attempt, e.step_id, e.written_at,
            {notify_results("entry")} AS notified
     FROM (SELECT 1) AS one LEFT JOIN entry AS e ON true
     """
@@ -118,7 +137,7 @@ async def stream_write(
     row = (await conn.execute(_STREAM_WRITE, params)).one()
     if row.entry_offset is None:
         return StreamWritten(bool(row.leased), None)
-    entry = StreamEntry(int(row.entry_offset), int(row.attempt), value, row.written_at, step_id)
+    entry = StreamEntry(int(row.entry_offset), int(row.attempt), value, row.written_at, row.step_id)
     return StreamWritten(True, entry)
 
 

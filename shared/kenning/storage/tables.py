@@ -336,6 +336,7 @@ streams = Table(
     _ts("created_at", False),
     _ts("updated_at", False),
     _ts("closed_at"),
+    Column("ended", Boolean, nullable=False),  # closed by its instance's end (a retry reopens it)
 )
 
 stream_entries = Table(

@@ -3,7 +3,8 @@
 ``kenning_streams``: one row per (instance, key), the stream's header: ``length`` (the
 next entry's offset, so writers take offsets in turn under its row lock and a later
 offset never commits before an earlier one), ``closed_at`` (``close_stream``, or the
-instance's end, set in the transaction that ends it) and ``writers`` (per activity step,
+instance's end, set in the transaction that ends it; ``ended`` says which: a retry of
+the instance reopens what its end closed) and ``writers`` (per activity step,
 the last attempt that wrote and the attempt number it was given, so an attempt abandoned
 by a crashed worker and its retry never share a number).
 ``kenning_stream_entries``: the entries, by (instance, key, offset), each with the
@@ -33,6 +34,7 @@ CREATE TABLE IF NOT EXISTS kenning_streams (
     created_at  timestamptz NOT NULL DEFAULT now(),
     updated_at  timestamptz NOT NULL DEFAULT now(),
     closed_at   timestamptz,
+    ended       boolean NOT NULL DEFAULT false,
     PRIMARY KEY (instance_id, key)
 );
 CREATE TABLE IF NOT EXISTS kenning_stream_entries (

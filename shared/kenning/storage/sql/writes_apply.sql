@@ -39,7 +39,7 @@ WITH incoming AS (
     WHERE i.id = w.instance_id AND w.complete AND NOT fence.cancel_requested
     RETURNING i.id, i.parent_id, i.status, i.result, i.error
 ), streams_closed AS (
-    UPDATE kenning_streams AS s SET closed_at = now(), updated_at = now()
+    UPDATE kenning_streams AS s SET closed_at = now(), ended = true, updated_at = now()
     FROM completed AS f
     WHERE s.instance_id = f.id AND s.closed_at IS NULL
     RETURNING 1
