@@ -22,6 +22,7 @@ from kenning import Client, StreamEntry, WorkflowFailedError, WorkflowNotFoundEr
 from kenning.clients.streams import StreamReaders
 from kenning.core.limits import MAX_STREAM_ENTRIES, MAX_STREAM_ENTRY_CHARS
 from kenning.db import Database
+from kenning.storage import escapes as escapes_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import retention as retention_sql
 from kenning.storage import streams as streams_sql
@@ -247,3 +248,27 @@ async def test_after_continue_as_new_a_runs_steps_are_labelled_with_its_run(data
         (1, 1, "says_its_run:1@2", {"run": 2}),
         (2, 1, "says_its_run:1@3", {"run": 3}),
     ]
+
+
+async def test_a_cancel_and_a_terminate_close_the_streams_and_end_their_readers(database: Database, sql: Sql) -> None:
+    expect_log("instance.failed")
+    async with Client(database=database, result_poll_interval=30) as client, running_worker(database, streams.app):
+        ids = [(await client.start(streams.ticker, count=5)).instance_id for _ in range(2)]
+        for instance_id in ids:
+            await client.send_message(instance_id, "tick")
+        readers = [asyncio.create_task(_read_all(client, i, "ticks")) for i in ids]
+
+        async def both_written() -> bool:
+            return sql.execute("SELECT count(*) FROM kenning_stream_entries").fetchone() == (2,)
+
+        await eventually(cast(Any, both_written), message="an entry each", timeout=10)
+        await asyncio.sleep(0.2)
+        assert not any(r.done() for r in readers)  # open: their readers wait
+        cancelled, terminated = ids
+        await client.cancel(cancelled)
+        async with database.connection() as conn:
+            assert await escapes_sql.instances_terminate(conn, [terminated], "enough") == [terminated]
+        done = await asyncio.wait_for(asyncio.gather(*readers), 20)
+    assert [[e.value for e in entries] for entries in done] == [[0], [0]]
+    closed = sql.execute("SELECT instance_id, closed_at IS NOT NULL, ended FROM kenning_streams ORDER BY 1").fetchall()
+    assert sorted(closed) == sorted([(cancelled, True, True), (terminated, True, True)])
