@@ -57,6 +57,11 @@ class ResultWaits:
         self.backend_pid: int | None = None  # the listening backend, for tests and operators
 
     @property
+    def listening(self) -> bool:
+        """Whether the connection listens now (notifications reach the waiters)."""
+        return self._listening.is_set()
+
+    @property
     def waiting(self) -> int:
         """Callers waiting now."""
         return sum(len(waiting) for waiting in self._waiters.values())
