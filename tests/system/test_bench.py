@@ -163,7 +163,8 @@ def _check_stream_section(stream: dict[str, Any]) -> None:
     for run in runs:
         assert run["samples"] == run["readers"] * run["entries_per_stream"] == run["readers"] * 5
         _ordered_percentiles(run)
-        assert run["entries_per_second"] > 0 and run["worker_cpu_ms_per_entry"] > 0
+        # CPU counters tick in 10 ms: a quick run of 5 entries may read 0
+        assert run["entries_per_second"] > 0 and run["worker_cpu_ms_per_entry"] >= 0
     assert stream["readers"]["ingress_listeners"] == 1
 
 
