@@ -24,13 +24,9 @@ from contextlib import aclosing
 from types import FrameType
 from typing import Any
 
-import structlog
-
 from kenning.clients.streams import StreamReaders
 from kenning.core.streams import SSE_CLOSE, SSE_KEEPALIVE, check_stream_key, sse_entry
 from kenning.errors import WorkflowNotFoundError
-
-_log = structlog.get_logger("kenning.ingress")
 
 KEEPALIVE_SECONDS = 15.0
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -45,7 +41,7 @@ async def events(
     readers: StreamReaders, instance_id: str, key: str, offset: int, stopping: asyncio.Event
 ) -> AsyncIterator[bytes]:
     """The response's body: the entries, keep-alives, and the close (unless the process
-    is stopping, or the instance was deleted meanwhile)."""
+    is stopping, or the instance was deleted between the request's check and the read)."""
     closed = True
     try:
         async with aclosing(readers.read(instance_id, key, offset, idle=KEEPALIVE_SECONDS)) as entries:
