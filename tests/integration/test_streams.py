@@ -28,7 +28,7 @@ from kenning.storage import retention as retention_sql
 from kenning.storage import streams as streams_sql
 from tests.apps import streams
 from tests.logguard import expect_log
-from tests.support import eventually, running_worker
+from tests.support import check_invariants, eventually, running_worker
 
 Sql = psycopg.Connection[tuple[object, ...]]
 
@@ -66,6 +66,7 @@ async def test_a_chat_stream_holds_workflow_and_activity_entries_in_order(databa
             await _read_all(client, "no-such-instance", "chat")
         with pytest.raises(ValueError, match="offset"):
             await _read_all(client, started.instance_id, "chat", -1)
+    check_invariants(sql)
 
 
 async def test_close_stream_ends_readers_and_refuses_later_writes(database: Database) -> None:
@@ -234,6 +235,7 @@ async def test_a_retried_instance_writes_on_to_the_streams_its_end_closed(databa
         assert await client.result(started, timeout=20) == "done"
         assert [e.value for e in await _read_all(client, started.instance_id, "log")] == ["before", "after"]
     assert sql.execute("SELECT closed_at IS NOT NULL, ended FROM kenning_streams").fetchall() == [(True, True)]
+    check_invariants(sql)
 
 
 async def test_after_continue_as_new_a_runs_steps_are_labelled_with_its_run(database: Database) -> None:
@@ -272,3 +274,4 @@ async def test_a_cancel_and_a_terminate_close_the_streams_and_end_their_readers(
     assert [[e.value for e in entries] for entries in done] == [[0], [0]]
     closed = sql.execute("SELECT instance_id, closed_at IS NOT NULL, ended FROM kenning_streams ORDER BY 1").fetchall()
     assert sorted(closed) == sorted([(cancelled, True, True), (terminated, True, True)])
+    check_invariants(sql)

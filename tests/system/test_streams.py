@@ -25,7 +25,7 @@ from kenning import Client
 from kenning.db import Database
 from tests.ingress_support import Ingress, start_ingress
 from tests.relayer_support import relayer_process, start_receiver
-from tests.support import REPO_ROOT, ProcessPool, eventually, workers_started
+from tests.support import REPO_ROOT, ProcessPool, check_invariants, eventually, workers_started
 from tests.support import kenning_command as kenning
 
 APP = "tests.apps.streams"
@@ -125,6 +125,7 @@ async def test_a_reader_disconnected_mid_run_resumes_from_last_event_id(
                 ("entry", str(count - 1)),
                 ("close", None),
             ]
+    check_invariants(sql)
 
 
 async def test_the_endpoint_takes_the_admin_token_refuses_bad_input_and_ends_at_shutdown(
