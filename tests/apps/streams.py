@@ -6,6 +6,7 @@ that streams while it waits, so a reader follows it live."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kenning import (
@@ -134,3 +135,17 @@ async def chained_writer(ctx: WorkflowContext, runs: int, run: int = 1) -> int:
     if run < runs:
         await continue_as_new(ctx, runs=runs, run=run + 1)
     return run
+
+
+@activity
+async def slow_tokens(ctx: WorkflowContext, count: int) -> int:
+    """Streams ``count`` tokens a few tenths of a second apart (a worker can die between)."""
+    for n in range(count):
+        await write_stream(ctx, "tokens", n)
+        await asyncio.sleep(0.3)
+    return count
+
+
+@workflow
+async def slow_stream(ctx: WorkflowContext, count: int) -> int:
+    return await slow_tokens(ctx, count)

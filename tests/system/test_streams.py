@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from kenning import Client
+from kenning import Client, StreamEntry
 from kenning.db import Database
 from tests.ingress_support import Ingress, start_ingress
 from tests.relayer_support import relayer_process, start_receiver
@@ -264,3 +264,42 @@ async def test_published_entries_reach_the_relayers_target_as_the_same_stream(
         ("kenning.stream.entry", f"kenning/instances/{instance_id}", "parts")
     }
     assert len({a["id"] for a in attributes}) == 4
+
+
+async def test_a_worker_killed_mid_activity_leaves_its_entries_under_a_lower_attempt(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool
+) -> None:
+    """The abandoned attempt's entries stay; the attempt that took over writes its own after
+    them under a higher number, though the retry policy never counted the killed one, so a
+    reader drops the lower attempt's entries of the step and keeps a whole answer."""
+    lease = ("--lease-seconds", "3")
+    doomed = processes.worker(database_url, APP, *lease)
+    await workers_started(processes, [doomed])
+    count = 6
+    async with Client(database=database) as client:
+        instance_id = (await client.start("slow_stream", count=count)).instance_id
+        follower = asyncio.create_task(_entries(client, instance_id))
+        await eventually(
+            lambda: sql.execute("SELECT count(*) FROM kenning_stream_entries").fetchone() == (2,),
+            timeout=20,
+            message="two tokens of the first attempt",
+        )
+        doomed.kill()
+        survivor = processes.worker(database_url, APP, *lease)
+        await workers_started(processes, [survivor])
+        assert await client.result(instance_id, timeout=60) == count
+        entries = await asyncio.wait_for(follower, 20)  # one reader, connected throughout
+    first = [e for e in entries if e.attempt == 1]
+    second = [e for e in entries if e.attempt == 2]
+    assert [e.value for e in first] == list(range(len(first))) and len(first) >= 2
+    assert [e.value for e in second] == list(range(count))
+    assert entries == first + second  # the retry's after the abandoned attempt's, offsets in order
+    assert {e.step for e in entries} == {"slow_tokens:1"}
+    assert [e.offset for e in entries] == list(range(len(entries)))
+    kept = [e.value for e in entries if e.attempt == max(x.attempt for x in entries if x.step == e.step)]
+    assert kept == list(range(count))  # the reader's rule: the step's highest attempt only
+    check_invariants(sql)
+
+
+async def _entries(client: Client, instance_id: str) -> list[StreamEntry]:
+    return [entry async for entry in client.read_stream(instance_id, "tokens")]
