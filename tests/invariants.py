@@ -591,6 +591,58 @@ def cron_ticks_started_once(sql: Sql, workflows: Iterable[Workflow[Any]], first:
     return due
 
 
+def streams_consistent(sql: Sql) -> None:
+    """Durable streams (docs/streams.md): a stream's entries are offsets 0 to length - 1,
+    each once, none without its header; an ended instance's streams are closed (a crash
+    loop's parking aside: a reader judges those by the status); a stream closed by its
+    instance's end belongs to an ended instance; and an instance in its first run holds one
+    workflow-code entry per ``StreamWritten`` record (recorded once, never written again)."""
+    _fail_if(
+        _rows(
+            sql,
+            'SELECT s.instance_id, s.key, s.length, count(e."offset"), max(e."offset") FROM kenning_streams AS s '
+            "LEFT JOIN kenning_stream_entries AS e ON e.instance_id = s.instance_id AND e.key = s.key "
+            "GROUP BY s.instance_id, s.key, s.length "
+            'HAVING count(e."offset") <> s.length OR coalesce(max(e."offset"), -1) <> s.length - 1',
+        ),
+        "streams whose entries are not offsets 0 to length - 1 (instance, key, length, entries, last offset)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            'SELECT e.instance_id, e.key, e."offset" FROM kenning_stream_entries AS e '
+            "LEFT JOIN kenning_streams AS s ON s.instance_id = e.instance_id AND s.key = e.key WHERE s.key IS NULL",
+        ),
+        "stream entries without their stream (instance, key, offset)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT s.instance_id, s.key, i.status FROM kenning_streams AS s "
+            "JOIN kenning_instances AS i ON i.id = s.instance_id "
+            "WHERE (i.status IN ('completed', 'failed', 'cancelled') AND s.closed_at IS NULL "
+            "       AND coalesce(i.error ->> 'reason', '') <> 'crash_loop') "
+            "   OR (s.ended AND i.status NOT IN ('completed', 'failed', 'cancelled'))",
+        ),
+        "streams open after their instance ended, or closed by the end of a live instance (instance, key, status)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT c.id, c.entries, c.records FROM ("
+            "  SELECT i.id,"
+            "    (SELECT count(*) FROM kenning_stream_entries AS e WHERE e.instance_id = i.id AND e.attempt = 0)"
+            "      AS entries,"
+            "    (SELECT count(*) FROM kenning_history AS h WHERE h.instance_id = i.id AND h.kind = 'StreamWritten')"
+            "      AS records"
+            "  FROM kenning_instances AS i"
+            "  WHERE i.run = 1 AND EXISTS (SELECT FROM kenning_streams AS s WHERE s.instance_id = i.id)"
+            ") AS c WHERE c.entries <> c.records",
+        ),
+        "workflow-code entries not one per StreamWritten record (instance, entries, records)",
+    )
+
+
 def check_invariants(
     sql: Sql,
     *,
@@ -609,6 +661,7 @@ def check_invariants(
     children_once_per_step(sql)
     parents_woken(sql)
     mailboxes_consistent(sql)
+    streams_consistent(sql)
     outbox_published_or_dead(sql, settled=settled)
     no_timer_fired_early(sql)
     attempts_within_policy(sql, max_attempts)

@@ -32,6 +32,8 @@ from kenning.errors import (
     RequestRejectedError,
     RequestTimeoutError,
     RetryExhaustedError,
+    StreamClosedError,
+    StreamFullError,
     TerminalError,
     UnstorableValueError,
     ValueNotPublishedError,
@@ -56,6 +58,7 @@ from kenning.observability.logs import library_defaults as _library_defaults
 from kenning.outbox import send_event_transactional
 from kenning.queues import Queue
 from kenning.retry import RetryPolicy
+from kenning.streams import StreamEntry, close_stream, write_stream
 from kenning.timers import sleep, sleep_until, wait_timer, wait_until
 from kenning.workflow import Workflow, continue_as_new, workflow
 
@@ -92,6 +95,9 @@ __all__ = [
     "RetryExhaustedError",
     "RetryPolicy",
     "StartedInstance",
+    "StreamClosedError",
+    "StreamEntry",
+    "StreamFullError",
     "TerminalError",
     "UnstorableValueError",
     "ValueNotPublishedError",
@@ -103,6 +109,7 @@ __all__ = [
     "WorkflowNotFoundError",
     "WorkflowTimeoutError",
     "activity",
+    "close_stream",
     "compensation",
     "continue_as_new",
     "on_failure",
@@ -121,4 +128,5 @@ __all__ = [
     "wait_timer",
     "wait_until",
     "workflow",
+    "write_stream",
 ]

@@ -10,7 +10,7 @@ import asyncio
 import inspect
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, overload
 
 from typing_extensions import ParamSpec, TypeVar
@@ -19,11 +19,13 @@ from kenning import serialization
 from kenning.app import database_url_of_apps, warn_unloaded_hooks
 from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.clients.starts import Starter
+from kenning.clients.streams import StreamReaders
 from kenning.clients.unavailable import DEFAULT_RETRY_SECONDS, retried
 from kenning.core.mailbox import Undelivered, refusal, request_answer, request_refusal
 from kenning.core.names import STATUS_VALUE_KEY
 from kenning.core.published import PublishedStatus, check_key, search_text, status_of
 from kenning.core.records import TERMINAL_STATUSES, InstanceRow, NewInstance, StartOutcome
+from kenning.core.streams import StreamEntry
 from kenning.core.texts import text_refusal
 from kenning.db import Database, connect
 from kenning.db.groupcommit import GroupCommit
@@ -85,6 +87,8 @@ class Client:
         self.starter = Starter(database)
         # result() waits on one LISTEN connection of this client, opened by the first wait
         self.results = ResultWaits(database.listen_url, poll_interval=result_poll_interval)
+        # read_stream's readers: on that same connection, one read per wake per stream
+        self.streams = StreamReaders(database, self.results)
 
     @property
     def starts(self) -> GroupCommit[NewInstance, StartOutcome]:
@@ -99,6 +103,7 @@ class Client:
 
     async def close(self) -> None:
         await self.starter.close()  # starts not yet announced to the workers: now
+        await self.streams.close()
         await self.results.close()
         if self._owns_database:
             await self.database.dispose()
@@ -461,6 +466,22 @@ class Client:
                 return {v.key: v.value for v in await published_sql.values_of(conn, instance_id)}
 
         return await retried(read, "values", retry_seconds=self.retry_seconds)
+
+    async def read_stream(
+        self, instance_id: str, key: str, offset: int = 0, *, follow: bool = True
+    ) -> AsyncIterator[StreamEntry]:
+        """The entries of the instance's stream ``key`` (``write_stream``) from ``offset``
+        on, in order, each once; the iteration ends once the stream is closed and every
+        entry was read (``close_stream``, or the instance's end). Readers never poll: one
+        waits on the client's LISTEN connection, woken by the writes' commits (one
+        connection however many read); ``follow=False`` ends at the last entry written.
+
+        Raises ``WorkflowNotFoundError`` for an unknown instance; an instance deleted
+        meanwhile (retention) ends the iteration. Close it early with
+        ``contextlib.aclosing`` (or by finishing it) to stop listening at once."""
+        async for entry in self.streams.read(instance_id, key, offset, follow=follow):
+            if entry is not None:
+                yield entry
 
     async def _read_value(self, instance_id: str, key: str, timeout: float | None) -> published_sql.ValueRead:
         async def read_once() -> published_sql.ValueRead | None:

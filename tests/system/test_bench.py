@@ -33,6 +33,8 @@ TARGET_NAMES = {
     "linear_long_events",
     "recovery_within_bound",
     "flat_resume_with_continue_as_new",
+    "stream_p99_ms",
+    "stream_readers_one_listener",
 }
 
 
@@ -125,6 +127,10 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
     for loop in (resume["with_continue_as_new"], resume["without"]):
         assert loop["resume_ms_early"] > 0 and loop["resume_ms_late"] > 0 and loop["late_over_early"] > 0
 
+    stream = report["stream_latency"]
+    assert "event_latency" not in stream  # the event section's latency is the one beside it
+    _check_stream_section(stream)
+
     found = report["targets"]
     assert set(found) == TARGET_NAMES
     for name, target in found.items():
@@ -141,11 +147,39 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
         "start -> result",
         "event POST -> next activity",
         "timer lateness",
+        "stream entry written -> SSE event",
         "ingress (8 clients",
         "targets",
     ):
         assert heading in done.stdout, heading
     assert "long workflows" in done.stdout and "event chains" in done.stdout and "resume after 60 steps" in done.stdout
+
+
+def _check_stream_section(stream: dict[str, Any]) -> None:
+    """The stream section's quick configuration: 5 entries per stream, 4 streams at once,
+    20 readers of one; every reader got every entry, and 20 readers cost one listener."""
+    runs = (stream["one"], stream["many"], stream["readers"])
+    assert [(r["streams"], r["readers"]) for r in runs] == [(1, 1), (4, 4), (1, 20)]
+    for run in runs:
+        assert run["samples"] == run["readers"] * run["entries_per_stream"] == run["readers"] * 5
+        _ordered_percentiles(run)
+        # CPU counters tick in 10 ms: a quick run of 5 entries may read 0
+        assert run["entries_per_second"] > 0 and run["worker_cpu_ms_per_entry"] >= 0
+    assert stream["readers"]["ingress_listeners"] == 1
+
+
+# About 20 s: three fleets' worth of streams (1, 4 at once, 1 read by 20) and 10 events.
+@pytest.mark.timeout(200)
+def test_the_stream_section_alone_measures_the_event_latency_beside_it(pg_server_url: str, tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    done = _bench(pg_server_url, output, ["--sections", "stream"], timeout=180)
+    report = json.loads(output.read_text())
+    stream = report["stream_latency"]
+    _check_stream_section(stream)
+    assert stream["event_latency"]["samples"] == 10  # its own, since the event section did not run
+    assert report["targets"]["stream_readers_one_listener"]["met"] is True
+    assert report["targets"]["stream_p99_ms"]["met"] in (True, False)
+    assert "beside the event latency of this run" in done.stdout
 
 
 def _bench(url: str, output: Path, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:

@@ -75,6 +75,7 @@ DOCS = (
     "docs/guarantees.md",
     "docs/workflows.md",
     "docs/testing.md",
+    "docs/streams.md",
     "docs/migrating-from-edda.md",
     "docs/configuration.md",
     "docs/layout.md",
@@ -342,6 +343,7 @@ STEPS: dict[str, list[Step]] = {
     "docs/guarantees.md": [],  # no commands: what holds, and how it is checked
     "docs/workflows.md": [],  # no shell commands: the SDK in Python
     "docs/testing.md": [],  # no shell commands: its Python runs in tests/integration/test_testing_docs.py
+    "docs/streams.md": [],  # no shell commands: the SDK in Python, the event format
     "docs/migrating-from-edda.md": [],  # no shell commands: Edda's idioms beside Kenning's, in Python
     "docs/configuration.md": [],  # no commands: generated tables of settings
     "docs/layout.md": [],  # no commands: where the code is

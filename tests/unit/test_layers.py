@@ -70,6 +70,7 @@ SDK_MODULES = {
     "kenning.events",
     "kenning.hooks",
     "kenning.messages",
+    "kenning.streams",
     "kenning.outbox",
     "kenning.queues",
     "kenning.registry",

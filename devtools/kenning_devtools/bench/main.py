@@ -31,6 +31,7 @@ from kenning_devtools.bench import (
     result_latency,
     resume,
     scale,
+    streams,
     targets,
     throughput,
 )
@@ -56,6 +57,7 @@ FULL = {
     "fresh_workers": True,  # the queued section's modes each on workers of their own
     "recovery": (32, 10.0, 5.0),  # instances in flight, activity seconds, lease seconds
     "resume": (100_000, 1000, 500, 5),  # steps, continue_as_new every, early after, resumes sampled
+    "stream": (20, 0.05, 100, 1000),  # entries per stream, seconds between them, streams at once, readers of one
 }
 QUICK = {
     "workflows": 30,
@@ -78,6 +80,7 @@ QUICK = {
     # 6 s: a loaded machine must see one heartbeat renew every lease before the runs end
     "recovery": (10, 6.0, 3.0),
     "resume": (60, 20, 10, 3),
+    "stream": (5, 0.02, 4, 20),
 }
 SECTIONS = (
     "limits",
@@ -86,6 +89,7 @@ SECTIONS = (
     "result",
     "event",
     "timer",
+    "stream",
     "ingress",
     "scale",
     "long",
@@ -195,6 +199,14 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
     if "timer" in sections:
         results["timer_lateness"] = await lateness.run_timer_lateness(url, *size["timers"])
         lap("timer")
+    if "stream" in sections:
+        entries, interval, many, readers = size["stream"]
+        # the event latency beside it, from this run: the event section's, else a small one of its own
+        event_samples = 0 if "event_latency" in results else min(args.samples or size["samples"], 50)
+        results["stream_latency"] = await streams.run_stream_latency(
+            url, entries, interval, many, readers, event_samples
+        )
+        lap("stream")
     if "ingress" in sections:
         clients = args.ingress_clients or size["ingress_clients"]
         ingress = await ingress_load.run_ingress(url, clients, size["ingress_seconds"], args.ingress_workers)

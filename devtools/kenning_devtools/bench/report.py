@@ -63,6 +63,21 @@ def _latencies(report: dict[str, Any]) -> list[str]:
             f"p99 {event['p99_ms']} ms, max {event['max_ms']} ms (POST answered: p50 {post['p50_ms']} ms, "
             f"p99 {post['p99_ms']} ms)",
         ]
+    stream = report.get("stream_latency")
+    if stream:
+        beside = stream.get("event_latency") or report.get("event_latency")
+        runs = [("1 stream", stream["one"]), (f"{stream['many']['streams']} streams", stream["many"])]
+        runs.append((f"1 stream, {stream['readers']['readers']} readers", stream["readers"]))
+        lines += ["", f"stream entry written -> SSE event (an entry every {stream['interval_seconds']} s per stream):"]
+        lines += [
+            f"  {name}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, max {r['max_ms']} ms ({r['samples']} samples, "
+            f"{r['entries_per_second']} entries/s, {r['ingress_listeners']} ingress listener(s))"
+            for name, r in runs
+        ]
+        if beside:
+            lines.append(
+                f"  beside the event latency of this run: p50 {beside['p50_ms']} ms, p99 {beside['p99_ms']} ms"
+            )
     timer = report.get("timer_lateness")
     if timer:
         lines += [

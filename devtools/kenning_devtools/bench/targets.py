@@ -24,6 +24,8 @@ MAX_GROWTH_RATIO = 1.5  # per-step time, long over short workflow (quadratic wou
 MAX_RESULT_P50_MS = 5.0  # start -> result of a 3-activity workflow, one caller at a time
 MAX_RESULT_P99_MS = 20.0
 MAX_COMMITS_PER_SEQUENTIAL_WORKFLOW = 6.0  # with 2 worker processes
+# issue 34: an activity's stream entry written -> received by an SSE client of the ingress
+MAX_STREAM_P99_MS = 20.0
 
 Target = dict[str, Any]
 
@@ -196,6 +198,25 @@ def _recovery_targets(report: dict[str, Any]) -> dict[str, Target]:
     }
 
 
+def _stream_targets(report: dict[str, Any]) -> dict[str, Target]:
+    """Issue 34: an entry reaches an SSE reader fast, and many readers share one listener."""
+    st = report.get("stream_latency")
+    one = st["one"] if st else None
+    fanout = st["readers"] if st else None
+    return {
+        "stream_p99_ms": _target(
+            f"stream entry written -> SSE event p99 <= {MAX_STREAM_P99_MS:.0f} ms (one stream)",
+            one["p99_ms"] if one else None,
+            None if not one else one["p99_ms"] <= MAX_STREAM_P99_MS,
+        ),
+        "stream_readers_one_listener": _target(
+            "the readers of one stream cost the ingress one database listener",
+            {"readers": fanout["readers"], "listeners": fanout["ingress_listeners"]} if fanout else None,
+            None if not fanout else fanout["ingress_listeners"] == 1,
+        ),
+    }
+
+
 def evaluate(report: dict[str, Any]) -> dict[str, Target]:
     """Every target of issues 7, 15 and 25 against ``report`` (the sections this run measured)."""
     return {
@@ -204,6 +225,7 @@ def evaluate(report: dict[str, Any]) -> dict[str, Target]:
         **_shape_targets(report),
         **_recovery_targets(report),
         **_resume_targets(report),
+        **_stream_targets(report),
     }
 
 

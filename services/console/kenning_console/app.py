@@ -25,7 +25,20 @@ from kenning.core.names import env_name
 from kenning.db import Database
 from kenning.runtime.scrape import readiness_body
 from kenning.storage import inbox as inbox_sql
-from kenning_console import actions, bulk, events, instances, live, login, metrics, queues, schedules, values, workers
+from kenning_console import (
+    actions,
+    bulk,
+    events,
+    instances,
+    live,
+    login,
+    metrics,
+    queues,
+    schedules,
+    streams,
+    values,
+    workers,
+)
 from kenning_console.pages import ErrorPageMiddleware, http_error, templates
 from kenning_console.security import SecurityMiddleware
 from kenning_console.settings import ConsoleSettings
@@ -35,7 +48,7 @@ _log = structlog.get_logger("kenning.console")
 
 # Each page module's routes, in order (the first match wins). Add a module here.
 # bulk and actions before instances: its ids take any path (/instances/bulk included)
-ROUTE_MODULES = (login, metrics, bulk, actions, events, instances, live, values, workers, queues, schedules)
+ROUTE_MODULES = (login, metrics, bulk, actions, events, instances, live, streams, values, workers, queues, schedules)
 
 
 async def healthz(request: Request) -> Response:
@@ -88,7 +101,7 @@ def create_app(settings: ConsoleSettings, app: App | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         console.database = database(settings)
-        async with live.listening(console), workers.present(console):
+        async with live.listening(console), streams.reading(console), workers.present(console):
             _log.info("console.started", host=settings.host, port=settings.port)
             try:
                 yield

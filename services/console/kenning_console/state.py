@@ -20,6 +20,7 @@ from kenning.db import Database, Executor
 from kenning_console.settings import ConsoleSettings
 
 if TYPE_CHECKING:
+    from kenning.clients.streams import StreamReaders
     from kenning_console.live import Watchers
 
 T = TypeVar("T")
@@ -37,6 +38,8 @@ class Console:
     downloads: int = 0  # values streaming now (kenning_console.values)
     # why the console is not ready (its commits do not complete), while it serves
     readiness: Callable[[], str | None] | None = field(default=None)
+    readers: StreamReaders | None = field(default=None)  # durable streams' readers (kenning_console.streams)
+    streams_open: int = 0  # durable streams served now
 
     async def read(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
         """Run one statement on a pooled autocommit connection, bounded by the database timeout."""

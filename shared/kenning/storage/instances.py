@@ -27,6 +27,7 @@ from kenning.storage.names import notify, notify_results
 from kenning.storage.published import search_texts, start_attributes
 from kenning.storage.queue_rows import QUEUE_ROWS, QUEUES_NOTIFIED, QUEUES_UNSEEN, queues_name
 from kenning.storage.rows import instance_row_columns
+from kenning.storage.streams import reopen_ended_streams
 
 START_ATTRIBUTES = """attributed AS (
         SELECT s.id, s.attributes, s.search, i.created_at
@@ -548,7 +549,7 @@ _INSTANCE_RETRY = statement(
         FROM target
         WHERE i.id = target.id AND (target.compensated = 0 OR target.crash_loop)
         RETURNING i.id
-    )
+    ), {reopen_ended_streams("retried")}
     SELECT target.compensated, target.crash_loop, (SELECT count(*) FROM cleared) AS cleared_count,
            (SELECT count(*) FROM retried) AS retried_count,
            (SELECT {notify(CHANNEL_INSTANCES)} FROM retried) AS notified

@@ -14,6 +14,7 @@ from kenning.core.names import CHANNEL_INSTANCES, COMPENSATION_FAILED
 from kenning.db import Executor, statement
 from kenning.storage.children import TOLD, tell_parents
 from kenning.storage.names import notify, notify_results
+from kenning.storage.streams import reopen_ended_streams
 
 _SAGA_FAIL = statement(
     f"""
@@ -57,7 +58,7 @@ _SAGA_RETRY = statement(
         FROM target
         WHERE i.id = target.id
         RETURNING i.id
-    )
+    ), {reopen_ended_streams("retried")}
     SELECT (SELECT count(*) FROM cleared) AS cleared_count,
            {notify(CHANNEL_INSTANCES)} AS notified
     FROM retried
