@@ -51,6 +51,7 @@ async def _serve(settings: RelayerSettings, starting: Starting) -> None:
         pool_size=4,
         max_overflow=4,
         pgbouncer=settings.pgbouncer,
+        bounds=settings.database_bounds(),
         direct_url=settings.direct_database_url,
     )
     async with serving_metrics(metrics.RELAYER, database, settings.metrics_host, settings.metrics_port):

@@ -35,6 +35,7 @@ async def _serve(settings: WorkerSettings, app: App, starting: Starting) -> None
         pool_size=settings.pool_size,
         max_overflow=2,
         pgbouncer=settings.pgbouncer,
+        bounds=settings.database_bounds(),
         direct_url=settings.direct_database_url,
     )
     worker = Worker(database, app, settings)

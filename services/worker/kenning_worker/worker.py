@@ -240,7 +240,13 @@ class Worker:
         try:
             async with (
                 self.presence.running(),
-                listening(self.database.listen_url, channels, self._notify, enabled=self.settings.listen),
+                listening(
+                    self.database.listen_url,
+                    channels,
+                    self._notify,
+                    enabled=self.settings.listen,
+                    parameters=self.database.client_parameters,
+                ),
             ):
                 await self._claiming()
         finally:

@@ -7,7 +7,9 @@ its workflow (and this instance's version of it); what the stuck check recorded;
 retention will delete it. All of it read in one statement
 (``kenning.storage.progress.instance_explain``), judged on the database's clock; then, from
 the fleet's registry (``kenning workers list``), how many live workers run its workflow:
-an instance a worker must take on is going nowhere while none does.
+an instance a worker must take on is going nowhere while none does. An expired lease whose
+row a live transaction still locks (a worker cut off mid-transaction) names the server
+backend holding it (``kenning.storage.locks``): no claim takes it over until that ends.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from kenning.commands.output import emit, emit_json
 from kenning.db import connect
 from kenning.errors import WorkflowNotFoundError
 from kenning.runtime.config import add_database_options, add_logging_options
+from kenning.storage import locks as locks_sql
 from kenning.storage import processes as processes_sql
 from kenning.storage import progress as progress_sql
 
@@ -44,6 +47,8 @@ async def _explain(args: argparse.Namespace) -> dict[str, Any]:
             if info is not None:
                 live, registered = await processes_sql.processes_workers_of(conn, info["workflow_name"])
                 info["live_workers"], info["stale_workers"] = live, registered - live
+                held = await locks_sql.expired_leases_locked(conn, limit=1, instance_id=args.instance_id)
+                info["locked_by"] = held[0].as_json() if held else None
     finally:
         await database.dispose()
     if info is None:
@@ -107,6 +112,13 @@ def _claimable(info: dict[str, Any]) -> str:
         return "NONE: no due time and no lease (the scheduler's stuck check repairs it)"
     due = "due now" if available <= now else f"due {_ago(now, available)}"
     if info["leased"]:
+        holder = info.get("locked_by")
+        if available <= now and holder:
+            return (
+                f"lease expired {_ago(now, available)}, but {_holder(now, holder)}: no claim takes it over until "
+                "that transaction ends (the server ends it after --database-idle-in-transaction-timeout idle; "
+                f"an operator may end it now: SELECT pg_terminate_backend({holder['pid']}))"
+            )
         if available <= now and info["runs_without_progress"]:
             # a suspect: the claim isolates it (crashloop.py), one per worker at a time
             return (
@@ -119,6 +131,13 @@ def _claimable(info: dict[str, Any]) -> str:
         return f"leased by {info['lease_owner'] or '?'} until {_ago(now, available)}"
     what = "compensations run" if status == "compensating" else "a worker claims it"
     return f"{what}: {due}"
+
+
+def _holder(now: datetime, holder: dict[str, Any]) -> str:
+    state = holder["state"] or "state unknown"
+    since = f" since {_ago(now, holder['since'])}" if holder["since"] else ""
+    client = f", client {holder['client_address']}" if holder["client_address"] else ""
+    return f"its row is still locked by server backend pid {holder['pid']} ({state}{since}{client})"
 
 
 def _waiting(info: dict[str, Any]) -> str:
@@ -173,6 +192,8 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("cancel", "requested: it will be compensated and end cancelled"))
     if info["lease_owner"] or info["leased"]:
         out.append(("lease", f"{info['lease_owner'] or '?'}, expires {_ago(now, info['available_at'])}"))
+    if info.get("locked_by"):
+        out.append(("locked", _holder(now, info["locked_by"])))
     for timer in info["timers"]:
         out.append(("timer", f"{timer['step_id']} due {_ago(now, timer['due_at'])}, set {_ago(now, timer['since'])}"))
     for sub in info["subscriptions"]:
