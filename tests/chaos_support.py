@@ -10,10 +10,11 @@ events through the ingress; and, on a schedule drawn from a seed, SIGKILLs and r
 SIGSTOPs and continues each kind of process, restarts PostgreSQL with ``pg_ctl -m
 immediate``, cuts one worker off from the database through a TCP proxy, and once kills a
 worker holding at least ``MIN_IN_FLIGHT`` instances (the mass kill, after a burst of slow
-ones). Then it waits for quiescence, runs every invariant and counts what was lost: every
-accepted event must have started its workflow, been delivered, been handled once, or be
-marked as having no receiver, as its type says. Same seed, same schedule (the timing of
-the processes is not).
+ones). After the seeded faults, the silent-worker phases (``tests/chaos_silent.py``) stop
+and cut off that worker inside its transaction. Then it waits for quiescence, runs every
+invariant and counts what was lost: every accepted event must have started its workflow,
+been delivered, been handled once, or be marked as having no receiver, as its type says.
+Same seed, same schedule (the timing of the processes is not).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from tests.chaos_schedule import (
     Fault,
     schedule,
 )
+from tests.chaos_silent import IDLE_IN_TRANSACTION_SECONDS, silent_phase_problems, silent_worker_phases
 from tests.ingress_support import TcpProxy
 from tests.invariants import activity_policies, check_invariants, event_outcomes, handler_runs
 from tests.relayer_support import Receiver, start_receiver
@@ -112,6 +114,7 @@ class Figures:
     invariants: str = "not run"
     settled: bool = False  # quiescent by the deadline: if not, "lost" may only mean "late"
     receivers_declared: bool = False  # the new version's, before the load began
+    silent_phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # tests/chaos_silent.py
 
     def summary(self) -> dict[str, Any]:
         out = asdict(self)
@@ -170,12 +173,14 @@ class Chaos:
         new, old = [*worker, "--app", APP], [*worker, "--app", OLD_APP]
         slots = ["--concurrency", "16", "--pool-size", "4"]
         loaded = ["--concurrency", str(LOADED_CONCURRENCY), "--pool-size", "6"]
-        direct = {"KENNING_DATABASE_URL": self.url}
+        # every process's sessions freed within half a lease of going silent mid-transaction
+        bound = {"KENNING_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT": str(IDLE_IN_TRANSACTION_SECONDS)}
+        direct = {"KENNING_DATABASE_URL": self.url, **bound}
         specs = {
             LOADED: ([*new, *loaded, "--worker-id", WORKER_IDS[LOADED]], direct),
             PARTITIONED: (
                 [*new, *slots, "--worker-id", WORKER_IDS[PARTITIONED]],
-                {"KENNING_DATABASE_URL": self.proxy.url},
+                {"KENNING_DATABASE_URL": self.proxy.url, **bound},
             ),
             "worker-old": ([*old, *slots, "--worker-id", WORKER_IDS["worker-old"]], direct),
             "scheduler": (["scheduler", "--no-migrate", "--poll-interval", "0.5"], direct),
@@ -431,6 +436,7 @@ class Chaos:
         watcher = asyncio.create_task(self.watch_leases())
         try:
             await asyncio.gather(self.faults(), self.start_instances())
+            await silent_worker_phases(self, WORKER_IDS[PARTITIONED])
             self.say("faults over; waiting for quiescence")
             for role in self.roles.values():  # nothing may be left stopped
                 if role.proc is not None and self._alive(role):
@@ -567,6 +573,7 @@ def verdict(figures: Figures) -> list[str]:
         )
     if figures.mass_kill_unfinished:
         problems.append(f"instances of the mass kill not finished: {figures.mass_kill_unfinished[:10]}")
+    problems.extend(silent_phase_problems(figures))
     if figures.invariants != "all hold":
         problems.append(f"invariants: {figures.invariants}")
     return problems
