@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kenning.core.names import env_name
+from kenning.errors import ConfigurationError
 
 # The flags (``kenning.runtime.config.ProcessSettings``), whose variables ``from_environment``
 # reads for a process that was given no settings (``kenning.Client``, operator commands).
@@ -62,8 +63,17 @@ class SessionBounds:
     @classmethod
     def from_environment(cls) -> SessionBounds:
         def read(flag: str, default: float) -> float:
-            raw = os.environ.get(env_name(flag))
-            return default if raw is None or not raw.strip() else float(raw)
+            variable = env_name(flag)
+            raw = os.environ.get(variable)
+            if raw is None or not raw.strip():
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                value = -1.0
+            if not value >= 0:  # NaN too
+                raise ConfigurationError(f"{variable}={raw!r} is invalid: expected seconds, 0 or more")
+            return value
 
         default = cls()
         return cls(
