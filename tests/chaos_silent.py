@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 PHASES = ("stall", "cut")
 # The bound the run's processes get (KENNING_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT): at most
-# two thirds of the lease, so a cut-off session's locks go before its lease does.
+# half the lease (as a worker caps its own), so a cut-off session's locks go before its lease does.
 IDLE_IN_TRANSACTION_SECONDS = LEASE_SECONDS / 2
 SILENT_SECONDS = LEASE_SECONDS + 2.0  # how long the worker stays stopped or cut off
 INSTANCES = 12  # started per phase: enough that the proxied worker claims some

@@ -33,6 +33,15 @@ def test_the_defaults_derive_from_the_lease_and_reach_both_ends() -> None:
     assert bounds.transaction() == {"idle_in_transaction_session_timeout": "10000", "lock_timeout": "10000"}
 
 
+def test_a_worker_frees_a_cut_off_sessions_rows_within_half_its_lease() -> None:
+    from kenning_worker.worker import WorkerSettings
+
+    assert WorkerSettings().database_bounds().idle_in_transaction == 10.0  # a third of the 30 s default
+    assert WorkerSettings(lease_seconds=3.0).database_bounds().idle_in_transaction == 1.5
+    off = WorkerSettings(lease_seconds=3.0, database_idle_in_transaction_timeout=0.0)
+    assert off.database_bounds().idle_in_transaction == 0.0
+
+
 def test_zero_turns_a_bound_off() -> None:
     off = SessionBounds(idle_in_transaction=0, lock=0, statement=0, silence=0)
     assert off.client_parameters() == {} and off.server_tcp() == {}

@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         concurrency=settings.concurrency,
         pool_size=settings.pool_size,
         lease_seconds=settings.lease_seconds,
+        idle_in_transaction_timeout=settings.database_bounds().idle_in_transaction,
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
         poll_interval=settings.poll_interval,
         listen=settings.listen,

@@ -372,9 +372,9 @@ class ProcessSettings:
         SessionBounds.idle_in_transaction,
         type=non_negative_float,
         help="seconds a Kenning session may sit idle inside a transaction before the server ends it and frees its "
-        "row locks (a process cut off mid-transaction); keep it at most two thirds of the workers' --lease-seconds "
-        "(default: a third of 30 s); activities' ctx.session and on_event handlers are bounded only once their "
-        "code has returned; 0: off",
+        "row locks (a process cut off mid-transaction); a worker caps its own at half its --lease-seconds, keep the "
+        "other processes' at most that (default: a third of the default 30 s lease); activities' ctx.session and "
+        "on_event handlers are bounded only once their code has returned; 0: off",
     )
     database_lock_timeout: float = setting(
         SessionBounds.lock,
