@@ -74,7 +74,9 @@ class Client:
         # one NOTIFY (kenning.starting)
         self.starter = Starter(database)
         # result() waits on one LISTEN connection of this client, opened by the first wait
-        self.results = ResultWaits(database.listen_url, poll_interval=result_poll_interval)
+        self.results = ResultWaits(
+            database.listen_url, poll_interval=result_poll_interval, parameters=database.client_parameters
+        )
 
     @property
     def starts(self) -> GroupCommit[NewInstance, StartOutcome]:
