@@ -43,7 +43,7 @@ class TcpForwarder:
 
     def blackhole_on(self, marker: bytes, after: bytes = b"") -> None:
         """Blackhole once a client sends a chunk holding ``marker`` (held back with it) on
-        a connection that sent ``after`` before."""
+        a connection that sent ``after`` since this call (arm it before ``after`` is sent)."""
         self._marker, self._after = marker, after
 
     def heal(self) -> None:
@@ -80,7 +80,7 @@ class TcpForwarder:
         self._writers.update((client_writer, upstream_writer))
 
         async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, from_client: bool) -> None:
-            primed = False  # this connection sent ``after``
+            primed = False  # this connection sent ``after`` while a marker was armed
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while True:
                     chunk = await reader.read(65536)
