@@ -15,6 +15,7 @@ from kenning import Client
 from kenning.db import Database, Executor, connect, executor_of, statement
 from kenning.db.bounds import SessionBounds
 from kenning.db.errors import is_unavailable
+from kenning.db.listener import Listener
 from kenning.storage import inbox as inbox_sql
 from kenning.storage.inbox import NewEvent
 from tests.apps import bounds as bounds_app
@@ -81,3 +82,34 @@ async def test_user_code_idle_in_its_transaction_past_the_bound_is_not_ended(
     counts = executions(side_channel)
     # each ran once: none was ended and run again
     assert (counts[f"idled {started.instance_id}"], counts["slow e-1"], counts["slow_session e-2"]) == (1, 1, 1)
+
+
+def _listening_pid(sql: psycopg.Connection[tuple[object, ...]]) -> int | None:
+    row = sql.execute(
+        "SELECT pid FROM pg_stat_activity WHERE query = %s AND datname = current_database()", (f'LISTEN "{_CHANNEL}"',)
+    ).fetchone()
+    return None if row is None else int(str(row[0]))
+
+
+_CHANNEL = "kenning_bounds_test"
+
+
+async def test_a_listen_connection_quiet_for_longer_than_every_bound_stays(
+    database_url: str, sql: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    """A LISTEN connection is never in a transaction, and a live server answers its
+    keepalives: however long it hears nothing, it is not dropped."""
+    db = connect(database_url, bounds=SessionBounds(idle_in_transaction=IDLE, lock=IDLE, statement=IDLE, silence=2.0))
+    heard: list[str] = []
+    listener = Listener(db.listen_url, [_CHANNEL], heard.append, db.client_parameters)
+    await listener.start()
+    try:
+        before = await eventually(lambda: _listening_pid(sql), message="listening")
+        await asyncio.sleep(3 * 2.0)  # quiet for three silence bounds: what is under test
+        heard.clear()
+        sql.execute(f'NOTIFY "{_CHANNEL}"')
+        await eventually(lambda: heard, message="the notification heard")
+        assert _listening_pid(sql) == before  # the same session: never dropped and made again
+    finally:
+        await listener.stop()
+        await db.dispose()

@@ -418,9 +418,11 @@ class InboxProcessor:
         event = event_from_inbox(stored)
         handlers = self.app.event_handlers.get(stored.event_type, [])
         if handlers:
-            # a handler may take its time inside this transaction: no idle bound meanwhile;
+            # a handler may take its time inside this transaction: no idle bound meanwhile
+            # (the pool's sessions have one; SQLAlchemy's, under ``user``, have none), and
             # Kenning's statements after it (starts, deliveries that lock instances) have one
-            await self.database.unbound_transaction(conn)
+            if user is None:
+                await self.database.unbound_transaction(conn)
             for handler in handlers:
                 await self._call_handler(user, handler, event)
             await self.database.bound_transaction(conn)
