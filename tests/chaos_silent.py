@@ -6,7 +6,8 @@ They run after the seeded faults (``tests/chaos_support.py``), on the worker tha
 PostgreSQL through the run's proxy, and draw nothing from the seed. Each starts a few
 ``chaos_steps`` instances and has the proxy blackhole that worker at the COMMIT of an
 ``announce`` step (its outbox row and step record written, the instance row locked, the
-commit not arrived). Then:
+commit not arrived); the other workers are SIGSTOPped until then, so that this one, the
+farthest from PostgreSQL, claims them. Then:
 
 - **stall**: the worker is SIGSTOPped there, for a lease and 2 s; the cut heals once the
   server has ended the idle session, so only the stop remains;
@@ -62,12 +63,17 @@ async def _phase(chaos: Chaos, phase: str, worker_id: str) -> dict[str, Any]:
     outcome: dict[str, Any] = {"reached": False, "held": [], "taken_over": False}
     await _until_up(chaos)
     proxy.blackhole_on(b"COMMIT\x00", after=chaos_app.ANNOUNCED.encode())
-    async with Client(chaos.url) as client:
-        for n in range(INSTANCES):
-            await chaos.start(client, "chaos_steps", f"silent-{phase}-{n}", {"n": 10_000 + n})
-    deadline = time.monotonic() + REACH_SECONDS
-    while not proxy.cut.is_set() and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
+    # the other workers, closer to PostgreSQL, would claim the phase's instances first
+    others = _pause_others(chaos)
+    try:
+        async with Client(chaos.url) as client:
+            for n in range(INSTANCES):
+                await chaos.start(client, "chaos_steps", f"silent-{phase}-{n}", {"n": 10_000 + n})
+        deadline = time.monotonic() + REACH_SECONDS
+        while not proxy.cut.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    finally:
+        _resume(others)
     if not proxy.cut.is_set():
         proxy.heal()
         chaos.say(f"silent phase {phase}: {PARTITIONED} reached no commit within {REACH_SECONDS} s")
@@ -98,6 +104,23 @@ async def _phase(chaos: Chaos, phase: str, worker_id: str) -> dict[str, Any]:
             role.proc.send_signal(signal.SIGCONT)
     chaos.say(f"silent phase {phase}: over; held instances taken over meanwhile: {taken_over}")
     return outcome
+
+
+def _pause_others(chaos: Chaos) -> list[psutil.Popen]:
+    """SIGSTOP the other workers that run (each for a few seconds: a seeded fault's kind)."""
+    paused = []
+    for name, role in chaos.roles.items():
+        if name.startswith("worker") and name != PARTITIONED and role.proc is not None and chaos._alive(role):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                role.proc.send_signal(signal.SIGSTOP)
+                paused.append(role.proc)
+    return paused
+
+
+def _resume(paused: list[psutil.Popen]) -> None:
+    for proc in paused:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(signal.SIGCONT)
 
 
 async def _until_up(chaos: Chaos) -> None:
