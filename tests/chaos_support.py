@@ -11,11 +11,12 @@ SIGSTOPs and continues each kind of process, restarts PostgreSQL with ``pg_ctl -
 immediate``, cuts one worker off from the database through a TCP proxy, and once kills a
 worker holding at least ``MIN_IN_FLIGHT`` instances (the mass kill, after a burst of slow
 ones), and once stops a second scheduler inside a cron tick's transaction
-(``tests/chaos_cron.py``). Then it waits for quiescence, runs every invariant and counts
-what was lost: every cron tick due while a scheduler ran must have started once, and every
-accepted event must have started its workflow, been delivered, been handled once, or be
-marked as having no receiver, as its type says. Same seed, same schedule (the timing of
-the processes is not).
+(``tests/chaos_cron.py``). After the seeded faults, the silent-worker phases
+(``tests/chaos_silent.py``) stop and cut off that worker inside its transaction. Then it
+waits for quiescence, runs every invariant and counts what was lost: every cron tick due
+while a scheduler ran must have started once, and every accepted event must have started
+its workflow, been delivered, been handled once, or be marked as having no receiver, as its
+type says. Same seed, same schedule (the timing of the processes is not).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from tests.chaos_schedule import (
     Fault,
     schedule,
 )
+from tests.chaos_silent import IDLE_IN_TRANSACTION_SECONDS, silent_phase_problems, silent_worker_phases
 from tests.ingress_support import TcpProxy
 from tests.invariants import activity_policies, check_invariants, event_outcomes, handler_runs
 from tests.relayer_support import Receiver, start_receiver
@@ -116,6 +118,7 @@ class Figures:
     settled: bool = False  # quiescent by the deadline: if not, "lost" may only mean "late"
     receivers_declared: bool = False  # the new version's, before the load began
     cron: dict[str, Any] = field(default_factory=dict)  # the cron phase (tests/chaos_cron.py)
+    silent_phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # tests/chaos_silent.py
 
     def summary(self) -> dict[str, Any]:
         out = asdict(self)
@@ -175,12 +178,14 @@ class Chaos:
         new, old = [*worker, "--app", APP], [*worker, "--app", OLD_APP]
         slots = ["--concurrency", "16", "--pool-size", "4"]
         loaded = ["--concurrency", str(LOADED_CONCURRENCY), "--pool-size", "6"]
-        direct = {"KENNING_DATABASE_URL": self.url}
+        # every process's sessions freed within half a lease of going silent mid-transaction
+        bound = {"KENNING_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT": str(IDLE_IN_TRANSACTION_SECONDS)}
+        direct = {"KENNING_DATABASE_URL": self.url, **bound}
         specs = {
             LOADED: ([*new, *loaded, "--worker-id", WORKER_IDS[LOADED]], direct),
             PARTITIONED: (
                 [*new, *slots, "--worker-id", WORKER_IDS[PARTITIONED]],
-                {"KENNING_DATABASE_URL": self.proxy.url},
+                {"KENNING_DATABASE_URL": self.proxy.url, **bound},
             ),
             "worker-old": ([*old, *slots, "--worker-id", WORKER_IDS["worker-old"]], direct),
             "scheduler": (["scheduler", "--no-migrate", "--poll-interval", "0.5", "--app", CRON_APP], direct),
@@ -438,6 +443,7 @@ class Chaos:
             await asyncio.gather(
                 self.faults(), self.start_instances(), self.cron.run(self.t0, self.config.fault_seconds)
             )
+            await silent_worker_phases(self, WORKER_IDS[PARTITIONED])
             self.say("faults over; waiting for quiescence")
             for role in self.roles.values():  # nothing may be left stopped
                 if role.proc is not None and self._alive(role):
@@ -575,6 +581,7 @@ def verdict(figures: Figures) -> list[str]:
         )
     if figures.mass_kill_unfinished:
         problems.append(f"instances of the mass kill not finished: {figures.mass_kill_unfinished[:10]}")
+    problems.extend(silent_phase_problems(figures))
     if figures.invariants != "all hold":
         problems.append(f"invariants: {figures.invariants}")
     problems.extend(figures.cron.get("problems", []))

@@ -5,7 +5,13 @@ server (PostgreSQL, RabbitMQ, NATS), without touching the server the machine sha
 failure does to the clients; ``start()`` brings it back on the same port. The forwarder
 listens on 127.0.0.1 either way; where it forwards to is ``upstream``'s business (a TCP
 address, or PostgreSQL's Unix socket): ``tests/brokers.py`` and ``tests/ingress_support.py``
-each say it for their servers."""
+each say it for their servers.
+
+``blackhole()`` is the other way a network fails: packets dropped, no reset. Nothing is
+forwarded any more and nothing is closed, either way (a side's close, once read, waits
+too), so neither end hears a thing; ``blackhole_on(marker)`` does it when a client sends
+``marker`` (that message held back: ``b"COMMIT\\x00"`` cuts a session between a
+transaction's last statement and its commit); ``heal()`` forwards again what was held and what follows."""
 
 from __future__ import annotations
 
@@ -25,6 +31,25 @@ class TcpForwarder:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task[None]] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._marker: bytes | None = None
+        self._after = b""
+        self.cut = asyncio.Event()  # set while blackholed
+
+    def blackhole(self) -> None:
+        self._flowing.clear()
+        self.cut.set()
+
+    def blackhole_on(self, marker: bytes, after: bytes = b"") -> None:
+        """Blackhole once a client sends a chunk holding ``marker`` (held back with it) on
+        a connection that sent ``after`` since this call (arm it before ``after`` is sent)."""
+        self._marker, self._after = marker, after
+
+    def heal(self) -> None:
+        self._marker = None
+        self.cut.clear()
+        self._flowing.set()
 
     async def start(self) -> None:
         if self._server is None:
@@ -37,6 +62,7 @@ class TcpForwarder:
         for writer in list(self._writers):
             writer.transport.abort()
         self._writers.clear()
+        self.heal()  # pipes held by a blackhole see their sockets cut
         # the connections' handlers end once their sockets are cut: wait for them, or the
         # loop would close on pending tasks (and asyncio log an error for each)
         await asyncio.gather(*self._handlers, return_exceptions=True)
@@ -53,9 +79,19 @@ class TcpForwarder:
             return
         self._writers.update((client_writer, upstream_writer))
 
-        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, from_client: bool) -> None:
+            primed = False  # this connection sent ``after`` while a marker was armed
             with contextlib.suppress(OSError, asyncio.CancelledError):
-                while chunk := await reader.read(65536):
+                while True:
+                    chunk = await reader.read(65536)
+                    if from_client and self._marker is not None:
+                        primed = primed or self._after in chunk
+                        if primed and self._marker in chunk:
+                            self._marker = None
+                            self.blackhole()
+                    await self._flowing.wait()  # a close too, under a blackhole
+                    if not chunk:
+                        break
                     writer.write(chunk)
                     await writer.drain()
             writer.transport.abort()
@@ -63,5 +99,7 @@ class TcpForwarder:
         # A handler cancelled when the test's loop closes would make asyncio's stream
         # callback log an error (Python 3.11 reads the task's exception unguarded).
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(pipe(client_reader, upstream_writer), pipe(upstream_reader, client_writer))
+            await asyncio.gather(
+                pipe(client_reader, upstream_writer, True), pipe(upstream_reader, client_writer, False)
+            )
         self._writers.difference_update((client_writer, upstream_writer))

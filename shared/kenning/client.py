@@ -86,7 +86,9 @@ class Client:
         # one NOTIFY (kenning.starting)
         self.starter = Starter(database)
         # result() waits on one LISTEN connection of this client, opened by the first wait
-        self.results = ResultWaits(database.listen_url, poll_interval=result_poll_interval)
+        self.results = ResultWaits(
+            database.listen_url, poll_interval=result_poll_interval, parameters=database.client_parameters
+        )
         # read_stream's readers: on that same connection, one read per wake per stream
         self.streams = StreamReaders(database, self.results)
 

@@ -90,3 +90,23 @@ async def listed_then_waits(ctx: WorkflowContext, order_id: str) -> str:
     await register_compensation(ctx, unlist, "second")
     await wait_event(ctx, "never.comes", match={"order_id": order_id}, timeout_seconds=3600)
     return order_id
+
+
+SESSION_MARK = "takeover-session-step"  # in the activity's transaction: a test's proxy sees it
+
+
+@activity
+async def write_when(ctx: WorkflowContext, release_file: str) -> str:
+    """Runs in its own transaction (it touches ctx.session): the step's record and its
+    commit follow once ``release_file`` exists."""
+    from sqlalchemy import text
+
+    side("write", ctx)
+    await ctx.session.execute(text(f"SELECT '{SESSION_MARK}'"))
+    await _until_exists(release_file)
+    return ctx.instance_id
+
+
+@workflow
+async def session_step(ctx: WorkflowContext, release_file: str) -> str:
+    return await write_when(ctx, release_file)

@@ -195,6 +195,25 @@ async def test_auto_prepares_nothing_behind_pgbouncer_and_off_would_fail(bouncer
         await direct.dispose()
 
 
+_SETTING = statement("SELECT current_setting(:name) AS value")
+
+
+async def test_behind_pgbouncer_each_transaction_bounds_itself(bouncer: Bouncer, database_url: str) -> None:
+    """A session setting would stay on a server connection other clients share and be lost
+    to this one: behind the pooler the idle and lock bounds are set per transaction."""
+    behind = connect(bouncer.url(database_url), pgbouncer="auto", direct_url=database_url)
+    try:
+        async with behind.connection() as conn:
+            idle = (await conn.execute(_SETTING, {"name": "idle_in_transaction_session_timeout"})).one().value
+            assert _pooled(behind) is True and idle == "0"  # the server's, untouched
+        async with behind.transaction() as conn:
+            idle = (await conn.execute(_SETTING, {"name": "idle_in_transaction_session_timeout"})).one().value
+            lock = (await conn.execute(_SETTING, {"name": "lock_timeout"})).one().value
+            assert (idle, lock) == ("10s", "10s")
+    finally:
+        await behind.dispose()
+
+
 def _migrate(processes: ProcessPool, url: str, name: str) -> psutil.Popen:
     return processes.spawn(["migrate"], env={"KENNING_DATABASE_URL": url}, name=name)
 

@@ -91,6 +91,7 @@ def database(settings: ConsoleSettings) -> Database:
         connect_timeout=max(2, round(timeout)),
         pool_timeout=timeout,
         pgbouncer=settings.pgbouncer,
+        bounds=settings.database_bounds(),
         direct_url=os.environ.get(env_name("--direct-database-url"), ""),  # for LISTEN, as kenning.db.connect
     )
 

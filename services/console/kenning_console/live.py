@@ -112,7 +112,8 @@ class Watchers:
         delay = 0.1
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                keepalives = database.client_parameters if database is not None else {}
+                async with await psycopg.AsyncConnection.connect(url, autocommit=True, **keepalives) as conn:
                     await results_sql.results_listen(Executor(conn))
                     for channel in CHANNELS:
                         await conn.execute(f'LISTEN "{channel}"')

@@ -111,6 +111,7 @@ class Ingress:
             connect_timeout=max(2, round(timeout)),
             pool_timeout=timeout,
             pgbouncer=self.settings.pgbouncer,
+            bounds=self.settings.database_bounds(),
         )
         _log.info(
             "ingress.started",

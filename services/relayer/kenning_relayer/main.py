@@ -51,6 +51,7 @@ async def _serve(settings: RelayerSettings, starting: Starting) -> None:
         pool_size=4,
         max_overflow=4,
         pgbouncer=settings.pgbouncer,
+        bounds=settings.database_bounds(),
         direct_url=settings.direct_database_url,
     )
     relayer = Relayer(database, settings)

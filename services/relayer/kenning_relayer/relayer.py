@@ -81,6 +81,7 @@ class Relayer:
                     self._notify,
                     enabled=self.settings.listen,
                     connected_within=5,
+                    parameters=self.database.client_parameters,
                 ),
             ):
                 await self._publishing()

@@ -32,6 +32,7 @@ async def _serve(settings: SchedulerSettings, app: App | None, starting: Startin
         pool_size=2,
         max_overflow=2,
         pgbouncer=settings.pgbouncer,
+        bounds=settings.database_bounds(),
         direct_url=settings.direct_database_url,
     )
     scheduler = Scheduler(database, app, settings)

@@ -119,7 +119,13 @@ class Scheduler:
         try:
             async with (
                 self.presence.running(),
-                listening(self.database.listen_url, [CHANNEL_TIMERS], self._notify, enabled=self.settings.listen),
+                listening(
+                    self.database.listen_url,
+                    [CHANNEL_TIMERS],
+                    self._notify,
+                    enabled=self.settings.listen,
+                    parameters=self.database.client_parameters,
+                ),
             ):
                 self.log.info(
                     "scheduler.started",

@@ -9,7 +9,11 @@ The stuck check (``kenning.storage.progress.stuck_repair``) logs one warning per
 it repairs or marks, with ``instance_id`` and ``workflow`` bound; the reason of a marked
 one is shown by ``kenning instances show`` and ``kenning why``. It also reports, per
 workflow, instances that have a way forward nobody takes: due for longer than
-``--overdue-seconds`` and not claimed (``instances.overdue``), at most once per that period.
+``--overdue-seconds`` and not claimed (``instances.overdue``), at most once per that period,
+and each instance whose lease expired while a live transaction still locks its row
+(``instance.lease_locked``, naming the server backend that holds it; counted in
+``kenning_leases_locked_past_expiry_total``): a process cut off mid-transaction, whose
+instances no claim takes over until the server ends that session.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import time
 from typing import Any
 
 from kenning.db import Database
+from kenning.observability import metrics
 from kenning.runtime.retention import RetentionPolicy, SweepResult, sweep_batch
+from kenning.storage import locks as locks_sql
 from kenning.storage import progress as progress_sql
 
 # Statement bound of the stuck check: instances repaired or marked per pass.
@@ -78,9 +84,29 @@ class Upkeep:
                 log.warning("instance.repaired", found=stuck.missing, repairs=stuck.repairs)
             else:
                 log.warning("instance.stuck", cause=stuck.cause, reason=stuck.reason)
+        await self.report_locked_leases()
         if time.monotonic() >= self._next_overdue_report:
             await self.report_overdue()
         return len(found) == _STUCK_BATCH
+
+    async def report_locked_leases(self) -> None:
+        """One warning per instance whose expired lease a live transaction still holds."""
+        async with self.database.connection() as conn:
+            locked = await locks_sql.expired_leases_locked(conn, limit=_STUCK_BATCH)
+        for held in locked:
+            metrics.LEASES_LOCKED.inc()
+            self.log.warning(
+                "instance.lease_locked",
+                instance_id=held.instance_id,
+                workflow=held.workflow_name,
+                lease_owner=held.lease_owner,
+                expired_seconds=round(held.expired_seconds, 1),
+                holder_pid=held.holder_pid,
+                holder_state=held.holder_state,
+                holder_address=held.holder_address,
+                hint=f"its row is locked by server backend {held.holder_pid}, so no claim takes it over until that "
+                f"transaction ends; kenning why {held.instance_id}",
+            )
 
     async def report_overdue(self) -> None:
         """One warning per workflow with instances due longer than ``overdue_seconds`` and

@@ -417,8 +417,15 @@ class InboxProcessor:
         stored = row.event
         event = event_from_inbox(stored)
         handlers = self.app.event_handlers.get(stored.event_type, [])
-        for handler in handlers:
-            await self._call_handler(user, handler, event)
+        if handlers:
+            # a handler may take its time inside this transaction: no idle bound meanwhile
+            # (the pool's sessions have one; SQLAlchemy's, under ``user``, have none), and
+            # Kenning's statements after it (starts, deliveries that lock instances) have one
+            if user is None:
+                await self.database.unbound_transaction(conn)
+            for handler in handlers:
+                await self._call_handler(user, handler, event)
+            await self.database.bound_transaction(conn)
         for wf in self.starters.get(stored.event_type, []):
             await self._start(conn, wf, event, log, started)
         payload, payload_bytes = event_history_payload(event)

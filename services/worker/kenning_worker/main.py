@@ -35,6 +35,7 @@ async def _serve(settings: WorkerSettings, app: App, starting: Starting) -> None
         pool_size=settings.pool_size,
         max_overflow=2,
         pgbouncer=settings.pgbouncer,
+        bounds=settings.database_bounds(),
         direct_url=settings.direct_database_url,
     )
     worker = Worker(database, app, settings)
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         concurrency=settings.concurrency,
         pool_size=settings.pool_size,
         lease_seconds=settings.lease_seconds,
+        idle_in_transaction_timeout=settings.database_bounds().idle_in_transaction,
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
         poll_interval=settings.poll_interval,
         listen=settings.listen,

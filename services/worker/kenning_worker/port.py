@@ -335,7 +335,11 @@ class PgInstancePort:
                     transaction = step
 
                     async def write_in_step() -> None:
-                        await self._write_record(await transaction.executor(), record)
+                        executor = await transaction.executor()
+                        # no user code runs from here to the commit, so a worker cut off
+                        # now has its lock on the instance row freed by the server
+                        await self.database.bound_transaction(executor)
+                        await self._write_record(executor, record)
                         await transaction.commit()
                         fault_point("step.after_commit")
 

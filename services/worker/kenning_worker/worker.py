@@ -33,6 +33,7 @@ from kenning.app import App
 from kenning.core.names import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_QUEUES, CHANNEL_SUBSCRIPTIONS
 from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord
 from kenning.db import Database
+from kenning.db.bounds import SessionBounds
 from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
 from kenning.engine.outcomes import RunOutcome
@@ -99,6 +100,17 @@ class WorkerSettings(ServiceSettings):
     worker_id: str = setting("", help="name in leases and logs (default host-pid-random)")
     # its flags are --inbox-*; a field specifier, as dataclasses.field is
     inbox: InboxSettings = settings_group(InboxSettings)  # noqa: RUF009
+
+    def database_bounds(self) -> SessionBounds:
+        """The shared bounds, the idle-in-transaction one at most half the lease: a session
+        cut off mid-transaction then frees its instances' rows before the lease its last
+        heartbeat (every third of a lease) renewed expires, so they are taken over within a
+        lease and a poll interval whatever ``--lease-seconds`` is. 0 (off) stays off."""
+        bounds = super().database_bounds()
+        cap = self.lease_seconds / 2
+        if 0 < cap < bounds.idle_in_transaction:
+            return dataclasses.replace(bounds, idle_in_transaction=cap)
+        return bounds
 
 
 @dataclass
@@ -241,7 +253,13 @@ class Worker:
         try:
             async with (
                 self.presence.running(),
-                listening(self.database.listen_url, channels, self._notify, enabled=self.settings.listen),
+                listening(
+                    self.database.listen_url,
+                    channels,
+                    self._notify,
+                    enabled=self.settings.listen,
+                    parameters=self.database.client_parameters,
+                ),
             ):
                 await self._claiming()
         finally:

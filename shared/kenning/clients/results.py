@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import structlog
@@ -45,8 +45,17 @@ EXPECTED_LIMIT = 10_000
 
 
 class ResultWaits:
-    def __init__(self, database_url: str, *, poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> None:
         self._url = libpq_url(database_url)
+        # libpq's keepalives (``Database.client_parameters``): a silent path ends the
+        # connection, which is made again, rather than leaving the waits deaf
+        self._parameters = dict(parameters or {})
         self.poll_interval = poll_interval
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -206,7 +215,7 @@ class ResultWaits:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True, application_name="kenning-results"
+                    self._url, autocommit=True, application_name="kenning-results", **self._parameters
                 ) as conn:
                     await results_sql.results_listen(Executor(conn))
                     self.backend_pid = conn.info.backend_pid

@@ -11,6 +11,9 @@ an instance a worker must take on is going nowhere while none does. Last, whethe
 complete at all (``kenning.storage.server.commits_waiting``): a primary whose synchronous
 standby is gone answers this command's reads but holds every commit, so every unfinished
 instance waits on that first.
+an instance a worker must take on is going nowhere while none does. An expired lease whose
+row a live transaction still locks (a worker cut off mid-transaction) names the server
+backend holding it (``kenning.storage.locks``): no claim takes it over until that ends.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from kenning.commands.output import emit, emit_json
 from kenning.db import connect
 from kenning.errors import WorkflowNotFoundError
 from kenning.runtime.config import add_commit_stall_option, add_database_options, add_logging_options
+from kenning.storage import locks as locks_sql
 from kenning.storage import processes as processes_sql
 from kenning.storage import progress as progress_sql
 from kenning.storage import server as server_sql
@@ -52,6 +56,8 @@ async def _explain(args: argparse.Namespace) -> dict[str, Any]:
                 info["live_workers"], info["stale_workers"] = live, registered - live
                 if info["status"] not in _TERMINAL:
                     info["commits_stalled"] = _stalled(await server_sql.commits_waiting(conn), args)
+                held = await locks_sql.expired_leases_locked(conn, limit=1, instance_id=args.instance_id)
+                info["locked_by"] = held[0].as_json() if held else None
     finally:
         await database.dispose()
     if info is None:
@@ -134,6 +140,13 @@ def _claimable(info: dict[str, Any]) -> str:
         return "NONE: no due time and no lease (the scheduler's stuck check repairs it)"
     due = "due now" if available <= now else f"due {_ago(now, available)}"
     if info["leased"]:
+        holder = info.get("locked_by")
+        if available <= now and holder:
+            return (
+                f"lease expired {_ago(now, available)}, but {_holder(now, holder)}: no claim takes it over until "
+                "that transaction ends (the server ends it after --database-idle-in-transaction-timeout idle; "
+                f"an operator may end it now: SELECT pg_terminate_backend({holder['pid']}))"
+            )
         if available <= now and info["runs_without_progress"]:
             # a suspect: the claim isolates it (crashloop.py), one per worker at a time
             return (
@@ -146,6 +159,13 @@ def _claimable(info: dict[str, Any]) -> str:
         return f"leased by {info['lease_owner'] or '?'} until {_ago(now, available)}"
     what = "compensations run" if status == "compensating" else "a worker claims it"
     return f"{what}: {due}"
+
+
+def _holder(now: datetime, holder: dict[str, Any]) -> str:
+    state = holder["state"] or "state unknown"
+    since = f" since {_ago(now, holder['since'])}" if holder["since"] else ""
+    client = f", client {holder['client_address']}" if holder["client_address"] else ""
+    return f"its row is still locked by server backend pid {holder['pid']} ({state}{since}{client})"
 
 
 def _waiting(info: dict[str, Any]) -> str:
@@ -210,6 +230,8 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("cancel", "requested: it will be compensated and end cancelled"))
     if info["lease_owner"] or info["leased"]:
         out.append(("lease", f"{info['lease_owner'] or '?'}, expires {_ago(now, info['available_at'])}"))
+    if info.get("locked_by"):
+        out.append(("locked", _holder(now, info["locked_by"])))
     for timer in info["timers"]:
         out.append(("timer", f"{timer['step_id']} due {_ago(now, timer['due_at'])}, set {_ago(now, timer['since'])}"))
     for sub in info["subscriptions"]:

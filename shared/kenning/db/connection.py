@@ -24,6 +24,13 @@ a different server connection, so a statement prepared on one is unknown on the 
 or under ``engine``. ``auto`` finds out on the first connection. LISTEN needs a session of
 its own on the server, which a transaction pooler never gives: listeners connect to
 ``listen_url`` (``direct_url``, else ``url``).
+
+Every connection's silence is bounded from both ends (``kenning.db.bounds``): the client's
+TCP keepalives and ``tcp_user_timeout`` on all of them, and on the pool's sessions, which
+run Kenning's statements only, the server's idle-in-transaction, lock and statement
+timeouts and TCP keepalives, set once per connection. Behind a pooler a session setting
+would stay on a server connection other clients share and be lost to this one: each
+transaction sets its bounds with ``SET LOCAL`` instead.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from kenning.core.database_urls import libpq_url, redacted, sqlalchemy_url
 from kenning.core.names import env_name
+from kenning.db.bounds import SessionBounds
 from kenning.db.pool import AsyncPool
 from kenning.errors import ConfigurationError
 
@@ -181,6 +189,7 @@ class Database:
     pgbouncer: str = "auto"
     # a session on the server itself, for LISTEN; "" means ``url``
     direct_url: str = ""
+    bounds: SessionBounds = field(default_factory=SessionBounds)
     pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = field(init=False)
     # acquisitions waiting for the pool, each with the slot a failed connect fills
     _waiting: dict[asyncio.Task[Any], list[BaseException]] = field(init=False, default_factory=dict)
@@ -221,6 +230,7 @@ class Database:
         }
         if self.connect_timeout is not None:
             kwargs["connect_timeout"] = self.connect_timeout
+        kwargs.update(self.client_parameters)
         self._slots = asyncio.Semaphore(self.autocommit_pool_size)
         self.pool = AsyncPool(  # its upkeep tasks end when cancelled (kenning/db/pool.py)
             libpq_url(self.url),
@@ -251,10 +261,17 @@ class Database:
             pool_timeout=self.engine_pool_timeout,
             pool_pre_ping=False,
             pool_recycle=1800,
+            connect_args=self.client_parameters,
         )
         # ctx.session's connections: the same decision, on the psycopg connection under each
         event.listen(engine.sync_engine, "connect", self._configure_engine_connection)
         return engine
+
+    @property
+    def client_parameters(self) -> dict[str, Any]:
+        """libpq's parameters that bound a connection's silence at the client's end: for
+        every connection to this database, listeners' included."""
+        return self.bounds.client_parameters()
 
     @property
     def listen_url(self) -> str:
@@ -280,16 +297,52 @@ class Database:
             )
 
     async def _configure(self, driver: psycopg.AsyncConnection[Any]) -> None:
-        """Every new connection, the pool's and the engine's: no prepared statements
-        behind a pooler. Under ``auto`` the first one finds out (one round trip)."""
+        """Every new connection of the pool: no prepared statements behind a pooler
+        (under ``auto`` the first one finds out, one round trip), and straight to
+        PostgreSQL the server's end of its bounds (one round trip)."""
+        await self._configure_any(driver)
+        if not self._pooled:
+            await self._apply(driver, self.bounds.own_session())
+
+    async def _configure_any(self, driver: psycopg.AsyncConnection[Any]) -> None:
         if self._pooled is None or not self._announced:
             await self._decide(driver)
         if self._pooled:
             driver.prepare_threshold = None
 
+    async def _configure_engine(self, driver: psycopg.AsyncConnection[Any]) -> None:
+        """Every new connection of the engine (``ctx.session``, handlers' sessions): the
+        server's TCP keepalives only, as its transactions run user code (see
+        ``bound_transaction``)."""
+        await self._configure_any(driver)
+        if not self._pooled:
+            await self._apply(driver, self.bounds.server_tcp())
+            await driver.commit()  # the engine's connections are not autocommit
+
+    async def _apply(self, driver: psycopg.AsyncConnection[Any], settings: Mapping[str, str]) -> None:
+        from kenning.storage.server import settings_apply  # storage modules import this one
+
+        await settings_apply(Executor(driver), settings, local=False)
+
     def _configure_engine_connection(self, dbapi_connection: Any, _record: Any) -> None:
         # SQLAlchemy's connect event is synchronous; run_async awaits in its greenlet
-        cast("AdaptedConnection", dbapi_connection).run_async(self._configure)
+        cast("AdaptedConnection", dbapi_connection).run_async(self._configure_engine)
+
+    async def bound_transaction(self, conn: Executor) -> None:
+        """From here to the end of the current transaction only Kenning's statements run
+        (an activity's step record and commit, a delivery after its handlers): bound its
+        idle time and lock waits as on the pool's own sessions (``SET LOCAL``)."""
+        from kenning.storage.server import settings_apply
+
+        await settings_apply(conn, self.bounds.transaction(), local=True)
+
+    async def unbound_transaction(self, conn: Executor) -> None:
+        """User code runs next inside the current transaction on one of the pool's
+        sessions (an ``on_event`` handler): no idle bound until ``bound_transaction``."""
+        from kenning.storage.server import settings_apply
+
+        if self.bounds.idle_in_transaction > 0:
+            await settings_apply(conn, {"idle_in_transaction_session_timeout": "0"}, local=True)
 
     async def _decide(self, driver: psycopg.AsyncConnection[Any]) -> None:
         from kenning.storage.server import server_backend_pid  # storage modules import this one
@@ -423,6 +476,8 @@ class Database:
     async def transaction(self) -> AsyncIterator[Executor]:
         """Several statements in one transaction (BEGIN … COMMIT, ROLLBACK on an error)."""
         async with self.connection() as conn, conn.driver.transaction():
+            if self._pooled:  # a session setting would not be this connection's next time
+                await self.bound_transaction(conn)
             yield conn
 
     async def close_pool(self) -> None:
@@ -445,10 +500,12 @@ def connect(
     max_overflow: int = 10,
     pgbouncer: str | None = None,
     direct_url: str | None = None,
+    bounds: SessionBounds | None = None,
 ) -> Database:
     """The connections of a process. ``pgbouncer`` and ``direct_url`` not given (a
     ``Client`` in an application) come from ``KENNING_PGBOUNCER`` and
-    ``KENNING_DIRECT_DATABASE_URL`` (``kenning.runtime.config.ProcessSettings``)."""
+    ``KENNING_DIRECT_DATABASE_URL`` (``kenning.runtime.config.ProcessSettings``), and
+    ``bounds`` from their ``KENNING_DATABASE_*_TIMEOUT`` variables."""
     return Database(
         url=url,
         autocommit_pool_size=pool_size + max_overflow,
@@ -456,4 +513,5 @@ def connect(
         engine_max_overflow=max_overflow,
         pgbouncer=os.environ.get(env_name("--pgbouncer"), "auto") if pgbouncer is None else pgbouncer,
         direct_url=os.environ.get(env_name("--direct-database-url"), "") if direct_url is None else direct_url,
+        bounds=SessionBounds.from_environment() if bounds is None else bounds,
     )

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 # connection exception, insufficient resources, operator intervention, rollback
 # (serialization failure, deadlock): none says anything about the data written
 _UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57", "40")
+# and the session bounds' (kenning.db.bounds): a session ended for idling in a transaction
+# (25P03), a lock not had within the lock timeout (55P03); statement_timeout is 57014
+_UNAVAILABLE_SQLSTATES = ("25P03", "55P03")
 # data exception, program limit exceeded (a value too large for jsonb, an index row too
 # large): the value written is refused, now and on every try
 _DATA_SQLSTATE_CLASSES = ("22", "54")
@@ -69,7 +72,7 @@ def is_unavailable(error: BaseException) -> bool:
     if isinstance(driver, psycopg.Error):
         state = sqlstate(driver)
         if state:
-            return state[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
+            return state[:2] in _UNAVAILABLE_SQLSTATE_CLASSES or state in _UNAVAILABLE_SQLSTATES
         return isinstance(driver, psycopg.OperationalError | psycopg.InterfaceError)
     if _is_wrapper(error):  # a wrapper around something other than psycopg's errors
         return is_sqlalchemy_error(error, "OperationalError", "InterfaceError") or isinstance(driver, OSError)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import psycopg
 import structlog
@@ -19,8 +20,17 @@ _log = structlog.get_logger("kenning.listener")
 
 
 class Listener:
-    def __init__(self, database_url: str, channels: Sequence[str], on_notify: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        channels: Sequence[str],
+        on_notify: Callable[[str], None],
+        parameters: Mapping[str, Any] | None = None,
+    ) -> None:
         self._url = libpq_url(database_url)
+        # libpq's keepalives (``Database.client_parameters``): a path gone silent fails the
+        # connection, which is made again, instead of leaving it deaf and never knowing
+        self._parameters = dict(parameters or {})
         self._channels = list(channels)
         self._on_notify = on_notify
         self._task: asyncio.Task[None] | None = None
@@ -39,7 +49,9 @@ class Listener:
         delay = 0.1
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self._url, autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                    self._url, autocommit=True, **self._parameters
+                ) as conn:
                     for channel in self._channels:
                         await conn.execute(f'LISTEN "{channel}"')
                     self.connected.set()

@@ -188,6 +188,14 @@ TIMER_LATENESS = _exported_by(
     ),
     SCHEDULER,
 )
+LEASES_LOCKED = _exported_by(
+    Counter(
+        "kenning_leases_locked_past_expiry_total",
+        "Instances the stuck check found with an expired lease and their row still locked by a live transaction "
+        "(a process cut off mid-transaction: no claim takes them over until that session ends), once per check",
+    ),
+    SCHEDULER,
+)
 OUTBOX_DELIVERIES = _exported_by(
     Counter(
         "kenning_outbox_deliveries_total",

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 
 from kenning.core.names import env_name
 from kenning.db import PGBOUNCER_MODES
+from kenning.db.bounds import SessionBounds
 from kenning.observability.logs import LEVELS
 
 # parser -> {flag: variable}, for ``declared_variables`` (tests, docs)
@@ -372,6 +373,32 @@ class ProcessSettings:
         help="the database URL leads to pgbouncer (or another pooler) in transaction mode, so no server-side "
         "prepared statements; auto: find out on the first connection",
     )
+    # Each connection's silence, bounded from both ends (kenning.db.bounds); the defaults
+    # derive from the worker's default lease, 30 s
+    database_idle_in_transaction_timeout: float = setting(
+        SessionBounds.idle_in_transaction,
+        type=non_negative_float,
+        help="seconds a Kenning session may sit idle inside a transaction before the server ends it and frees its "
+        "row locks (a process cut off mid-transaction); a worker caps its own at half its --lease-seconds, keep the "
+        "other processes' at most that (default: a third of the default 30 s lease); activities' ctx.session and "
+        "on_event handlers are bounded only once their code has returned; 0: off",
+    )
+    database_lock_timeout: float = setting(
+        SessionBounds.lock,
+        type=non_negative_float,
+        help="seconds a Kenning statement waits for a lock before it fails and is retried; 0: no bound",
+    )
+    database_statement_timeout: float = setting(
+        SessionBounds.statement,
+        type=non_negative_float,
+        help="seconds a Kenning statement may run before the server cancels it; 0: no bound",
+    )
+    database_silence_timeout: float = setting(
+        SessionBounds.silence,
+        type=non_negative_float,
+        help="seconds a database connection may go unanswered (TCP keepalives unanswered, data unacknowledged) "
+        "before either end drops it; 0: the operating system's (two hours and more)",
+    )
     # the fleet's registry (kenning.runtime.presence): stale after three missed heartbeats
     presence_interval: float = setting(
         10.0,
@@ -386,6 +413,14 @@ class ProcessSettings:
         help="seconds this process's commit probe may wait for its commit before the process is not ready "
         "(readyz 503), logs database.commits_stalled and reports kenning_commit_stall_seconds",
     )
+
+    def database_bounds(self) -> SessionBounds:
+        return SessionBounds(
+            idle_in_transaction=self.database_idle_in_transaction_timeout,
+            lock=self.database_lock_timeout,
+            statement=self.database_statement_timeout,
+            silence=self.database_silence_timeout,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from kenning.core.cancelling import wait_until_set
@@ -106,15 +106,16 @@ async def listening(
     *,
     enabled: bool = True,
     connected_within: float = 0.0,
+    parameters: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[None]:
     """``LISTEN`` on ``channels`` while the block runs, calling ``on_notify(channel)``
     (nothing if not ``enabled``: the loop polls only). ``connected_within``: wait up to
     that long for the first connection (a database that does not answer yet is no error:
-    the pass loop's polls retry it)."""
+    the pass loop's polls retry it). ``parameters``: libpq's, ``Database.client_parameters``."""
     if not enabled:
         yield
         return
-    listener = Listener(database_url, channels, on_notify)
+    listener = Listener(database_url, channels, on_notify, parameters)
     await listener.start()
     try:
         if connected_within > 0:

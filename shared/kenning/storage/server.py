@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kenning.db import Executor, statement
@@ -31,6 +32,13 @@ _COMMITS_WAITING = statement(
     """
 )
 
+_SETTINGS_APPLY = statement(
+    """
+    SELECT count(set_config(s.name, s.value, :local)) AS applied
+    FROM unnest(CAST(:names AS text[]), CAST(:values AS text[])) AS s(name, value)
+    """
+)
+
 
 @dataclass(frozen=True)
 class CommitWaits:
@@ -52,3 +60,11 @@ async def commits_waiting(conn: Executor) -> CommitWaits:
         standby_names=str(row.standby_names),
         sync_standbys=int(row.sync_standbys),
     )
+
+
+async def settings_apply(conn: Executor, settings: Mapping[str, str], *, local: bool) -> None:
+    """Set the server's ``settings`` (name -> value) in one round trip: for the session,
+    or (``local``) until the current transaction ends, as ``SET LOCAL`` does."""
+    if settings:
+        names, values = list(settings), list(settings.values())
+        await conn.execute(_SETTINGS_APPLY, {"names": names, "values": values, "local": local})
