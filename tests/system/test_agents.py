@@ -1,0 +1,124 @@
+"""Durable Pydantic AI agents through real worker processes (issue 34, items 2 and 4): a
+worker SIGKILLed between the agent's second and third model request resumes from the
+recorded steps, and an approval given after every process restarted lets the agent
+finish. The model is a scripted ``FunctionModel`` (tests/apps/agents.py): no network, no
+key; model calls and tool runs are counted through the side channel, across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+
+import psycopg
+
+from kenning import Client
+from kenning.db import Database
+from tests.sidechannel import executions
+from tests.support import ProcessPool, check_invariants, eventually
+from tests.support import kenning_command as kenning
+
+APP = "tests.apps.agents"
+Sql = psycopg.Connection[tuple[object, ...]]
+
+
+def counted(side_channel: str, prefix: str) -> dict[str, int]:
+    return {label: n for label, n in executions(side_channel).items() if label.startswith(prefix)}
+
+
+def step_names(sql: Sql, instance_id: str) -> list[object]:
+    rows = sql.execute(
+        "SELECT step_name FROM kenning_history WHERE instance_id = %s AND kind = 'ActivityCompleted' ORDER BY seq",
+        (instance_id,),
+    ).fetchall()
+    return [name for (name,) in rows if not str(name).endswith("event_stream_handler")]
+
+
+async def test_a_worker_killed_between_model_requests_resumes_without_asking_again(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool, side_channel: str, tmp_path: Path
+) -> None:
+    block = tmp_path / "block"
+    block.touch()
+    env = {"KENNING_TEST_SIDE_CHANNEL": side_channel, "KENNING_TEST_BLOCK_FILE": str(block)}
+    first = processes.worker(database_url, APP, "--lease-seconds", "1", env=env)
+    async with Client(database=database) as client:
+        instance = (await client.start("agent_steps", question="where is order o-1?")).instance_id
+        # two model requests and both tools recorded; the third request not yet made
+        await eventually(
+            lambda: executions(side_channel)["model 3 waiting"] == 1, timeout=60, message="third request reached"
+        )
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        block.unlink()
+        processes.worker(database_url, APP, "--lease-seconds", "1", env=env)
+        assert await client.result(instance, timeout=60) == "order o-1 is settled "
+    assert counted(side_channel, "model ") == {"model 1": 1, "model 2": 1, "model 3": 1, "model 3 waiting": 2}
+    assert counted(side_channel, "tool ") == {"tool lookup": 1, "tool check_policy": 1}
+    assert step_names(sql, instance) == [
+        "steps__model.request_stream",
+        "steps__function_toolset__<agent>.call_tool:lookup",
+        "steps__model.request_stream",
+        "steps__function_toolset__<agent>.call_tool:check_policy",
+        "steps__model.request_stream",
+    ]
+    check_invariants(sql)
+
+
+async def test_an_approval_given_after_every_process_restarted_lets_the_agent_finish(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool, side_channel: str
+) -> None:
+    env = {"KENNING_TEST_SIDE_CHANNEL": side_channel}
+    first = processes.worker(database_url, APP, env=env)
+    async with Client(database=database) as client:
+        instance = (await client.start("agent_refund", question="refund 30 on o-1")).instance_id
+
+        def waits_for_a_person() -> bool:
+            row = sql.execute("SELECT status FROM kenning_instances WHERE id = %s", (instance,)).fetchone()
+            return row == ("waiting_for_message",)
+
+        await eventually(waits_for_a_person, timeout=60, message="the refund waits for approval")
+        pending = await client.get_value(instance, "approvals")
+        assert pending == {
+            "pending": [
+                {"call_id": "call-refund", "details": {"tool": "refund", "args": {"order_id": "o-1", "amount": 30}}}
+            ],
+            "decided": [],
+        }
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+    processes.stop_all()
+
+    # every process is gone; a new one comes up, and a person decides from a shell
+    processes.worker(database_url, APP, env=env)
+    wrong = await asyncio.to_thread(
+        kenning,
+        "request",
+        instance,
+        "approval",
+        '{"call_id": "nope", "approved": true}',
+        "--timeout",
+        "60",
+        url=database_url,
+    )
+    assert wrong.returncode == 1, wrong.stderr
+    assert "no approval is waiting for call 'nope' (waiting: call-refund)" in wrong.stderr
+    approved = await asyncio.to_thread(
+        kenning,
+        "request",
+        instance,
+        "approval",
+        '{"call_id": "call-refund", "approved": true}',
+        "--timeout",
+        "60",
+        url=database_url,
+    )
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout) == {"call_id": "call-refund", "approved": True}
+    async with Client(database=database) as client:
+        assert await client.result(instance, timeout=60) == "order o-1 is settled "
+        decided = await client.get_value(instance, "approvals")
+    assert decided == {"pending": [], "decided": [{"call_id": "call-refund", "approved": True, "reason": None}]}
+    assert counted(side_channel, "model ") == {"model 1": 1, "model 2": 1, "model 3": 1}
+    assert counted(side_channel, "tool ") == {"tool lookup": 1, "tool refund": 1}
+    check_invariants(sql)
