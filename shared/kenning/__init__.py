@@ -26,6 +26,8 @@ from kenning.errors import (
     RequestRejectedError,
     RequestTimeoutError,
     RetryExhaustedError,
+    StreamClosedError,
+    StreamFullError,
     TerminalError,
     UnstorableValueError,
     ValueNotPublishedError,
@@ -50,6 +52,7 @@ from kenning.observability.logs import library_defaults as _library_defaults
 from kenning.outbox import send_event_transactional
 from kenning.queues import Queue
 from kenning.retry import RetryPolicy
+from kenning.streams import StreamEntry, close_stream, write_stream
 from kenning.timers import sleep, sleep_until, wait_timer, wait_until
 from kenning.workflow import Workflow, continue_as_new, workflow
 
@@ -85,6 +88,9 @@ __all__ = [
     "RetryExhaustedError",
     "RetryPolicy",
     "StartedInstance",
+    "StreamClosedError",
+    "StreamEntry",
+    "StreamFullError",
     "TerminalError",
     "UnstorableValueError",
     "ValueNotPublishedError",
@@ -96,6 +102,7 @@ __all__ = [
     "WorkflowNotFoundError",
     "WorkflowTimeoutError",
     "activity",
+    "close_stream",
     "compensation",
     "continue_as_new",
     "on_failure",
@@ -114,4 +121,5 @@ __all__ = [
     "wait_timer",
     "wait_until",
     "workflow",
+    "write_stream",
 ]

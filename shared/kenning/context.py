@@ -154,6 +154,16 @@ class Runtime(Protocol):
         search attribute), the value and the step committed together (``publish_value``)."""
         ...
 
+    async def write_stream(self, key: str, value: Any, publish: bool) -> int:
+        """The entry's offset: from workflow code the recorded one on replay (nothing
+        written), else the entry and the step committed together; from an activity the
+        entry committed at once with the attempt's number (``write_stream``)."""
+        ...
+
+    async def close_stream(self, key: str) -> None:
+        """Close the stream, as ``write_stream`` writes (``close_stream``)."""
+        ...
+
 
 class Heartbeat(Protocol):
     """One activity attempt's heartbeat, as ``ctx.heartbeat`` sees it; the engine
@@ -172,6 +182,18 @@ class Heartbeat(Protocol):
 
 # The transaction of the activity or compensation attempt running in this task, if any.
 current_step: ContextVar[StepScope | None] = ContextVar("kenning_current_step", default=None)
+
+
+@dataclass(frozen=True)
+class AttemptId:
+    """The activity or compensation attempt running in this task: its step and its
+    number (1 for the first), as stream entries written from it carry them."""
+
+    step_id: str
+    number: int
+
+
+current_attempt: ContextVar[AttemptId | None] = ContextVar("kenning_current_attempt", default=None)
 # The heartbeat of the activity attempt running in this task (or its thread), if any.
 current_heartbeat: ContextVar[Heartbeat | None] = ContextVar("kenning_current_heartbeat", default=None)
 # The context of the workflow whose code runs in this task, if any: an adapter (kenning.ai)

@@ -237,3 +237,13 @@ class MessageAlreadyRepliedError(KenningError):
 class ValueNotPublishedError(KenningError, LookupError):
     """``Client.get_value``: the instance has not published that key (by the end of the
     ``timeout`` when one was given, or it ended without publishing it)."""
+
+
+class StreamClosedError(KenningError, TerminalError):
+    """``write_stream`` to a stream that was closed (``close_stream``, or its instance
+    ended): nothing was written. Not retried in an activity: a retry would find it closed."""
+
+
+class StreamFullError(KenningError, TerminalError):
+    """``write_stream`` to a stream holding ``kenning.core.limits.MAX_STREAM_ENTRIES``
+    entries already: nothing was written; write on under another key."""

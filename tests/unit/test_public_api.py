@@ -39,6 +39,9 @@ EXPORTS = [
     "RetryExhaustedError",
     "RetryPolicy",
     "StartedInstance",
+    "StreamClosedError",
+    "StreamEntry",
+    "StreamFullError",
     "TerminalError",
     "UnstorableValueError",
     "ValueNotPublishedError",
@@ -50,6 +53,7 @@ EXPORTS = [
     "WorkflowNotFoundError",
     "WorkflowTimeoutError",
     "activity",
+    "close_stream",
     "compensation",
     "continue_as_new",
     "on_failure",
@@ -68,6 +72,7 @@ EXPORTS = [
     "wait_timer",
     "wait_until",
     "workflow",
+    "write_stream",
 ]
 
 # module: the names a user imports from it (README, docs, examples, Edda's own paths)
@@ -88,6 +93,7 @@ DOCUMENTED_PATHS = {
     "kenning.outbox": ["send_event_transactional"],
     "kenning.queues": ["Queue"],
     "kenning.retry": ["RetryPolicy"],
+    "kenning.streams": ["write_stream", "close_stream", "StreamEntry"],
     "kenning.timers": ["wait_timer", "wait_until", "sleep", "sleep_until"],
     "kenning.workflow": ["workflow", "Workflow", "continue_as_new"],
     "kenning.examples.orders": ["app"],

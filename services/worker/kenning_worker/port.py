@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from kenning.context import StepScope
+from kenning.core.limits import MAX_STREAM_ENTRIES
 from kenning.core.mailbox import Undelivered
 from kenning.core.names import EVENT_RECEIVED
 from kenning.core.records import (
@@ -36,6 +37,7 @@ from kenning.core.records import (
     OutboxEvent,
     SuspendOutcome,
 )
+from kenning.core.streams import StreamEntry, stream_closed_error, stream_full_error
 from kenning.db import Database, Executor, executor_of
 from kenning.db.errors import is_data_error, is_unavailable
 from kenning.db.groupcommit import GroupCommit
@@ -43,6 +45,7 @@ from kenning.engine.commands import (
     AttemptCounted,
     BeginCompensating,
     ChildStarted,
+    CloseStream,
     Complete,
     ContinueAsNew,
     CountAttempt,
@@ -64,6 +67,7 @@ from kenning.engine.commands import (
     Suspend,
     SuspendOnTimer,
     WaitChild,
+    WriteStream,
 )
 from kenning.engine.history import StepRecord
 from kenning.errors import LeaseLostError, StorageUnavailable, UnstorableValueError
@@ -78,6 +82,7 @@ from kenning.storage import published as published_sql
 from kenning.storage import replies as replies_sql
 from kenning.storage import runs as runs_sql
 from kenning.storage import sagas as sagas_sql
+from kenning.storage import streams as streams_sql
 from kenning.storage import subscriptions as subscriptions_sql
 from kenning.storage import timers as timers_sql
 from kenning.storage.messages import SendStatus
@@ -726,3 +731,75 @@ class PgInstancePort:
 
         await self._write_with_record(write, command.record)
         fault_point("step.after_commit")
+
+    # ------------------------------------------------------------------ durable streams
+
+    async def write_stream(self, command: WriteStream) -> StreamEntry:
+        """From workflow code: the entry and the step's record in one transaction (after
+        what is held back; a lost lease rolls the entry back). From an activity: the entry
+        on its own commit, at once, outside the lock (nothing held back belongs before it,
+        and a concurrent branch's step write need not wait for it)."""
+
+        async def write(conn: Executor) -> StreamEntry:
+            written = await streams_sql.stream_write(
+                conn,
+                instance_id=self.instance_id,
+                token=self.token,
+                key=command.key,
+                value=command.value,
+                step_id=command.step_id,
+                attempt=command.attempt,
+                writer=f"{self.token}:{command.attempt}",
+                max_entries=MAX_STREAM_ENTRIES,
+            )
+            if written.entry is None:
+                if not written.leased:
+                    raise self._lost(f"it wrote to stream {command.key!r}")
+                state = await streams_sql.stream_state(conn, self.instance_id, command.key)
+                if state.closed:
+                    raise stream_closed_error(self.instance_id, command.key)
+                raise stream_full_error(self.instance_id, command.key)
+            if command.record is not None:
+                payload = {**command.record.payload, "offset": written.entry.offset}
+                await self._write_record(conn, dataclasses.replace(command.record, payload=payload))
+            return written.entry
+
+        if command.record is not None:
+            entry = await self._write_with_record(write, command.record)
+            fault_point("step.after_commit")
+            return entry
+        return await self._on_its_own(write, f"an entry of stream {command.key!r}")
+
+    async def close_stream(self, command: CloseStream) -> None:
+        """As ``write_stream``: with the step's record, or on its own commit."""
+
+        async def close(conn: Executor) -> None:
+            if not await streams_sql.stream_close(
+                conn, instance_id=self.instance_id, token=self.token, key=command.key
+            ):
+                raise self._lost(f"it closed stream {command.key!r}")
+            if command.record is not None:
+                await self._write_record(conn, command.record)
+
+        if command.record is not None:
+            await self._write_with_record(close, command.record)
+            fault_point("step.after_commit")
+            return
+        await self._on_its_own(close, f"the close of stream {command.key!r}")
+
+    async def _on_its_own(self, write: Callable[[Executor], Awaitable[T]], what: str) -> T:
+        """``write`` in a transaction of its own, now; its errors mapped as ``_storage``
+        maps them, but a refused value leaves what is held back as it is (it is not this
+        write's: the attempt writing goes on, or fails, on its own)."""
+        try:
+            async with self.database.transaction() as conn:
+                return await write(conn)
+        except Exception as error:
+            if is_unavailable(error):
+                raise StorageUnavailable(f"database unavailable while writing {what} of {self.instance_id}") from error
+            if is_data_error(error):
+                reason = str(getattr(error, "orig", None) or error).strip().splitlines()
+                raise UnstorableValueError(
+                    f"{what} cannot be stored: {reason[0] if reason else type(error).__name__}"
+                ) from error
+            raise

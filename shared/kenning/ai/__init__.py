@@ -17,7 +17,7 @@ except ImportError as missing:  # pragma: no cover - the extra not installed
 from kenning.ai.agent import DEFAULT_STREAM_KEY, KenningAgent
 from kenning.ai.durability import ActivityOptions, KenningDurability
 from kenning.ai.guard import NonDurableAgentRunError
-from kenning.approvals import ApprovalDecision, wait_for_approval, wait_for_approvals
+from kenning.messages import ApprovalDecision, wait_for_approval, wait_for_approvals
 
 __all__ = [
     "DEFAULT_STREAM_KEY",

@@ -30,8 +30,8 @@ from pydantic_ai.tools import AgentDepsT
 from kenning.ai.durability import ActivityOptions, KenningDurability
 from kenning.ai.events import StreamWriter, write_event
 from kenning.ai.guard import NonDurableAgentRunError, durable_run, refuse_bare_runs
-from kenning.approvals import APPROVAL_TOPIC, wait_for_approvals
 from kenning.context import WorkflowContext, current_step, current_workflow
+from kenning.messages import APPROVAL_TOPIC, wait_for_approvals
 
 DEFAULT_STREAM_KEY = "agent"
 
@@ -108,7 +108,7 @@ class KenningAgent(Generic[AgentDepsT, OutputDataT]):
             output = result.output
             if not isinstance(output, DeferredToolRequests):
                 if self.stream_key is not None:
-                    await write_event(ctx, self.stream_key, {"event_kind": "final_result", "output": _jsonable(output)})
+                    await write_event(ctx, self.stream_key, {"event_kind": "agent_output", "output": _jsonable(output)})
                 return result  # DeferredToolRequests was added to the output types here, and is handled
             if output.calls:
                 names = ", ".join(sorted({call.tool_name for call in output.calls}))

@@ -18,6 +18,7 @@ from pydantic_ai.tools import RunContext
 
 from kenning.ai.durability import current_unit
 from kenning.context import WorkflowContext
+from kenning.streams import write_stream
 
 _EVENTS: TypeAdapter[AgentStreamEvent] = TypeAdapter(AgentStreamEvent)
 
@@ -30,8 +31,7 @@ def event_json(event: AgentStreamEvent) -> dict[str, Any]:
 
 async def write_event(ctx: WorkflowContext, key: str, value: Any) -> None:
     """Append ``value`` to the instance's stream ``key``."""
-    # durable streams land beside this adapter; until then the events are not kept
-    del ctx, key, value
+    await write_stream(ctx, key, value)
 
 
 class StreamWriter:

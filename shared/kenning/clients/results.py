@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 import psycopg
@@ -131,6 +132,24 @@ class ResultWaits:
                 if wait <= 0:
                     return last
                 await wait_until_set(woken, wait)
+        finally:
+            waiting = self._waiters.get(instance_id)
+            if waiting is not None:
+                waiting.discard(woken)
+                if not waiting:
+                    del self._waiters[instance_id]
+
+    @asynccontextmanager
+    async def watching(self, instance_id: str) -> AsyncIterator[asyncio.Event]:
+        """An event set whenever ``instance_id`` is notified (a stream entry, its end),
+        when the connection was lost, and by nobody else: clear it, read, then wait on it
+        (at most ``poll_interval`` at a time). The connection listens before this yields
+        (or one poll interval went by), so a notification after the first read is seen."""
+        woken = asyncio.Event()
+        self._waiters.setdefault(instance_id, set()).add(woken)
+        try:
+            await self._listen(None)
+            yield woken
         finally:
             waiting = self._waiters.get(instance_id)
             if waiting is not None:

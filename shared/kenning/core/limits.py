@@ -23,3 +23,12 @@ data transfer; a larger one raises ``ValueError`` in the workflow before any wri
 MAX_SEARCH_VALUE_LENGTH = 1024
 """Longest search attribute value (as text), in characters: it is a key of a btree index,
 whose entries PostgreSQL caps at about 2.7 kB."""
+
+MAX_STREAM_ENTRY_CHARS = 256 * 1024
+"""Largest stream entry (``write_stream``), in characters of its JSON: an entry is a
+message of a conversation (a token, a part, a tool's result), read whole by every reader;
+a larger one raises ``UnstorableValueError`` before any write."""
+
+MAX_STREAM_ENTRIES = 100_000
+"""Most entries one stream holds (``write_stream``): the next write raises
+``StreamFullError``; write on under a new key."""

@@ -98,6 +98,10 @@ VALUE_PUBLISHED = "ValuePublished"  # publish_value, set_status: the value was w
 STATUS_VALUE_KEY = "status"  # the published key set_status writes ({"text": ..., "progress": ...})
 
 
+STREAM_WRITTEN = "StreamWritten"  # write_stream from workflow code: the entry (its offset) was written with this record
+STREAM_CLOSED = "StreamClosed"  # close_stream from workflow code: the stream was closed with this record
+
+
 HISTORY_KINDS = frozenset(
     {
         ACTIVITY_COMPLETED,
@@ -116,6 +120,8 @@ HISTORY_KINDS = frozenset(
         PATCH_MARKER,
         CHILD_STARTED,
         VALUE_PUBLISHED,
+        STREAM_WRITTEN,
+        STREAM_CLOSED,
     }
 )
 

@@ -258,6 +258,31 @@ class PublishValue:
 
 
 @dataclass(frozen=True)
+class WriteStream:
+    """Append ``value`` to the instance's stream ``key``. From workflow code ``record`` is
+    the step's record, written in the entry's transaction (its payload gets the offset:
+    replay returns it and writes nothing); from an activity or compensation ``record`` is
+    None and the entry commits at once on its own, carrying ``attempt`` of ``step_id``.
+    ``publish``: the entry also goes out through the outbox, in the same transaction."""
+
+    key: str
+    value: Any  # JSON already
+    record: StepRecord | None
+    step_id: str | None = None
+    attempt: int = 0
+    publish: bool = False
+
+
+@dataclass(frozen=True)
+class CloseStream:
+    """Close the instance's stream ``key``; from workflow code with ``record``, in one
+    transaction, from an activity (``record`` None) at once."""
+
+    key: str
+    record: StepRecord | None
+
+
+@dataclass(frozen=True)
 class ContinueAsNew:
     """End this run and make the next one of the same instance, in one transaction: a
     summary of the run kept in the chain, its history and compensations dropped, the

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kenning.context import StepScope
+from kenning.core.limits import MAX_STREAM_ENTRIES
 from kenning.core.mailbox import Undelivered
 from kenning.core.names import (
     CHILD_STARTED,
@@ -34,11 +35,26 @@ from kenning.core.names import (
     TIMER_EXPIRED,
 )
 from kenning.core.published import search_text
-from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord, OutboxEvent, SuspendOutcome
+from kenning.core.records import (
+    TERMINAL_STATUSES,
+    ClaimedInstance,
+    CompensationRecord,
+    HistoryRecord,
+    OutboxEvent,
+    SuspendOutcome,
+)
+from kenning.core.streams import (
+    WORKFLOW_ATTEMPT,
+    StreamEntry,
+    next_attempt,
+    stream_closed_error,
+    stream_full_error,
+)
 from kenning.engine.commands import (
     AttemptCounted,
     BeginCompensating,
     ChildStarted,
+    CloseStream,
     Complete,
     ContinueAsNew,
     CountAttempt,
@@ -61,6 +77,7 @@ from kenning.engine.commands import (
     SuspendOnEvent,
     SuspendOnTimer,
     WaitChild,
+    WriteStream,
 )
 from kenning.engine.outcomes import RunOutcome
 from kenning.errors import LeaseLostError
@@ -122,6 +139,15 @@ class MemoryEvent:
 
 
 @dataclass
+class MemoryStream:
+    """One stream as its header and entry rows would hold it."""
+
+    entries: list[StreamEntry] = field(default_factory=list)
+    closed: bool = False
+    writers: dict[str, tuple[str, int]] = field(default_factory=dict)  # step -> (attempt's identity, number)
+
+
+@dataclass
 class MemoryInstance:
     """One instance as storage would hold it."""
 
@@ -171,6 +197,13 @@ class MemoryInstance:
     # keys' search texts (kenning.storage.published)
     values: dict[str, Any] = field(default_factory=dict)
     search_attributes: dict[str, str] = field(default_factory=dict)
+    # durable streams (write_stream), by key (kenning.storage.streams)
+    streams: dict[str, MemoryStream] = field(default_factory=dict)
+
+    def stream_closed(self, key: str) -> bool:
+        """As a reader judges it: closed by ``close_stream``, or the instance has ended."""
+        stream = self.streams.get(key)
+        return self.status in TERMINAL_STATUSES or (stream is not None and stream.closed)
 
     def claim(self) -> ClaimedInstance:
         self.lease_token = str(uuid.uuid4())
@@ -591,6 +624,29 @@ class MemoryPort:
         elif command.searchable:
             self.instance.search_attributes.pop(command.key, None)
         await self.record_step(RecordStep(command.record))
+
+    async def write_stream(self, command: WriteStream) -> StreamEntry:
+        self._fence(f"write stream {command.key}")
+        if self.instance.stream_closed(command.key):
+            raise stream_closed_error(self.instance.id, command.key)
+        stream = self.instance.streams.setdefault(command.key, MemoryStream())
+        if len(stream.entries) >= MAX_STREAM_ENTRIES:
+            raise stream_full_error(self.instance.id, command.key)
+        attempt = WORKFLOW_ATTEMPT
+        if command.step_id is not None:
+            attempt = next_attempt(stream.writers, command.step_id, f"{self.token}:{command.attempt}", command.attempt)
+        entry = StreamEntry(len(stream.entries), attempt, command.value, datetime.now(UTC), command.step_id)
+        stream.entries.append(entry)
+        if command.record is not None:
+            record = replace(command.record, payload={**command.record.payload, "offset": entry.offset})
+            await self.record_step(RecordStep(record))
+        return entry
+
+    async def close_stream(self, command: CloseStream) -> None:
+        self._fence(f"close stream {command.key}")
+        self.instance.streams.setdefault(command.key, MemoryStream()).closed = True
+        if command.record is not None:
+            await self.record_step(RecordStep(command.record))
 
     async def receive_message(self, command: ReceiveMessage) -> HistoryRecord | SuspendOutcome:
         self._fence(f"receive at {command.step_id}")

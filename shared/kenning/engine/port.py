@@ -19,6 +19,7 @@ from kenning.engine.commands import (
     AttemptCounted,
     BeginCompensating,
     ChildStarted,
+    CloseStream,
     Complete,
     ContinueAsNew,
     CountAttempt,
@@ -39,10 +40,13 @@ from kenning.engine.commands import (
     Subscribe,
     Suspend,
     WaitChild,
+    WriteStream,
 )
 
 if TYPE_CHECKING:
     from datetime import datetime
+
+    from kenning.core.streams import StreamEntry
 
 
 class InstancePort(Protocol):
@@ -134,6 +138,17 @@ class InstancePort(Protocol):
     async def publish_value(self, command: PublishValue) -> None:
         """The published value (its search text too) and the step's record, in one
         transaction (after what is held back)."""
+
+    async def write_stream(self, command: WriteStream) -> StreamEntry:
+        """The entry written: with the step's record in one transaction (after what is
+        held back) from workflow code; from an activity on its own commit, at once, never
+        waiting for held-back writes. Raises ``StreamClosedError``, ``StreamFullError``,
+        ``LeaseLostError`` (nothing written)."""
+        ...
+
+    async def close_stream(self, command: CloseStream) -> None:
+        """Close the stream: as ``write_stream`` writes, with the record or at once."""
+        ...
 
     async def continue_as_new(self, command: ContinueAsNew) -> int | None:
         """End this run and make the next (``ContinueAsNew``), in one transaction; the new

@@ -27,6 +27,7 @@ from kenning.engine.commands import (
     AttemptCounted,
     BeginCompensating,
     ChildStarted,
+    CloseStream,
     Complete,
     ContinueAsNew,
     CountAttempt,
@@ -47,6 +48,7 @@ from kenning.engine.commands import (
     Subscribe,
     Suspend,
     WaitChild,
+    WriteStream,
 )
 from kenning.engine.history import REPLAYED_KINDS, compensation_step_id
 from kenning.engine.run import WorkflowRun
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from kenning.app import App
+    from kenning.core.streams import StreamEntry
     from kenning.workflow import Workflow
 
 
@@ -206,6 +209,12 @@ class ReplayOnlyPort:
 
     async def publish_value(self, command: PublishValue) -> None:
         self._stop(command.record.step_id)
+
+    async def write_stream(self, command: WriteStream) -> StreamEntry:
+        self._stop(command.record.step_id if command.record else f"a write to stream {command.key!r}")
+
+    async def close_stream(self, command: CloseStream) -> None:
+        self._stop(command.record.step_id if command.record else f"a close of stream {command.key!r}")
 
 
 async def replay_only(

@@ -20,7 +20,15 @@ import structlog
 from kenning import serialization
 from kenning.activity import call_attempt
 from kenning.compensation import ON_FAILURE_PREFIX, on_failure_arguments
-from kenning.context import ChildOptions, StepScope, WorkflowContext, current_step, current_workflow
+from kenning.context import (
+    AttemptId,
+    ChildOptions,
+    StepScope,
+    WorkflowContext,
+    current_attempt,
+    current_step,
+    current_workflow,
+)
 from kenning.core.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED, PATCH_MARKER
 from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord, OutboxEvent, SuspendOutcome
 from kenning.engine import children
@@ -47,6 +55,7 @@ from kenning.engine.port import InstancePort
 from kenning.engine.published import publish_value
 from kenning.engine.retries import GiveUp, GiveUpReason, RetryAfter, after_counting, before_counting
 from kenning.engine.saga import undo_saga
+from kenning.engine.streams import close_stream, write_stream
 from kenning.errors import (
     ActivityTimeoutError,
     ContinuedAsNew,
@@ -297,6 +306,14 @@ class WorkflowRun:
         """``kenning.engine.published.publish_value``."""
         await publish_value(self, key, value)
 
+    async def write_stream(self, key: str, value: Any, publish: bool) -> int:
+        """``kenning.engine.streams.write_stream``."""
+        return await write_stream(self, key, value, publish)
+
+    async def close_stream(self, key: str) -> None:
+        """``kenning.engine.streams.close_stream``."""
+        await close_stream(self, key)
+
     async def send_event(self, step: StepScope, event: OutboxEvent, data: Any) -> None:
         """Write ``event`` in the attempt's transaction; ``on_event_sent`` once it commits."""
         await step.add_outbox_event(event)
@@ -385,6 +402,7 @@ class WorkflowRun:
                 await self.hook("on_activity_start", step_id, name, False)
             step = self.port.open_step()
             token = current_step.set(step)
+            attempt_token = current_attempt.set(AttemptId(step_id, attempt))
             monotonic_start, wall_start = time.perf_counter(), time.time()
             span = tracing.start_attempt(step_id, name, attempt, activity=activity)
             try:
@@ -428,6 +446,7 @@ class WorkflowRun:
                 await step.rollback()
                 raise
             finally:
+                current_attempt.reset(attempt_token)
                 current_step.reset(token)
             tracing.end_attempt(span)
             timing = StepTiming(attempt, wall_start, time.perf_counter() - monotonic_start)

@@ -39,6 +39,7 @@ from kenning.storage.inbox import CANCEL_TYPE
 from kenning.storage.names import notify
 from kenning.storage.published import search_texts, start_attributes
 from kenning.storage.queue_rows import QUEUE_ROWS, QUEUES_NOTIFIED, QUEUES_UNSEEN, queues_name
+from kenning.storage.streams import close_ended_streams
 
 if TYPE_CHECKING:
     from kenning.core.records import NewInstance  # instances imports this module's fragments
@@ -70,8 +71,9 @@ def tell_parents(finished: str) -> str:
     """Two CTEs for a statement that ends instances; ``finished`` is its CTE of the ended
     rows with ``id, parent_id, status, result, error`` as they now are (a CTE's own
     update is not visible to the rest of the statement, so they come from its RETURNING).
-    Read ``TOLD`` in the statement's main query."""
-    return f"""parents_told AS (
+    Read ``TOLD`` in the statement's main query. The ended instances' open streams
+    are closed with them (``streams.close_ended_streams``): every end goes through here."""
+    return f"""{close_ended_streams(finished)}, parents_told AS (
         INSERT INTO kenning_inbox (kind, source, event_id, event_type, instance_id, data)
         SELECT 'event', '{CHILD_EVENT_SOURCE}', f.id, '{CHILD_EVENT_TYPE}', f.parent_id, {_child_data("f")}
         FROM {finished} AS f

@@ -78,6 +78,11 @@ _INSTANCES_EXPIRE = statement(
         DELETE FROM kenning_values AS v USING instances AS g WHERE v.instance_id = g.id RETURNING 1
     ), search_attributes AS (
         DELETE FROM kenning_search_attributes AS a USING instances AS g WHERE a.instance_id = g.id RETURNING 1
+    ), streams AS (
+        -- its durable streams and their entries (migration 0019)
+        DELETE FROM kenning_streams AS s USING instances AS g WHERE s.instance_id = g.id RETURNING 1
+    ), stream_entries AS (
+        DELETE FROM kenning_stream_entries AS e USING instances AS g WHERE e.instance_id = g.id RETURNING 1
     ), earlier_runs AS (
         -- a continue_as_new chain's earlier runs (migration 0011)
         DELETE FROM kenning_instance_runs AS r USING instances AS g WHERE r.instance_id = g.id RETURNING 1

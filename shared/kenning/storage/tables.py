@@ -324,3 +324,28 @@ search_attributes = Table(
     Column("value", Text, nullable=False),
     _ts("created_at", False),  # the instance's, copied: the lookup index orders by it
 )
+
+# migration 0019: durable streams (write_stream, close_stream, Client.read_stream)
+streams = Table(
+    "kenning_streams",
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("length", BigInteger, nullable=False),  # the next entry's offset
+    Column("writers", JSONB, nullable=False),  # per activity step: [last writer, its attempt number]
+    _ts("created_at", False),
+    _ts("updated_at", False),
+    _ts("closed_at"),
+)
+
+stream_entries = Table(
+    "kenning_stream_entries",
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("offset", BigInteger, primary_key=True),
+    Column("attempt", Integer, nullable=False),  # 0: written by workflow code
+    Column("step_id", Text),
+    Column("value", JSONB),
+    _ts("written_at", False),
+)

@@ -1,0 +1,62 @@
+"""Durable streams' vocabulary, shared by the SDK (``write_stream``), storage and the
+readers (``Client.read_stream``, the ingress's Server-Sent Events, the console)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kenning.core.limits import MAX_STREAM_ENTRIES, MAX_VALUE_KEY_LENGTH
+from kenning.errors import StreamClosedError, StreamFullError
+
+# the attempt number of an entry written by workflow code (recorded once, never retried)
+WORKFLOW_ATTEMPT = 0
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    """One entry of a stream, as readers get it.
+
+    ``offset``: its place in the stream, 0 for the first, with no gaps. ``attempt``: 0
+    when workflow code wrote it; else the attempt of the activity (or compensation) that
+    wrote it, 1 for the first, growing with every later attempt of that step, an attempt
+    cut short by a crashed worker included. ``step`` names that step (None from workflow
+    code): entries of a step with a lower ``attempt`` than a later entry of the same step
+    came from an abandoned attempt. ``time``: when it was written (the database's clock).
+    """
+
+    offset: int
+    attempt: int
+    value: Any  # JSON
+    time: datetime
+    step: str | None = None
+
+
+def check_stream_key(key: str) -> None:
+    if not isinstance(key, str) or not key or len(key) > MAX_VALUE_KEY_LENGTH:
+        raise ValueError(f"a stream's key must be a non-empty str of at most {MAX_VALUE_KEY_LENGTH} characters")
+
+
+def stream_closed_error(instance_id: str, key: str) -> StreamClosedError:
+    return StreamClosedError(f"stream {key!r} of instance {instance_id!r} is closed: nothing was written")
+
+
+def stream_full_error(instance_id: str, key: str) -> StreamFullError:
+    return StreamFullError(
+        f"stream {key!r} of instance {instance_id!r} holds {MAX_STREAM_ENTRIES} entries, the most a stream "
+        "holds: nothing was written; write on under another key"
+    )
+
+
+def next_attempt(writers: dict[str, tuple[str, int]], step_id: str, writer: str, attempt: int) -> int:
+    """The attempt number a write of ``step_id`` by ``writer`` (one attempt's identity)
+    carries, ``writers`` updated: the number that writer was given, else the engine's
+    number raised above the step's last writer's (the SQL of ``storage.streams`` does the
+    same in the statement)."""
+    last = writers.get(step_id)
+    if last is not None and last[0] == writer:
+        return last[1]
+    number = max(attempt, (last[1] if last is not None else 0) + 1)
+    writers[step_id] = (writer, number)
+    return number
