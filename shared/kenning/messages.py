@@ -231,7 +231,7 @@ async def _publish(ctx: WorkflowContext, waiting: Mapping[str, Any], decided: Ma
         APPROVALS_VALUE_KEY,
         {
             "pending": [{"call_id": call_id, "details": details} for call_id, details in waiting.items()],
-            "decided": [{"call_id": d.call_id, "approved": d.approved, "reason": d.reason} for d in decided.values()],
+            "resolved": [{"call_id": d.call_id, "approved": d.approved, "reason": d.reason} for d in decided.values()],
         },
     )
 

@@ -57,8 +57,8 @@ def scripted_model(second_tool: str) -> FunctionModel:
         response = await call_model(messages, second_tool)
         for n, part in enumerate(response.parts):
             if isinstance(part, TextPart):
-                for word in part.content.split(" "):
-                    yield word + " "
+                for i, word in enumerate(part.content.split(" ")):
+                    yield word if i == 0 else f" {word}"
             elif isinstance(part, ToolCallPart):
                 args = json.dumps(part.args)
                 yield {n: DeltaToolCall(name=part.tool_name, json_args=args, tool_call_id=part.tool_call_id)}

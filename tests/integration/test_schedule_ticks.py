@@ -121,7 +121,7 @@ async def test_schedulers_deciding_one_tick_at_once_start_it_once(database: Data
     outcomes = await asyncio.gather(
         *(Scheduler(database, app).cron.start_due(T0 + timedelta(minutes=5)) for _ in range(6))
     )
-    assert sorted(o["five_minutes_skip"].value for o in outcomes) == ["decided"] * 5 + ["overlap_skipped"]
+    assert sorted(o["five_minutes_skip"].value for o in outcomes) == ["resolved"] * 5 + ["overlap_skipped"]
     assert ticks_started(sql, "five_minutes_skip") == ["2026-01-05T10:00:00Z"]
 
 

@@ -52,7 +52,7 @@ async def test_a_worker_killed_between_model_requests_resumes_without_asking_aga
         first.wait(timeout=10)
         block.unlink()
         processes.worker(database_url, APP, "--lease-seconds", "1", env=env)
-        assert await client.result(instance, timeout=60) == "order o-1 is settled "
+        assert await client.result(instance, timeout=60) == "order o-1 is settled"
         events = [entry.value async for entry in client.read_stream(instance, "agent")]
     # as they happened, each once: the third request's deltas came from its one real call
     call_then_result = ["part_start", "part_end", "function_tool_call", "function_tool_result"]
@@ -62,7 +62,7 @@ async def test_a_worker_killed_between_model_requests_resumes_without_asking_aga
         *("part_start", "final_result", "part_delta", "part_delta", "part_delta", "part_end"),
         "agent_output",
     ]
-    assert events[-1] == {"event_kind": "agent_output", "output": "order o-1 is settled "}
+    assert events[-1] == {"event_kind": "agent_output", "output": "order o-1 is settled"}
     assert counted(side_channel, "model ") == {"model 1": 1, "model 2": 1, "model 3": 1, "model 3 waiting": 2}
     assert counted(side_channel, "tool ") == {"tool lookup": 1, "tool check_policy": 1}
     assert step_names(sql, instance) == [
@@ -93,7 +93,7 @@ async def test_an_approval_given_after_every_process_restarted_lets_the_agent_fi
             "pending": [
                 {"call_id": "call-refund", "details": {"tool": "refund", "args": {"order_id": "o-1", "amount": 30}}}
             ],
-            "decided": [],
+            "resolved": [],
         }
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
@@ -126,9 +126,9 @@ async def test_an_approval_given_after_every_process_restarted_lets_the_agent_fi
     assert approved.returncode == 0, approved.stderr
     assert json.loads(approved.stdout) == {"call_id": "call-refund", "approved": True}
     async with Client(database=database) as client:
-        assert await client.result(instance, timeout=60) == "order o-1 is settled "
+        assert await client.result(instance, timeout=60) == "order o-1 is settled"
         decided = await client.get_value(instance, "approvals")
-    assert decided == {"pending": [], "decided": [{"call_id": "call-refund", "approved": True, "reason": None}]}
+    assert decided == {"pending": [], "resolved": [{"call_id": "call-refund", "approved": True, "reason": None}]}
     assert counted(side_channel, "model ") == {"model 1": 1, "model 2": 1, "model 3": 1}
     assert counted(side_channel, "tool ") == {"tool lookup": 1, "tool refund": 1}
     check_invariants(sql)

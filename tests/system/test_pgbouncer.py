@@ -280,7 +280,7 @@ async def test_the_core_flows_run_through_pgbouncer_in_transaction_mode(
     assert all(p.is_running() for p in started.values()), "a process exited"
     logs = {name: processes.log_of(p) for name, p in {**started, "migrate": migrations[0]}.items()}
     for name in started:
-        assert '"pooler": true' in logs[name] and '"decided": "detected"' in logs[name], (name, logs[name][-2000:])
+        assert '"pooler": true' in logs[name] and '"resolved": "detected"' in logs[name], (name, logs[name][-2000:])
     everything = "\n".join(logs.values()) + bouncer.log.read_text(errors="replace")
     assert "prepared statement" not in everything
     assert "database.listen_through_pooler" not in everything

@@ -58,8 +58,8 @@ async def test_a_denied_refund_reaches_the_agent_and_bad_decisions_are_refused()
             await handle.request("approval", {"call_id": "call-refund", "approved": "yes"})
         answer = await handle.request("approval", {"call_id": "call-refund", "approved": False, "reason": "no"})
         assert answer == {"call_id": "call-refund", "approved": False}
-        assert await handle.result() == "order o-1 is settled "
-        assert (await handle.get_value("approvals"))["decided"] == [
+        assert await handle.result() == "order o-1 is settled"
+        assert (await handle.get_value("approvals"))["resolved"] == [
             {"call_id": "call-refund", "approved": False, "reason": "no"}
         ]
         names = [entry.step_name for entry in await handle.history()]

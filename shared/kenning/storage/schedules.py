@@ -31,7 +31,7 @@ class TickOutcome(enum.Enum):
     STARTED = "started"  # this scheduler started its instance
     EXISTS = "exists"  # its instance exists: another scheduler, or an earlier call, started it
     BEFORE_SCHEDULE = "before_schedule"  # the tick predates the workflow's first sighting
-    DECIDED = "decided"  # another scheduler skipped it already
+    DECIDED = "resolved"  # another scheduler skipped it already
     PAUSED = "paused"  # the schedule is paused: the tick is skipped
     OVERLAP_SKIPPED = "overlap_skipped"  # overlap="skip" and the last instance runs
     BUFFERED = "buffered"  # overlap="buffer_one": starts once the last instance finished
