@@ -15,7 +15,6 @@ The values cross the boundary as JSON (``JSON_CODEC``), the way Kenning stores a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,16 +28,14 @@ from pydantic_ai.durable_exec import (
     JournalCallableOperationBackend,
     RoleBasedOperationConfig,
 )
+from pydantic_ai.messages import AgentStreamEvent
 from pydantic_ai.models import Model
-from pydantic_ai.tools import AgentDepsT
+from pydantic_ai.tools import AgentDepsT, RunContext
 
 from kenning.activity import Activity, timeout_seconds
+from kenning.ai.events import StreamWriter, current_unit
 from kenning.context import WorkflowContext, current_step, in_workflow_code
 from kenning.retry import RetryPolicy
-
-# The activity context of the unit running in this task: the model-request unit streams
-# its events from inside the activity (kenning.ai.events), with the activity's context.
-current_unit: ContextVar[WorkflowContext | None] = ContextVar("kenning_ai_unit", default=None)
 
 
 @dataclass(frozen=True)
@@ -142,3 +139,14 @@ class KenningDurability(BaseDurabilityCapability[AgentDepsT]):
 
     def _toolset_base_config(self, kind: Any) -> ActivityOptions:
         return self._mcp_options if kind == "mcp" else self._tool_options
+
+    async def _dispatch_event_stream_event(self, ctx: RunContext[AgentDepsT], event: AgentStreamEvent) -> None:
+        """An event between model requests (a tool call, its result): written to the
+        stream from workflow code, one recorded step, instead of an activity that writes
+        it (two writes); a handler of the user's own still runs in an activity."""
+        handler = self._event_stream_handler
+        workflow_ctx = in_workflow_code()
+        if isinstance(handler, StreamWriter) and workflow_ctx is not None:
+            await handler.write_from_workflow(workflow_ctx, event)
+            return
+        await super()._dispatch_event_stream_event(ctx, event)

@@ -1,24 +1,39 @@
 """The agent's events, written to a durable stream of the instance as they happen.
 
-Text deltas are written from inside the model-request activity while the model streams
-(with the activity's context), tool calls and their results from the event activity
-Pydantic AI runs for each, the final output from workflow code: ``client.read_stream``
-(or the ingress's SSE) reads them in order. The one function that writes is
-``write_event``, so the stream API is met in one place.
+The text while the model streams (``part_start`` and ``part_delta`` of its text and
+thinking parts) is written from inside the model-request activity, with the activity's
+context; each tool call and its result (``function_tool_call``, ``function_tool_result``,
+and the other events the run yields between model requests) from workflow code, as one
+recorded step each, so a replay writes nothing again; the output last. The model's
+tool-call parts, its part ends and its ``final_result`` marker are left out: the events
+after them say the same. ``client.read_stream`` (or the ingress's SSE) reads them in
+order. The one function that writes is ``write_event``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable
+from contextvars import ContextVar
 from typing import Any
 
 from pydantic import TypeAdapter
-from pydantic_ai.messages import AgentStreamEvent
+from pydantic_ai.messages import (
+    AgentStreamEvent,
+    PartDeltaEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+    ThinkingPart,
+    ThinkingPartDelta,
+)
 from pydantic_ai.tools import RunContext
 
-from kenning.ai.durability import current_unit
 from kenning.context import WorkflowContext
 from kenning.streams import write_stream
+
+# The activity context of the unit running in this task: the model-request unit streams
+# its text from inside the activity, with the activity's context.
+current_unit: ContextVar[WorkflowContext | None] = ContextVar("kenning_ai_unit", default=None)
 
 _EVENTS: TypeAdapter[AgentStreamEvent] = TypeAdapter(AgentStreamEvent)
 
@@ -34,9 +49,19 @@ async def write_event(ctx: WorkflowContext, key: str, value: Any) -> None:
     await write_stream(ctx, key, value)
 
 
+def is_text(event: AgentStreamEvent) -> bool:
+    """Whether a model-stream event carries text (or thinking) as it comes."""
+    if isinstance(event, PartStartEvent):
+        return isinstance(event.part, TextPart | ThinkingPart)
+    if isinstance(event, PartDeltaEvent):
+        return isinstance(event.delta, TextPartDelta | ThinkingPartDelta)
+    return False
+
+
 class StreamWriter:
-    """The event stream handler ``KenningAgent`` gives the durability: every event of a
-    durable unit to the stream ``key``."""
+    """The event stream handler ``KenningAgent`` gives the durability: the model's text
+    from inside its activity; ``KenningDurability`` writes the other events itself, from
+    workflow code (``write_from_workflow``)."""
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -44,5 +69,8 @@ class StreamWriter:
     async def __call__(self, run_ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
         async for event in events:
             ctx = current_unit.get()
-            if ctx is not None:  # inside an activity: the only place events arrive durably
+            if ctx is not None and is_text(event):  # inside the model-request activity
                 await write_event(ctx, self.key, event_json(event))
+
+    async def write_from_workflow(self, ctx: WorkflowContext, event: AgentStreamEvent) -> None:
+        await write_event(ctx, self.key, event_json(event))
