@@ -19,12 +19,12 @@ from kenning import serialization
 from kenning.app import database_url_of_apps, warn_unloaded_hooks
 from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.clients.starts import Starter
-from kenning.core.cancelling import wait_until_set
+from kenning.clients.streams import StreamReaders
 from kenning.core.mailbox import Undelivered, refusal, request_answer, request_refusal
 from kenning.core.names import STATUS_VALUE_KEY
 from kenning.core.published import PublishedStatus, check_key, search_text, status_of
 from kenning.core.records import TERMINAL_STATUSES, InstanceRow, NewInstance, StartOutcome
-from kenning.core.streams import StreamEntry, check_stream_key
+from kenning.core.streams import StreamEntry
 from kenning.db import Database, connect
 from kenning.db.groupcommit import GroupCommit
 from kenning.errors import (
@@ -42,15 +42,11 @@ from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
 from kenning.storage import published as published_sql
 from kenning.storage import replies as replies_sql
-from kenning.storage import streams as streams_sql
 from kenning.storage.messages import SendStatus
 from kenning.workflow import StartOptions, Workflow
 
 R = TypeVar("R")
 P = ParamSpec("P")
-
-# entries a stream reader reads per statement
-STREAM_READ_BATCH = 500
 
 # the keywords Client.start takes as its own options, beside the workflow's arguments
 _START_OPTIONS = ("instance_id", "idempotency_key", "queue", "partition_key", "priority")
@@ -81,6 +77,8 @@ class Client:
         self.starter = Starter(database)
         # result() waits on one LISTEN connection of this client, opened by the first wait
         self.results = ResultWaits(database.listen_url, poll_interval=result_poll_interval)
+        # read_stream's readers: on that same connection, one read per wake per stream
+        self.streams = StreamReaders(database, self.results)
 
     @property
     def starts(self) -> GroupCommit[NewInstance, StartOutcome]:
@@ -95,6 +93,7 @@ class Client:
 
     async def close(self) -> None:
         await self.starter.close()  # starts not yet announced to the workers: now
+        await self.streams.close()
         await self.results.close()
         if self._owns_database:
             await self.database.dispose()
@@ -379,29 +378,9 @@ class Client:
         Raises ``WorkflowNotFoundError`` for an unknown instance; an instance deleted
         meanwhile (retention) ends the iteration. Close it early with
         ``contextlib.aclosing`` (or by finishing it) to stop listening at once."""
-        check_stream_key(key)
-        if offset < 0:
-            raise ValueError(f"a stream's offset is not negative, got {offset}")
-        async with self.results.watching(instance_id) as woken:
-            first = True
-            while True:
-                woken.clear()  # a notification from now on calls for another read
-                async with self.database.connection() as conn:
-                    read = await streams_sql.stream_read(conn, instance_id, key, offset=offset, limit=STREAM_READ_BATCH)
-                if read is None:
-                    if first:
-                        raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
-                    return
-                first = False
-                for entry in read.entries:
-                    yield entry
-                if read.entries:
-                    offset = read.entries[-1].offset + 1
-                if len(read.entries) == STREAM_READ_BATCH:
-                    continue
-                if read.closed or not follow:
-                    return
-                await wait_until_set(woken, self.results.poll_interval)
+        async for entry in self.streams.read(instance_id, key, offset, follow=follow):
+            if entry is not None:
+                yield entry
 
     async def _read_value(self, instance_id: str, key: str, timeout: float | None) -> published_sql.ValueRead:
         async def read() -> published_sql.ValueRead:

@@ -14,9 +14,11 @@ from kenning import (
     ChildWorkflowFailed,
     EventTimeoutError,
     RetryPolicy,
+    StreamClosedError,
     TerminalError,
     WorkflowContext,
     activity,
+    close_stream,
     compensation,
     continue_as_new,
     on_failure,
@@ -30,6 +32,7 @@ from kenning import (
     wait_event,
     wait_timer,
     workflow,
+    write_stream,
 )
 
 app = App("kenning-contract-tests")
@@ -250,3 +253,32 @@ async def chain(ctx: WorkflowContext, per_run: int, runs: int, total: int = 0, r
     if run < runs:
         await continue_as_new(ctx, per_run=per_run, runs=runs, total=total, run=run + 1)
     return {"total": total, "run": run}
+
+
+@activity(retry_policy=RetryPolicy(initial_interval=5.0, max_attempts=3, max_duration=None))
+async def speak(ctx: WorkflowContext, words: list[str]) -> int:
+    """Streams its words; the first attempt is cut off after the first one."""
+    key = f"speak {ctx.instance_id}"
+    ATTEMPTS[key] += 1
+    for n, word in enumerate(words):
+        await write_stream(ctx, "talk", word, publish=True)
+        if ATTEMPTS[key] == 1 and n == 0:
+            raise ConnectionError("cut off")
+    return len(words)
+
+
+@workflow
+async def streamer(ctx: WorkflowContext, words: list[str]) -> int:
+    """Streams from workflow code and an activity (retried), closes one stream and is
+    refused a write to it, leaves one open until it ends."""
+    await write_stream(ctx, "talk", "hello")
+    await write_stream(ctx, "side", 1)
+    await close_stream(ctx, "side")
+    try:
+        await write_stream(ctx, "side", 2)
+    except StreamClosedError:
+        await write_stream(ctx, "talk", "side closed")
+    spoken = await speak(ctx, words)
+    await write_stream(ctx, "open", "until the end")
+    await wait_timer(ctx, 30)
+    return spoken

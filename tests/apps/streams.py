@@ -12,6 +12,8 @@ from kenning import (
     App,
     RetryPolicy,
     StreamClosedError,
+    StreamFullError,
+    UnstorableValueError,
     WorkflowContext,
     activity,
     close_stream,
@@ -19,6 +21,7 @@ from kenning import (
     workflow,
     write_stream,
 )
+from kenning.core.limits import MAX_STREAM_ENTRY_CHARS
 
 app = App("kenning-streams")
 
@@ -63,4 +66,37 @@ async def ticker(ctx: WorkflowContext, count: int) -> int:
     for n in range(count):
         await receive(ctx, "tick")
         await write_stream(ctx, "ticks", n)
+    return count
+
+
+@workflow
+async def at_the_limits(ctx: WorkflowContext) -> dict[str, str]:
+    """Writes one entry, waits (the test fills the stream meanwhile), then is refused."""
+    await write_stream(ctx, "full", "first")
+    await receive(ctx, "go")
+    refused: dict[str, str] = {}
+    try:
+        await write_stream(ctx, "full", "one more")
+    except StreamFullError as error:
+        refused["full"] = str(error)
+    try:
+        await write_stream(ctx, "big", "x" * (MAX_STREAM_ENTRY_CHARS + 1))
+    except UnstorableValueError as error:
+        refused["big"] = str(error)
+    return refused
+
+
+@activity
+async def announce_parts(ctx: WorkflowContext, parts: list[str]) -> int:
+    for part in parts:
+        await write_stream(ctx, "parts", {"part": part}, publish=True)
+    return len(parts)
+
+
+@workflow
+async def announced(ctx: WorkflowContext, parts: list[str]) -> int:
+    """Publishes its stream's entries to the relayer's targets, but the last one."""
+    await write_stream(ctx, "parts", {"begin": len(parts)}, publish=True)
+    count = await announce_parts(ctx, parts)
+    await write_stream(ctx, "parts", "kept in the stream only")
     return count

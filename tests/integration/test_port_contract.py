@@ -195,6 +195,26 @@ async def start_attributes(env: WorkflowEnvironment) -> None:
     await env.sleep(61)
 
 
+async def streams(env: WorkflowEnvironment) -> None:
+    """Entries from workflow code and a retried activity, a closed stream and an open
+    one, read the same way on both backends before and after the instance's end."""
+    handle = await env.start(contract.streamer, instance_id="streamer", words=["one", "two"])
+    await env.sleep(10)  # the activity's retry ran; the instance waits in its timer
+    talk = [(e.offset, e.attempt, e.step, e.value) async for e in handle.read_stream("talk")]
+    assert talk == [
+        (0, 0, None, "hello"),
+        (1, 0, None, "side closed"),
+        (2, 1, "speak:1", "one"),
+        (3, 2, "speak:1", "one"),
+        (4, 2, "speak:1", "two"),
+    ]
+    assert [e.offset async for e in handle.read_stream("talk", offset=3)] == [3, 4]
+    assert (await handle.stream_closed("side"), await handle.stream_closed("open")) == (True, False)
+    assert [e.data["value"] for e in await env.outbox()] == ["one", "one", "two"]  # publish=True
+    await env.sleep(60)
+    assert await handle.stream_closed("open")  # the end closed it
+
+
 SCENARIOS: dict[str, Scenario] = {
     "order_saga_paths": order_saga_paths,
     "match_and_since": match_and_since,
@@ -211,6 +231,7 @@ SCENARIOS: dict[str, Scenario] = {
     "continue_as_new": continue_as_new,
     "long_running_together": long_running_together,
     "start_attributes": start_attributes,
+    "streams": streams,
 }
 
 
@@ -249,6 +270,8 @@ def comparable(state: InstanceState, ids: dict[str, str]) -> dict[str, Any]:
         "values": state.values,  # publish_value, set_status
         "search_attributes": state.search_attributes,
         "run": state.run,
+        "streams": {k: [(e.offset, e.attempt, e.step, e.value) for e in v] for k, v in state.streams.items()},
+        "closed_streams": sorted(state.closed_streams),
     }
 
 

@@ -19,7 +19,10 @@ import psycopg
 import pytest
 
 from kenning import Client, StreamEntry, WorkflowNotFoundError
+from kenning.core.limits import MAX_STREAM_ENTRIES, MAX_STREAM_ENTRY_CHARS
 from kenning.db import Database
+from kenning.storage import retention as retention_sql
+from kenning.storage import streams as streams_sql
 from tests.apps import streams
 from tests.support import eventually, running_worker
 
@@ -78,3 +81,107 @@ async def test_close_stream_ends_readers_and_refuses_later_writes(database: Data
         refused = await client.result(started, timeout=20)
         assert [e.value for e in await asyncio.wait_for(follower, 10)] == ["open"]
     assert refused == f"stream 'a' of instance {started.instance_id!r} is closed: nothing was written"
+
+
+async def test_many_readers_share_one_listener_and_one_feed_and_see_every_entry_live(
+    database: Database, sql: Sql
+) -> None:
+    count = 6
+    async with Client(database=database, result_poll_interval=30) as client, running_worker(database, streams.app):
+        started = await client.start(streams.ticker, count=count)
+        received: list[list[int]] = [[] for _ in range(50)]
+
+        async def follow(n: int) -> None:
+            async for entry in client.read_stream(started.instance_id, "ticks"):
+                received[n].append(entry.value)
+
+        readers = [asyncio.create_task(follow(n)) for n in range(50)]
+        for tick in range(count):
+            await client.send_message(started.instance_id, "tick")
+            # every reader sees the entry while the instance runs on (woken, not polled: 30 s)
+            expected = tick + 1
+
+            def all_received(n: int = expected) -> bool:
+                return all(len(r) == n for r in received)
+
+            await eventually(all_received, timeout=10, message=f"tick {tick}")
+            if tick == count - 1:
+                break  # the instance ended with this one: the readers end
+            await eventually(lambda: client.streams.feeds == 1, timeout=10, message="the readers share one feed")
+            listeners = sql.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'kenning-results'"
+                " AND datname = current_database()"
+            ).fetchone()
+            assert listeners == (1,)
+        await asyncio.wait_for(asyncio.gather(*readers), 10)  # the end closed the stream
+    assert received == [list(range(count))] * 50
+    assert client.streams.feeds == 0
+
+
+async def test_refusals_at_the_limits_and_retention_takes_the_streams(database: Database, sql: Sql) -> None:
+    async with Client(database=database, result_poll_interval=30) as client, running_worker(database, streams.app):
+        started = await client.start(streams.at_the_limits)
+
+        async def written() -> bool:
+            return sql.execute("SELECT count(*) FROM kenning_stream_entries").fetchone() == (1,)
+
+        await eventually(cast(Any, written), message="the first entry", timeout=10)
+        sql.execute("UPDATE kenning_streams SET length = %s", [MAX_STREAM_ENTRIES])
+        await client.send_message(started.instance_id, "go")
+        refused = await client.result(started, timeout=20)
+    assert refused == {
+        "full": f"stream 'full' of instance {started.instance_id!r} holds {MAX_STREAM_ENTRIES} entries, the most a "
+        "stream holds: nothing was written; write on under another key",
+        "big": f"stream 'big' entry cannot be stored: {MAX_STREAM_ENTRY_CHARS + 3} characters of JSON, "
+        f"more than {MAX_STREAM_ENTRY_CHARS}",
+    }
+    sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '2 days'")
+    async with database.connection() as conn:
+        await retention_sql.instances_expire(conn, default_seconds=3600, limit=10)
+    assert sql.execute(
+        "SELECT (SELECT count(*) FROM kenning_streams), (SELECT count(*) FROM kenning_stream_entries)"
+    ).fetchone() == (0, 0)
+
+
+async def test_a_taken_over_attempt_writes_under_a_higher_number_and_the_old_lease_writes_nothing(
+    database: Database, sql: Sql
+) -> None:
+    """The statement's attempt numbering, as a takeover meets it: the worker that took the
+    instance over runs the step's attempt 1 again (the crashed one was never counted)."""
+    async with Client(database=database) as client:
+        instance_id = (await client.start(streams.ticker, count=1)).instance_id
+
+    def lease() -> str:
+        row = sql.execute(
+            "UPDATE kenning_instances SET status = 'running', lease_token = gen_random_uuid() WHERE id = %s"
+            " RETURNING CAST(lease_token AS text)",
+            [instance_id],
+        ).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    async def write(token: str, value: str, attempt: int = 1) -> streams_sql.StreamWritten:
+        async with database.connection() as conn:
+            return await streams_sql.stream_write(
+                conn,
+                instance_id=instance_id,
+                token=token,
+                key="k",
+                value=value,
+                step_id="act:1",
+                attempt=attempt,
+                writer=f"{token}:{attempt}",
+                max_entries=MAX_STREAM_ENTRIES,
+            )
+
+    crashed = lease()
+    assert [(await write(crashed, v)).entry.attempt for v in ("a", "b")] == [1, 1]  # type: ignore[union-attr]
+    taken_over = lease()
+    lost = await write(crashed, "zombie")
+    assert (lost.leased, lost.entry) == (False, None)  # the old lease adds nothing
+    assert [(await write(taken_over, v)).entry.attempt for v in ("a", "b")] == [2, 2]  # type: ignore[union-attr]
+    second = await write(taken_over, "retry", attempt=2)  # its own retry, counted: attempt 2 of the engine
+    assert second.entry is not None and second.entry.attempt == 3
+    assert sql.execute('SELECT array_agg(attempt ORDER BY "offset") FROM kenning_stream_entries').fetchone() == (
+        [1, 1, 2, 2, 3],
+    )

@@ -3,7 +3,8 @@
 It never runs user code and never touches workflow state: an event is answered 202 once
 its inbox row is committed (a request's events all or nothing; concurrent requests share
 one insert and commit, ``groupcommit``), and workers do the rest. Routes:
-``POST /cancel/{id}``, ``GET /instances/{id}``, ``GET /healthz``, ``GET /readyz``,
+``POST /cancel/{id}``, ``GET /instances/{id}``, ``GET /instances/{id}/streams/{key}`` (a
+durable stream as Server-Sent Events, ``kenning_ingress.streams``), ``GET /healthz``, ``GET /readyz``,
 ``GET /metrics`` (Prometheus, ``kenning_ingress.metrics``); ``POST`` to any other path is
 a CloudEvent.
 """
@@ -23,9 +24,11 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from kenning.clients.results import ResultWaits
+from kenning.clients.streams import StreamReaders
 from kenning.core.urls import hide_credentials
 from kenning.db import Database, Executor
 from kenning.db.errors import may_be_one_callers_fault
@@ -36,6 +39,7 @@ from kenning.runtime.config import process_id
 from kenning.runtime.presence import Presence
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage import streams as streams_sql
 from kenning.storage.inbox import NewEvent
 from kenning_ingress import responses
 from kenning_ingress.auth import authorized, required_token
@@ -43,6 +47,7 @@ from kenning_ingress.metrics import metrics_response, request_metrics
 from kenning_ingress.parsing import InvalidEventError, parse_request
 from kenning_ingress.settings import IngressSettings, settings_from_environment
 from kenning_ingress.sources import running_sources
+from kenning_ingress.streams import HEADERS, checked_key, events, on_exit_signals, start_offset
 
 T = TypeVar("T")
 _log = structlog.get_logger("kenning.ingress")
@@ -77,6 +82,9 @@ class Ingress:
     def __init__(self, settings: IngressSettings) -> None:
         self.settings = settings
         self.database: Database | None = None
+        # the event streams' readers: one LISTEN connection and one read per stream per wake
+        self.readers: StreamReaders | None = None
+        self.stopping = asyncio.Event()  # asked to stop: event streams end, their clients resume elsewhere
         self.inbox: GroupCommit[NewEvent, bool] = GroupCommit(
             write=lambda events: self._run(lambda conn: inbox_sql.inbox_insert_events(conn, events)),
             # a batch that failed on a request's own data is retried request by request;
@@ -108,6 +116,9 @@ class Ingress:
             max_body_bytes=self.settings.max_body_bytes,
             read_timeout=self.settings.read_timeout,
         )
+        waits = ResultWaits(self.database.listen_url)
+        self.readers = StreamReaders(self.database, waits)
+        restore_signals = on_exit_signals(self._stop_streams)
         try:
             # each broker source writes through the same group commit as the requests
             async with (
@@ -118,7 +129,17 @@ class Ingress:
             ):
                 yield
         finally:
+            restore_signals()
+            await self.readers.close()
+            await waits.close()
             await self.database.dispose()
+
+    def _stop_streams(self) -> None:
+        """The process is asked to stop: end the event streams (uvicorn waits for them)."""
+        if self.stopping.is_set() or self.readers is None:
+            return
+        self.stopping.set()
+        asyncio.get_running_loop().create_task(self.readers.close())
 
     def _presence(self) -> Presence:
         """This process's entry in the fleet's registry (each uvicorn worker is one)."""
@@ -291,6 +312,30 @@ class Ingress:
             }
         return JSONResponse(body)
 
+    async def stream(self, request: Request) -> Response:
+        """A durable stream as Server-Sent Events (``kenning_ingress.streams``)."""
+        denied = self._denied(request, admin=True)
+        if denied is not None:
+            return denied
+        instance_id = request.path_params["instance_id"]
+        bad = self._bad_instance_id(instance_id)
+        if bad is not None:
+            return bad
+        try:
+            key = checked_key(request.path_params["key"])
+            offset = start_offset(request.query_params.get("offset"), request.headers.get("last-event-id"))
+        except ValueError as error:
+            return responses.error(400, str(error), "invalid_request")
+        try:
+            found = await self._run(lambda conn: streams_sql.stream_read(conn, instance_id, key, offset=0, limit=0))
+        except Exception as exc:
+            return self._failed(exc, instance_id=instance_id)
+        if found is None:
+            return responses.error(404, f"no workflow instance {instance_id!r}", "not_found")
+        assert self.readers is not None
+        body = events(self.readers, instance_id, key, offset, self.stopping)
+        return StreamingResponse(body, media_type="text/event-stream", headers=HEADERS)
+
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -324,6 +369,7 @@ def create_app(settings: IngressSettings) -> Starlette:
             Route("/readyz", ingress.readyz, methods=["GET"]),
             Route("/metrics", ingress.metrics, methods=["GET"]),
             Route("/cancel/{instance_id:path}", ingress.cancel, methods=["POST"]),
+            Route("/instances/{instance_id:path}/streams/{key}", ingress.stream, methods=["GET"]),
             Route("/instances/{instance_id:path}", ingress.instance, methods=["GET"]),
             Route("/{path:path}", ingress.receive, methods=["POST"]),
         ],

@@ -37,7 +37,7 @@ from kenning.core.records import (
     OutboxEvent,
     SuspendOutcome,
 )
-from kenning.core.streams import StreamEntry, stream_closed_error, stream_full_error
+from kenning.core.streams import StreamEntry, stream_closed_error, stream_event, stream_full_error
 from kenning.db import Database, Executor, executor_of
 from kenning.db.errors import is_data_error, is_unavailable
 from kenning.db.groupcommit import GroupCommit
@@ -759,6 +759,18 @@ class PgInstancePort:
                 if state.closed:
                     raise stream_closed_error(self.instance_id, command.key)
                 raise stream_full_error(self.instance_id, command.key)
+            if command.publish:  # the entry's CloudEvent, committed with it (the relayer sends it)
+                event = stream_event(self.instance_id, command.key, written.entry)
+                await outbox_sql.outbox_insert(
+                    conn,
+                    event_id=event.event_id,
+                    instance_id=self.instance_id,
+                    event_type=event.event_type,
+                    source=event.source,
+                    subject=event.subject,
+                    content_type="application/json",
+                    data_json=event.data_json,
+                )
             if command.record is not None:
                 payload = {**command.record.payload, "offset": written.entry.offset}
                 await self._write_record(conn, dataclasses.replace(command.record, payload=payload))

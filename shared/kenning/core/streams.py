@@ -3,6 +3,8 @@ readers (``Client.read_stream``, the ingress's Server-Sent Events, the console).
 
 from __future__ import annotations
 
+import json
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -60,3 +62,43 @@ def next_attempt(writers: dict[str, tuple[str, int]], step_id: str, writer: str,
     number = max(attempt, (last[1] if last is not None else 0) + 1)
     writers[step_id] = (writer, number)
     return number
+
+
+# ``write_stream(..., publish=True)``: the CloudEvent the entry also becomes, through the
+# outbox, in the entry's transaction (the relayer publishes it to its targets)
+STREAM_EVENT_TYPE = "kenning.stream.entry"
+_STREAM_EVENT_NAMESPACE = uuid.UUID("6f1d7c2e-5b0a-4e53-9a51-0c6b2a8e4d17")
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """The outbox row of a published entry: its id is derived from (instance, key,
+    offset), so it names the entry wherever it goes."""
+
+    event_id: str
+    event_type: str
+    source: str
+    subject: str
+    data_json: str
+
+
+def stream_event(instance_id: str, key: str, entry: StreamEntry) -> StreamEvent:
+    """A published entry as a CloudEvent: type ``kenning.stream.entry``, source
+    ``kenning/instances/<id>``, subject the key, data ``{instance_id, key, offset,
+    attempt, step, time, value}``."""
+    data = {
+        "instance_id": instance_id,
+        "key": key,
+        "offset": entry.offset,
+        "attempt": entry.attempt,
+        "step": entry.step,
+        "time": entry.time.isoformat(),
+        "value": entry.value,
+    }
+    return StreamEvent(
+        event_id=str(uuid.uuid5(_STREAM_EVENT_NAMESPACE, json.dumps([instance_id, key, entry.offset]))),
+        event_type=STREAM_EVENT_TYPE,
+        source=f"kenning/instances/{instance_id}",
+        subject=key,
+        data_json=json.dumps(data),
+    )

@@ -48,6 +48,7 @@ from kenning.core.streams import (
     StreamEntry,
     next_attempt,
     stream_closed_error,
+    stream_event,
     stream_full_error,
 )
 from kenning.engine.commands import (
@@ -635,8 +636,24 @@ class MemoryPort:
         attempt = WORKFLOW_ATTEMPT
         if command.step_id is not None:
             attempt = next_attempt(stream.writers, command.step_id, f"{self.token}:{command.attempt}", command.attempt)
-        entry = StreamEntry(len(stream.entries), attempt, command.value, datetime.now(UTC), command.step_id)
+        written = datetime.fromtimestamp(self._clock(), UTC)  # the port's clock: it skips with the test's
+        entry = StreamEntry(len(stream.entries), attempt, command.value, written, command.step_id)
         stream.entries.append(entry)
+        if command.publish:
+            event = stream_event(self.instance.id, command.key, entry)
+            self.instance.outbox.append(
+                OutboxEvent(
+                    event.event_id,
+                    self.instance.id,
+                    event.event_type,
+                    event.source,
+                    event.subject,
+                    "application/json",
+                    event.data_json,
+                    None,
+                    {},
+                )
+            )
         if command.record is not None:
             record = replace(command.record, payload={**command.record.payload, "offset": entry.offset})
             await self.record_step(RecordStep(record))

@@ -152,6 +152,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
 def port_number(text: str) -> int:
     """A TCP port, or 0 for "off" (the metrics endpoint's default)."""
     value = int(text)

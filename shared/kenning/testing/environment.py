@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
@@ -31,6 +31,7 @@ from kenning.core.mailbox import Undelivered, request_answer, request_refusal
 from kenning.core.names import STATUS_VALUE_KEY
 from kenning.core.published import PublishedStatus, status_of
 from kenning.core.records import TERMINAL_STATUSES
+from kenning.core.streams import StreamEntry, check_stream_key
 from kenning.errors import ConfigurationError, KenningError, ValueNotPublishedError, WorkflowFailedError
 from kenning.events import reserved_attribute_error
 from kenning.starting import prepare_start
@@ -119,6 +120,14 @@ class WorkflowHandle(Generic[R]):
     async def get_value(self, key: str) -> Any:
         """``Client.get_value``: what the instance published last under ``key``."""
         return await self.env.get_value(self.instance_id, key)
+
+    def read_stream(self, key: str, offset: int = 0) -> AsyncIterator[StreamEntry]:
+        """``WorkflowEnvironment.read_stream`` of this instance."""
+        return self.env.read_stream(self.instance_id, key, offset)
+
+    async def stream_closed(self, key: str) -> bool:
+        """``WorkflowEnvironment.stream_closed`` of this instance."""
+        return await self.env.stream_closed(self.instance_id, key)
 
 
 class WorkflowEnvironment:
@@ -397,6 +406,28 @@ class WorkflowEnvironment:
         if key not in state.values:
             raise ValueNotPublishedError(f"instance {instance_id!r} ({state.status}) has not published {key!r}")
         return state.values[key]
+
+    async def read_stream(self, instance_id: str, key: str, offset: int = 0) -> AsyncIterator[StreamEntry]:
+        """``Client.read_stream`` after everything runnable ran: the entries of the
+        instance's stream ``key`` from ``offset`` on, in order, as a client reads them
+        (``StreamEntry``), on either backend. The iteration ends at the last entry written
+        by then (nothing more happens until the test acts; ``stream_closed`` says whether
+        the stream is closed). ``WorkflowNotFoundError`` for an unknown instance."""
+        check_stream_key(key)
+        if offset < 0:
+            raise ValueError(f"a stream's offset is not negative, got {offset}")
+        await self.settle()
+        state = await self.backend.state(instance_id)
+        for entry in state.streams.get(key, ()):
+            if entry.offset >= offset:
+                yield entry
+
+    async def stream_closed(self, instance_id: str, key: str) -> bool:
+        """Whether the instance's stream ``key`` is closed (``close_stream``, or the
+        instance has ended), after everything runnable ran."""
+        await self.settle()
+        state = await self.backend.state(instance_id)
+        return key in state.closed_streams or state.finished
 
     async def get_status(self, instance_id: str) -> PublishedStatus | None:
         """``Client.get_status``: what the instance's last ``set_status`` published."""

@@ -202,6 +202,8 @@ class MemoryBackend:
             values=dict(instance.values),
             search_attributes=dict(instance.search_attributes),
             run=instance.run,
+            streams={key: tuple(stream.entries) for key, stream in instance.streams.items()},
+            closed_streams=frozenset(key for key in instance.streams if instance.stream_closed(key)),
         )
 
     async def instance_ids(self) -> list[str]:

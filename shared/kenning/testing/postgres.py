@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kenning.client import Client
 from kenning.clients.starts import start_on
 from kenning.core.cancelling import cancel_and_wait
+from kenning.core.limits import MAX_STREAM_ENTRIES
 from kenning.db import Database, connect
 from kenning.errors import WorkflowNotFoundError
 from kenning.starting import Start
@@ -28,6 +29,7 @@ from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import outbox as outbox_sql
 from kenning.storage import published as published_sql
+from kenning.storage import streams as streams_sql
 from kenning.storage import testing as testing_sql
 from kenning.storage.replies import RequestState
 from kenning.testing.state import HistoryEntry, InstanceState, OutgoingEvent
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 # what is runnable before it says what is still busy.
 SETTLE_SECONDS = 60.0
 _POLL = 0.01
+# streams of one instance a test's state reads at most
+MAX_STREAMS_READ = 1000
 
 
 class PostgresBackend:
@@ -173,6 +177,13 @@ class PostgresBackend:
             history = (await history_sql.history_load(conn, [instance_id])).get(instance_id, [])
             values = {v.key: v.value for v in await published_sql.values_of(conn, instance_id)}
             search_attributes = await published_sql.search_attributes_of(conn, instance_id)
+            streams, closed = {}, set()
+            for stream in await streams_sql.streams_of(conn, instance_id, limit=MAX_STREAMS_READ):
+                read = await streams_sql.stream_read(conn, instance_id, stream.key, offset=0, limit=MAX_STREAM_ENTRIES)
+                if read is not None:
+                    streams[stream.key] = tuple(read.entries)
+                    if read.closed:
+                        closed.add(stream.key)
         return InstanceState(
             instance_id=row.id,
             workflow_name=row.workflow_name,
@@ -184,6 +195,8 @@ class PostgresBackend:
             values=values,
             search_attributes=search_attributes,
             run=row.run,
+            streams=streams,
+            closed_streams=frozenset(closed),
         )
 
     async def instance_ids(self) -> list[str]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from kenning.core.streams import StreamEntry
 from kenning.starting import Start
 from kenning.storage.replies import RequestState
 
@@ -37,6 +38,10 @@ class InstanceState:
     values: dict[str, Any] = field(default_factory=dict)
     search_attributes: dict[str, str] = field(default_factory=dict)
     run: int = 1  # continue_as_new: the run of its chain in progress, or the last
+    # its durable streams (write_stream): every entry by key, and the keys closed (by
+    # close_stream, or every one once the instance has ended)
+    streams: dict[str, tuple[StreamEntry, ...]] = field(default_factory=dict)
+    closed_streams: frozenset[str] = frozenset()
 
     @property
     def finished(self) -> bool:

@@ -38,6 +38,11 @@ WITH incoming AS (
     -- (its last step and compensations are written; the worker then undoes the saga)
     WHERE i.id = w.instance_id AND w.complete AND NOT fence.cancel_requested
     RETURNING i.id, i.parent_id, i.status, i.result, i.error
+), streams_closed AS (
+    UPDATE kenning_streams AS s SET closed_at = now(), updated_at = now()
+    FROM completed AS f
+    WHERE s.instance_id = f.id AND s.closed_at IS NULL
+    RETURNING 1
 ), parents_told AS (
     INSERT INTO kenning_inbox (kind, source, event_id, event_type, instance_id, data)
     SELECT 'event', 'kenning.children', f.id, 'kenning.child.finished', f.parent_id, jsonb_build_object('child_id', f.id, 'status', f.status, 'result', f.result -> 'result', 'error', f.error)

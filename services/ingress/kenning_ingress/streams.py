@@ -1,0 +1,115 @@
+"""``GET /instances/{id}/streams/{key}``: a durable stream (``write_stream``) as
+Server-Sent Events.
+
+Each entry is an event ``entry`` whose ``id:`` is its offset and whose ``data:`` is one
+line of JSON (``offset``, ``attempt``, ``step``, ``time``, ``value``); the stream's close
+is an event ``close`` after the last entry, and the response ends. A client that lost the
+connection reconnects with ``Last-Event-ID`` (the last offset it got; EventSource sends
+it by itself) and gets the entries after it, each once, in order; ``?offset=N`` starts at
+N. A comment line every ``KEEPALIVE_SECONDS`` keeps proxies from closing an idle
+response. The readers of a process share its one LISTEN connection and one read per
+stream per wake (``kenning.clients.streams``).
+
+uvicorn waits for responses in flight before it stops, and an event stream never ends by
+itself: when the process is asked to stop, every event stream ends where it is, without a
+``close`` event, so its client reconnects (to another ingress) and resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from types import FrameType
+from typing import Any
+
+import structlog
+
+from kenning.clients.streams import StreamReaders
+from kenning.core.streams import StreamEntry, check_stream_key
+from kenning.errors import WorkflowNotFoundError
+
+_log = structlog.get_logger("kenning.ingress")
+
+KEEPALIVE_SECONDS = 15.0
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_CLOSE = b"event: close\ndata: {}\n\n"
+_KEEPALIVE = b": keep-alive\n\n"
+
+
+def entry_event(entry: StreamEntry) -> bytes:
+    """One entry as an SSE event (JSON escapes line breaks: ``data`` stays one line)."""
+    data = {
+        "offset": entry.offset,
+        "attempt": entry.attempt,
+        "step": entry.step,
+        "time": entry.time.isoformat(),
+        "value": entry.value,
+    }
+    return f"id: {entry.offset}\nevent: entry\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def start_offset(query_offset: str | None, last_event_id: str | None) -> int:
+    """Where a response starts: after ``Last-Event-ID``, else at ``?offset=``, else 0;
+    ``ValueError`` naming the bad one."""
+    if last_event_id is not None and last_event_id.strip():
+        text = last_event_id.strip()
+        if not text.isdigit():
+            raise ValueError(f"Last-Event-ID must be an entry's offset (a non-negative integer), got {text[:40]!r}")
+        return int(text) + 1
+    if query_offset is not None:
+        if not query_offset.strip().isdigit():
+            raise ValueError(f"offset must be a non-negative integer, got {query_offset[:40]!r}")
+        return int(query_offset)
+    return 0
+
+
+def checked_key(key: str) -> str:
+    check_stream_key(key)
+    return key
+
+
+async def events(
+    readers: StreamReaders, instance_id: str, key: str, offset: int, stopping: asyncio.Event
+) -> AsyncIterator[bytes]:
+    """The response's body: the entries, keep-alives, and the close (unless the process
+    is stopping, or the instance was deleted meanwhile)."""
+    closed = True
+    try:
+        async with aclosing(readers.read(instance_id, key, offset, idle=KEEPALIVE_SECONDS)) as entries:
+            async for entry in entries:
+                yield _KEEPALIVE if entry is None else entry_event(entry)
+    except WorkflowNotFoundError:
+        closed = False
+    if closed and not stopping.is_set():
+        yield _CLOSE
+
+
+def on_exit_signals(callback: Callable[[], None]) -> Callable[[], None]:
+    """Call ``callback`` (in the running loop) when SIGINT or SIGTERM arrives, before the
+    handler in place (uvicorn's, which begins the graceful shutdown); returns what puts
+    the handlers back. Outside the main thread (no signals there) it does nothing."""
+    loop = asyncio.get_running_loop()
+    restored: list[tuple[int, Any]] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(sig)
+        if not callable(previous):
+            continue
+
+        def handler(signum: int, frame: FrameType | None, previous: Callable[..., Any] = previous) -> None:
+            loop.call_soon_threadsafe(callback)
+            previous(signum, frame)
+
+        try:
+            signal.signal(sig, handler)
+        except ValueError:  # not the main thread
+            return lambda: None
+        restored.append((sig, previous))
+
+    def restore() -> None:
+        for sig, previous in restored:
+            signal.signal(sig, previous)
+
+    return restore
