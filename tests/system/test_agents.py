@@ -12,9 +12,11 @@ import signal
 from pathlib import Path
 
 import psycopg
+import pytest
 
-from kenning import Client
+from kenning import Client, WorkflowFailedError
 from kenning.db import Database
+from tests.logguard import expect_log
 from tests.sidechannel import executions
 from tests.support import ProcessPool, check_invariants, eventually
 from tests.support import kenning_command as kenning
@@ -134,3 +136,14 @@ async def test_an_approval_given_after_every_process_restarted_lets_the_agent_fi
     assert counted(side_channel, "model ") == {"model 1": 1, "model 2": 1, "model 3": 1}
     assert counted(side_channel, "tool ") == {"tool lookup": 1, "tool refund": 1}
     check_invariants(sql)
+
+
+async def test_a_bare_agent_run_is_refused_in_an_app_that_never_imported_kenning_ai(
+    database: Database, database_url: str, processes: ProcessPool
+) -> None:
+    expect_log("instance.failed")
+    processes.worker(database_url, "tests.apps.bare_agent")
+    async with Client(database=database) as client:
+        instance = (await client.start("bare_agent", question="hi")).instance_id
+        with pytest.raises(WorkflowFailedError, match="agent bare was run directly in Kenning workflow code"):
+            await client.result(instance, timeout=60)
