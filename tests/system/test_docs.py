@@ -363,6 +363,18 @@ STEPS: dict[str, list[Step]] = {
             "kenning instances show $ID",
             shows(r"^status\s+completed$", r'^result\s+\{"result": "Order o-1 is delivered\. Refund: 30 refunded'),
         ),
+        Step(
+            "curl -sN http://127.0.0.1:8000/instances/$ID/streams/agent",
+            shows(
+                r"^id: 0$",
+                r'"event_kind":"function_tool_call"',
+                r'"event_kind":"part_delta"',
+                r'"event_kind":"deferred_tool_requests"',
+                re.escape('{"output":"Order o-1 is delivered. Refund: 30 refunded on o-1.",')
+                + re.escape('"event_kind":"agent_output"}'),
+                r"^event: close$",
+            ),
+        ),
     ],
     "docs/console.md": [
         Step("export KENNING_ADMIN_TOKEN="),
