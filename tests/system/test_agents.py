@@ -58,13 +58,10 @@ async def test_a_worker_killed_between_model_requests_resumes_without_asking_aga
         events = [entry.value async for entry in client.read_stream(instance, "agent")]
     # as they happened, each once: the third request's text came from its one real call
     call_then_result = ["function_tool_call", "function_tool_result"]
-    assert [event["event_kind"] for event in events] == [
-        *call_then_result,
-        *call_then_result,
-        *("part_start", "part_delta", "part_delta", "part_delta"),
-        "agent_output",
-    ]
-    text = events[4]["part"]["content"] + "".join(event["delta"]["content_delta"] for event in events[5:8])
+    kinds = [event["event_kind"] for event in events]
+    assert kinds[:5] == [*call_then_result, *call_then_result, "part_start"]
+    assert set(kinds[5:-1]) == {"part_delta"} and kinds[-1] == "agent_output"
+    text = events[4]["part"]["content"] + "".join(event["delta"]["content_delta"] for event in events[5:-1])
     assert text == "order o-1 is settled"
     assert events[-1] == {"event_kind": "agent_output", "output": "order o-1 is settled"}
     assert counted(side_channel, "model ") == {"model 1": 1, "model 2": 1, "model 3": 1, "model 3 waiting": 2}
