@@ -11,11 +11,13 @@ import json
 import signal
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
 from kenning import Client, WorkflowFailedError
 from kenning.db import Database
+from tests.console_support import action_lines, became, console_ready, post_form, spawn_console
 from tests.logguard import expect_log
 from tests.sidechannel import executions
 from tests.support import ProcessPool, check_invariants, eventually
@@ -144,3 +146,33 @@ async def test_a_bare_agent_run_is_refused_in_an_app_that_never_imported_kenning
         instance = (await client.start("bare_agent", question="hi")).instance_id
         with pytest.raises(WorkflowFailedError, match="agent bare was run directly in Kenning workflow code"):
             await client.result(instance, timeout=60)
+
+
+async def test_a_person_denies_a_refund_with_the_consoles_button(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool, side_channel: str
+) -> None:
+    processes.worker(database_url, APP, env={"KENNING_TEST_SIDE_CHANNEL": side_channel})
+    url, console = spawn_console(processes, database_url, app=APP)
+    await console_ready(url, console)
+    async with Client(database=database) as client:
+        instance = (await client.start("agent_refund", question="refund 30 on o-1")).instance_id
+        await became(sql, instance, "waiting_for_message")
+        async with httpx.AsyncClient(base_url=url, timeout=10, follow_redirects=False) as browser:
+            page = await browser.get(f"/instances/{instance}")
+            assert "Decide 1 approval(s)" in page.text
+            asked = await browser.get(f"/instances/{instance}/approvals")
+            assert asked.status_code == 200 and 'data-approval="call-refund"' in asked.text and "refund" in asked.text
+            wrong = await post_form(browser, f"/instances/{instance}/approvals", {"call_id": "x", "decision": "deny"})
+            assert wrong.status_code == 409 and "no approval is waiting for call &#39;x&#39;" in wrong.text
+            fields = {"call_id": "call-refund", "decision": "deny", "reason": "over the limit"}
+            denied = await post_form(browser, f"/instances/{instance}/approvals", fields)
+            assert denied.status_code == 303, denied.text
+            assert await client.result(instance, timeout=60) == "order o-1 is settled"
+            assert (await client.get_value(instance, "approvals"))["resolved"] == [
+                {"call_id": "call-refund", "approved": False, "reason": "over the limit"}
+            ]
+            again = await post_form(browser, f"/instances/{instance}/approvals", fields)
+            assert again.status_code == 409
+    assert counted(side_channel, "tool ") == {"tool lookup": 1}
+    (line,) = action_lines(processes.log_of(console), "approval")
+    assert (line["instance_id"], line["call_id"], line["approved"]) == (instance, "call-refund", False)

@@ -23,7 +23,20 @@ from starlette.staticfiles import StaticFiles
 from kenning.app import App
 from kenning.core.names import env_name
 from kenning.db import Database
-from kenning_console import actions, bulk, events, instances, live, login, metrics, queues, schedules, values, workers
+from kenning_console import (
+    actions,
+    approvals,
+    bulk,
+    events,
+    instances,
+    live,
+    login,
+    metrics,
+    queues,
+    schedules,
+    values,
+    workers,
+)
 from kenning_console.pages import ErrorPageMiddleware, http_error, templates
 from kenning_console.security import SecurityMiddleware
 from kenning_console.settings import ConsoleSettings
@@ -33,7 +46,7 @@ _log = structlog.get_logger("kenning.console")
 
 # Each page module's routes, in order (the first match wins). Add a module here.
 # bulk and actions before instances: its ids take any path (/instances/bulk included)
-ROUTE_MODULES = (login, metrics, bulk, actions, events, instances, live, values, workers, queues, schedules)
+ROUTE_MODULES = (login, metrics, bulk, actions, approvals, events, instances, live, values, workers, queues, schedules)
 
 
 async def healthz(request: Request) -> Response:
