@@ -34,6 +34,7 @@ from kenning_console import (
     metrics,
     queues,
     schedules,
+    streams,
     values,
     workers,
 )
@@ -46,7 +47,21 @@ _log = structlog.get_logger("kenning.console")
 
 # Each page module's routes, in order (the first match wins). Add a module here.
 # bulk and actions before instances: its ids take any path (/instances/bulk included)
-ROUTE_MODULES = (login, metrics, bulk, actions, approvals, events, instances, live, values, workers, queues, schedules)
+ROUTE_MODULES = (
+    login,
+    metrics,
+    bulk,
+    actions,
+    approvals,
+    events,
+    instances,
+    live,
+    streams,
+    values,
+    workers,
+    queues,
+    schedules,
+)
 
 
 async def healthz(request: Request) -> Response:
@@ -85,7 +100,7 @@ def create_app(settings: ConsoleSettings, app: App | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         console.database = database(settings)
-        async with live.listening(console), workers.present(console):
+        async with live.listening(console), streams.reading(console), workers.present(console):
             _log.info("console.started", host=settings.host, port=settings.port)
             try:
                 yield

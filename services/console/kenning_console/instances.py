@@ -26,12 +26,14 @@ from kenning.serialization import unstorable_reason
 from kenning.storage import console as console_sql
 from kenning.storage import published as published_sql
 from kenning.storage import runs as runs_sql
+from kenning.storage import streams as streams_sql
 from kenning.storage.console import Cursor, InstanceFilters, Window
 from kenning_console import bulk
 from kenning_console.diagram import steps_svg
 from kenning_console.live import stream_url, version
 from kenning_console.pages import BadRequestError, render
 from kenning_console.state import console_of
+from kenning_console.streams import SHOWN_ENTRIES, entries_url
 from kenning_console.timeline import timeline
 from kenning_console.values import BOUNDS, shown
 
@@ -330,6 +332,7 @@ async def _read_page(conn: Any, instance_id: str, after: int | None) -> dict[str
         "published": await published_sql.values_shown(
             conn, instance_id, limit=SIDE_ROWS, bound=BOUNDS.bound, preview=BOUNDS.preview
         ),
+        "streams": await streams_sql.streams_of(conn, instance_id, limit=SIDE_ROWS),
     }
 
 
@@ -351,6 +354,7 @@ async def instance_page(request: Request) -> Response:
         raise HTTPException(404, f"no instance {instance_id!r} (it may have expired under the retention policy)")
     page = found.pop("page")
     published = found.pop("published")  # publish_value, set_status: the latest per key
+    streams = found.pop("streams")  # write_stream: shown live by the page's script
     runs = found.pop("runs")
     items = timeline(**found)
     row = found["instance"]
@@ -367,6 +371,8 @@ async def instance_page(request: Request) -> Response:
             "values": values,
             "history_page": page,
             "published": published,
+            "streams": [(s, entries_url(instance_id, s.key)) for s in streams],
+            "shown_entries": SHOWN_ENTRIES,
             "runs": runs,
             "notice": EXISTED if request.query_params.get("existed") == "1" else None,
             "pretty": pretty,

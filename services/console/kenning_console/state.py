@@ -20,6 +20,7 @@ from kenning.db import Database, Executor
 from kenning_console.settings import ConsoleSettings
 
 if TYPE_CHECKING:
+    from kenning.clients.streams import StreamReaders
     from kenning_console.live import Watchers
 
 T = TypeVar("T")
@@ -35,6 +36,8 @@ class Console:
     changes: Changes = field(default_factory=lambda: Changes())
     watchers: Watchers | None = field(default=None)  # the LISTEN connection while a page watches
     downloads: int = 0  # values streaming now (kenning_console.values)
+    readers: StreamReaders | None = field(default=None)  # durable streams' readers (kenning_console.streams)
+    streams_open: int = 0  # durable streams served now
 
     async def read(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
         """Run one statement on a pooled autocommit connection, bounded by the database timeout."""

@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from kenning.clients.results import ResultWaits
 from kenning.clients.streams import StreamReaders
+from kenning.core.streams import sse_start_offset
 from kenning.core.urls import hide_credentials
 from kenning.db import Database, Executor
 from kenning.db.errors import may_be_one_callers_fault
@@ -47,7 +48,7 @@ from kenning_ingress.metrics import metrics_response, request_metrics
 from kenning_ingress.parsing import InvalidEventError, parse_request
 from kenning_ingress.settings import IngressSettings, settings_from_environment
 from kenning_ingress.sources import running_sources
-from kenning_ingress.streams import HEADERS, checked_key, events, on_exit_signals, start_offset
+from kenning_ingress.streams import HEADERS, checked_key, events, on_exit_signals
 
 T = TypeVar("T")
 _log = structlog.get_logger("kenning.ingress")
@@ -323,7 +324,7 @@ class Ingress:
             return bad
         try:
             key = checked_key(request.path_params["key"])
-            offset = start_offset(request.query_params.get("offset"), request.headers.get("last-event-id"))
+            offset = sse_start_offset(request.query_params.get("offset"), request.headers.get("last-event-id"))
         except ValueError as error:
             return responses.error(400, str(error), "invalid_request")
         try:

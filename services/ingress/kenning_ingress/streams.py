@@ -18,7 +18,6 @@ itself: when the process is asked to stop, every event stream ends where it is, 
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -28,42 +27,13 @@ from typing import Any
 import structlog
 
 from kenning.clients.streams import StreamReaders
-from kenning.core.streams import StreamEntry, check_stream_key
+from kenning.core.streams import SSE_CLOSE, SSE_KEEPALIVE, check_stream_key, sse_entry
 from kenning.errors import WorkflowNotFoundError
 
 _log = structlog.get_logger("kenning.ingress")
 
 KEEPALIVE_SECONDS = 15.0
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-_CLOSE = b"event: close\ndata: {}\n\n"
-_KEEPALIVE = b": keep-alive\n\n"
-
-
-def entry_event(entry: StreamEntry) -> bytes:
-    """One entry as an SSE event (JSON escapes line breaks: ``data`` stays one line)."""
-    data = {
-        "offset": entry.offset,
-        "attempt": entry.attempt,
-        "step": entry.step,
-        "time": entry.time.isoformat(),
-        "value": entry.value,
-    }
-    return f"id: {entry.offset}\nevent: entry\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
-
-
-def start_offset(query_offset: str | None, last_event_id: str | None) -> int:
-    """Where a response starts: after ``Last-Event-ID``, else at ``?offset=``, else 0;
-    ``ValueError`` naming the bad one."""
-    if last_event_id is not None and last_event_id.strip():
-        text = last_event_id.strip()
-        if not text.isdigit():
-            raise ValueError(f"Last-Event-ID must be an entry's offset (a non-negative integer), got {text[:40]!r}")
-        return int(text) + 1
-    if query_offset is not None:
-        if not query_offset.strip().isdigit():
-            raise ValueError(f"offset must be a non-negative integer, got {query_offset[:40]!r}")
-        return int(query_offset)
-    return 0
 
 
 def checked_key(key: str) -> str:
@@ -80,11 +50,11 @@ async def events(
     try:
         async with aclosing(readers.read(instance_id, key, offset, idle=KEEPALIVE_SECONDS)) as entries:
             async for entry in entries:
-                yield _KEEPALIVE if entry is None else entry_event(entry)
+                yield SSE_KEEPALIVE if entry is None else sse_entry(entry)
     except WorkflowNotFoundError:
         closed = False
     if closed and not stopping.is_set():
-        yield _CLOSE
+        yield SSE_CLOSE
 
 
 def on_exit_signals(callback: Callable[[], None]) -> Callable[[], None]:

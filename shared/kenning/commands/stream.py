@@ -15,7 +15,7 @@ import json
 import sys
 
 from kenning.client import Client
-from kenning.core.streams import StreamEntry, check_stream_key
+from kenning.core.streams import check_stream_key, entry_as_json
 from kenning.errors import UsageError
 from kenning.runtime.appload import database_url
 from kenning.runtime.config import add_database_options, add_logging_options, non_negative_int
@@ -36,19 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_logging_options(read)
 
 
-def entry_line(entry: StreamEntry) -> str:
-    return json.dumps(
-        {
-            "offset": entry.offset,
-            "attempt": entry.attempt,
-            "step": entry.step,
-            "time": entry.time.isoformat(),
-            "value": entry.value,
-        },
-        separators=(",", ":"),
-    )
-
-
 async def _read(args: argparse.Namespace) -> None:
     try:
         check_stream_key(args.key)
@@ -56,7 +43,7 @@ async def _read(args: argparse.Namespace) -> None:
         raise UsageError(str(error)) from None
     async with Client(database_url(args.database_url, None)) as client:
         async for entry in client.read_stream(args.instance_id, args.key, args.offset, follow=args.follow):
-            sys.stdout.write(entry_line(entry) + "\n")
+            sys.stdout.write(json.dumps(entry_as_json(entry), separators=(",", ":")) + "\n")
             sys.stdout.flush()
 
 

@@ -86,15 +86,7 @@ def stream_event(instance_id: str, key: str, entry: StreamEntry) -> StreamEvent:
     """A published entry as a CloudEvent: type ``kenning.stream.entry``, source
     ``kenning/instances/<id>``, subject the key, data ``{instance_id, key, offset,
     attempt, step, time, value}``."""
-    data = {
-        "instance_id": instance_id,
-        "key": key,
-        "offset": entry.offset,
-        "attempt": entry.attempt,
-        "step": entry.step,
-        "time": entry.time.isoformat(),
-        "value": entry.value,
-    }
+    data = {"instance_id": instance_id, "key": key, **entry_as_json(entry)}
     return StreamEvent(
         event_id=str(uuid.uuid5(_STREAM_EVENT_NAMESPACE, json.dumps([instance_id, key, entry.offset]))),
         event_type=STREAM_EVENT_TYPE,
@@ -102,3 +94,43 @@ def stream_event(instance_id: str, key: str, entry: StreamEntry) -> StreamEvent:
         subject=key,
         data_json=json.dumps(data),
     )
+
+
+def entry_as_json(entry: StreamEntry) -> dict[str, Any]:
+    """An entry as readers outside Python get it (Server-Sent Events, ``kenning stream
+    read``): ``offset``, ``attempt``, ``step``, ``time`` (ISO 8601), ``value``."""
+    return {
+        "offset": entry.offset,
+        "attempt": entry.attempt,
+        "step": entry.step,
+        "time": entry.time.isoformat(),
+        "value": entry.value,
+    }
+
+
+def sse_entry(entry: StreamEntry) -> bytes:
+    """An entry as a Server-Sent Event ``entry`` whose ``id`` is its offset (JSON escapes
+    line breaks: ``data`` stays one line)."""
+    data = json.dumps(entry_as_json(entry), separators=(",", ":"))
+    return f"id: {entry.offset}\nevent: entry\ndata: {data}\n\n".encode()
+
+
+# the event after a closed stream's last entry
+SSE_CLOSE = b"event: close\ndata: {}\n\n"
+# a comment line: keeps proxies from closing an idle response
+SSE_KEEPALIVE = b": keep-alive\n\n"
+
+
+def sse_start_offset(query_offset: str | None, last_event_id: str | None) -> int:
+    """Where an event stream starts: after ``Last-Event-ID``, else at ``?offset=``, else
+    0; ``ValueError`` naming the bad one."""
+    if last_event_id is not None and last_event_id.strip():
+        text = last_event_id.strip()
+        if not text.isdigit():
+            raise ValueError(f"Last-Event-ID must be an entry's offset (a non-negative integer), got {text[:40]!r}")
+        return int(text) + 1
+    if query_offset is not None:
+        if not query_offset.strip().isdigit():
+            raise ValueError(f"offset must be a non-negative integer, got {query_offset[:40]!r}")
+        return int(query_offset)
+    return 0

@@ -484,12 +484,15 @@ async def instance_sent_events(conn: Executor, instance_id: str, window: Window,
 _FINGERPRINT = statement(
     """
     SELECT i.status, i.updated_at, i.lease_owner,
-           (SELECT count(*) FROM kenning_history AS h WHERE h.instance_id = i.id) AS steps
+           (SELECT count(*) FROM kenning_history AS h WHERE h.instance_id = i.id) AS steps,
+           -- an activity's first write begins a stream without a step: the page then lists it
+           (SELECT count(*) FROM kenning_streams AS s WHERE s.instance_id = i.id) AS streams
     FROM kenning_instances AS i WHERE i.id = :id
     """
 )
 
 
 async def instance_fingerprint(conn: Executor, instance_id: str) -> Any | None:
-    """What changes when an instance moves: status, update time, lease holder, steps recorded."""
+    """What changes when an instance moves: status, update time, lease holder, steps
+    recorded, streams begun."""
     return (await conn.execute(_FINGERPRINT, {"id": instance_id})).first()

@@ -69,7 +69,9 @@
         return response.text();
       })
       .then(function (html) {
-        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("[data-live-region]");
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var fresh = doc.querySelector("[data-live-region]");
+        if (window.kenningStreams) { window.kenningStreams.add(doc); }  // streams begun since
         // nothing changed: no swap and nothing announced (a screen reader would say
         // "Updated" every few seconds)
         if (fresh && fresh.innerHTML !== shown) { show(fresh.innerHTML); }
@@ -110,4 +112,63 @@
     source.addEventListener("gone", function () { say("This instance was deleted"); source.close(); });
     source.onerror = function () { say("Live updates interrupted; reconnecting"); };
   }
+})();
+
+// Durable streams on an instance's page: each [data-stream-url] is followed with an
+// EventSource (the stream's entries, then "close"); a reconnect resumes after the last
+// entry shown (Last-Event-ID). Streams the instance begins later come with the page's
+// live refresh (kenningStreams.add).
+(function () {
+  "use strict";
+  var section = document.querySelector("[data-streams]");
+  if (!section || !window.EventSource) { return; }
+  var limit = parseInt(section.getAttribute("data-shown-entries") || "200", 10);
+
+  function follow(box) {
+    var list = box.querySelector("[data-stream-entries]");
+    var state = box.querySelector("[data-stream-state]");
+    var count = 0;
+    var source = new EventSource(box.getAttribute("data-stream-url"));
+    function describe(closed) {
+      state.textContent = (closed ? "closed" : "open, live") + ", " + count + (count === 1 ? " entry" : " entries");
+    }
+    source.addEventListener("entry", function (event) {
+      var entry = JSON.parse(event.data);
+      var item = document.createElement("li");
+      item.value = entry.offset;
+      item.setAttribute("data-offset", String(entry.offset));
+      var meta = document.createElement("span");
+      meta.className = "muted";
+      meta.textContent = entry.attempt ? "attempt " + entry.attempt + (entry.step ? " of " + entry.step : "") + " " : "";
+      var value = document.createElement("code");
+      value.textContent = JSON.stringify(entry.value);
+      item.appendChild(meta);
+      item.appendChild(value);
+      list.appendChild(item);
+      while (list.children.length > limit) { list.removeChild(list.firstElementChild); }
+      count = entry.offset + 1;
+      describe(false);
+    });
+    source.addEventListener("close", function () { describe(true); source.close(); });
+    source.onerror = function () { state.textContent = "reconnecting"; };
+    describe(false);
+  }
+
+  function add(doc) {
+    var fresh = doc.querySelectorAll("[data-streams] [data-stream]");
+    for (var i = 0; i < fresh.length; i++) {
+      var key = fresh[i].getAttribute("data-stream");
+      var known = false, shown = section.querySelectorAll("[data-stream]");
+      for (var j = 0; j < shown.length; j++) { if (shown[j].getAttribute("data-stream") === key) { known = true; } }
+      if (known) { continue; }
+      var box = document.importNode(fresh[i], true);
+      section.appendChild(box);
+      section.hidden = false;
+      follow(box);
+    }
+  }
+
+  var boxes = section.querySelectorAll("[data-stream]");
+  for (var i = 0; i < boxes.length; i++) { follow(boxes[i]); }
+  window.kenningStreams = { add: add };
 })();
