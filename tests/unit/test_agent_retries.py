@@ -1,14 +1,16 @@
 """Each kind of agent activity has the retry policy the user gave it (issue 34, item 2),
 in memory: a model request that fails twice is retried under ``model=`` and the run goes
-on; a tool that fails is given up on under ``tool=`` after its one attempt."""
+on; a tool that fails is given up on under ``tool=`` after its one attempt. And the run's
+``deps`` reach the tools, which run as activities."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import pytest
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from kenning import App, RetryPolicy, WorkflowContext, WorkflowFailedError, workflow
@@ -66,3 +68,37 @@ async def test_model_and_tool_activities_follow_their_own_retry_policies() -> No
         ("flaky__model.request", "ActivityCompleted"),
         ("flaky__function_toolset__<agent>.call_tool:fragile", "ActivityFailed"),
     ]
+
+
+@dataclass(frozen=True)
+class Shop:
+    currency: str
+
+
+async def priced_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if not any(isinstance(m, ModelResponse) for m in messages):
+        return ModelResponse(parts=[ToolCallPart("price", {"amount": 3}, tool_call_id="price-1")])
+    return ModelResponse(parts=[TextPart("priced")])
+
+
+shop_agent = Agent(FunctionModel(priced_model), name="shop", deps_type=Shop)
+
+
+@shop_agent.tool
+def price(ctx: RunContext[Shop], amount: int) -> str:
+    return f"{amount} {ctx.deps.currency}"
+
+
+shop = KenningAgent(shop_agent, stream_key=None)
+
+
+@workflow
+async def priced(ctx: WorkflowContext, currency: str) -> str:
+    result = await shop.run(ctx, "price it", deps=Shop(currency))
+    returns = [p.content for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    return f"{result.output}: {returns[0]}"
+
+
+async def test_deps_reach_the_tools_activities() -> None:
+    async with WorkflowEnvironment(app) as env:
+        assert await (await env.start(priced, currency="EUR")).result() == "priced: 3 EUR"
