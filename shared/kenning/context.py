@@ -196,6 +196,15 @@ class AttemptId:
 current_attempt: ContextVar[AttemptId | None] = ContextVar("kenning_current_attempt", default=None)
 # The heartbeat of the activity attempt running in this task (or its thread), if any.
 current_heartbeat: ContextVar[Heartbeat | None] = ContextVar("kenning_current_heartbeat", default=None)
+# The context of the workflow whose code runs in this task, if any: an adapter (kenning.ai)
+# tells workflow code, which must stay deterministic, from an activity (current_step set).
+current_workflow: ContextVar[WorkflowContext | None] = ContextVar("kenning_current_workflow", default=None)
+
+
+def in_workflow_code() -> WorkflowContext | None:
+    """The running workflow's context when this is its code, not one of its activities."""
+    ctx = current_workflow.get()
+    return ctx if ctx is not None and current_step.get() is None else None
 
 
 class WorkflowContext:

@@ -35,11 +35,12 @@ TARGET_NAMES = {
     "flat_resume_with_continue_as_new",
     "stream_p99_ms",
     "stream_readers_one_listener",
+    "agent_ms_per_step",
 }
 
 
-# the recovery section has a test of its own (below); the all-sections run leaves it out
-ALL_BUT_RECOVERY = [s for s in SECTIONS if s != "recovery"]
+# the recovery and agent sections have tests of their own (below); the all-sections run leaves them out
+ALL_BUT_RECOVERY = [s for s in SECTIONS if s not in ("recovery", "agent")]
 
 
 def _ordered_percentiles(section: dict[str, Any], prefix: str = "") -> None:
@@ -235,3 +236,19 @@ def test_recovery_takes_a_killed_workers_instances_over_together(pg_server_url: 
     assert report["targets"]["recovery_within_bound"]["met"] in (True, False)
     assert report["targets"]["timer_never_early"]["met"] is None  # not run
     assert "recovery after kill -9 (10 instances" in done.stdout and "taken over 10 of 10" in done.stdout
+
+
+# About 15 s: the agent bare in the bench's process, then durably on one worker, 10 runs each.
+@pytest.mark.timeout(150)
+def test_the_agent_section_measures_kennings_time_per_step(pg_server_url: str, tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    done = _bench(pg_server_url, output, ["--sections", "agent"], timeout=120)
+    report = json.loads(output.read_text())
+    agent = report["agent"]
+    assert agent["steps_per_run"] == 11
+    for run in ("bare", "durable_with_events", "durable_without_events"):
+        assert agent[run]["samples"] == 10
+        _ordered_percentiles(agent[run])
+    assert {"kenning_ms_per_step_with_events", "kenning_ms_per_step_without_events"} <= set(agent)
+    assert report["targets"]["agent_ms_per_step"]["met"] is not None
+    assert "Kenning's own time per step" in done.stdout

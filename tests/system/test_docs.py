@@ -80,6 +80,7 @@ DOCS = (
     "docs/configuration.md",
     "docs/layout.md",
     "docs/development.md",
+    "docs/agents.md",
 )
 COMMAND_LANGUAGES = ("bash", "sh", "shell", "console")
 DOC_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"  # docs/ingress.md's
@@ -349,6 +350,34 @@ STEPS: dict[str, list[Step]] = {
     "docs/layout.md": [],  # no commands: where the code is
     # no command blocks; its one command runs in tests/system/test_configuration_reference.py
     "docs/development.md": [],
+    "docs/agents.md": [
+        Step("source .venv/bin/activate"),
+        Step("kenning up --app kenning.examples.agent"),
+        Step("source .venv/bin/activate"),
+        Step("source .kenning/env"),
+        Step("ID=$(kenning start support"),
+        Step(
+            "kenning instances show $ID",
+            shows(r"^status\s+waiting_for_message$", r'^approvals\s+\{"pending": \[\{"call_id": "refund-1", "details"'),
+        ),
+        Step("kenning request $ID approval", answers({"call_id": "refund-1", "approved": True})),
+        Step(
+            "kenning instances show $ID",
+            shows(r"^status\s+completed$", r'^result\s+\{"result": "Order o-1 is delivered\. Refund: 30 refunded'),
+        ),
+        Step(
+            "curl -sN http://127.0.0.1:8000/instances/$ID/streams/agent",
+            shows(
+                r"^id: 0$",
+                r'"event_kind":"function_tool_call"',
+                r'"event_kind":"part_delta"',
+                r'"event_kind":"deferred_tool_requests"',
+                re.escape('{"output":"Order o-1 is delivered. Refund: 30 refunded on o-1.",')
+                + re.escape('"event_kind":"agent_output"}'),
+                r"^event: close$",
+            ),
+        ),
+    ],
     "docs/console.md": [
         Step("export KENNING_ADMIN_TOKEN="),
         Step("kenning console --app kenning.examples.orders", shows(r'"auth": "admin token"')),
@@ -735,6 +764,14 @@ async def test_the_readme_then_the_quick_start_run_as_written_in_one_directory(t
     port, sink_port = free_port(), free_port()
     await run_document("README.md", Context(cwd, port=port, sink_port=sink_port), _user_env())
     await run_document("docs/quickstart.md", Context(cwd, port=port, sink_port=sink_port), _user_env())
+
+
+async def test_the_agents_page_runs_as_written(tmp_path: Path) -> None:
+    """docs/agents.md: the support agent under ``kenning up``, its refund approved from the
+    shell, on the fake model (no key, no network)."""
+    cwd = _scratch(tmp_path)
+    ctx = Context(cwd, port=free_port(), sink_port=free_port())
+    await run_document("docs/agents.md", ctx, _user_env())
 
 
 @pytest.mark.smoke

@@ -44,7 +44,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "migrations": {"core", "db", "storage", "migrations"},
     "commands": {"core", "observability", "sdk", "engine", "db", "storage", "client", "runtime", "commands", "face"},
     "testing": {"core", "observability", "sdk", "engine", "db", "storage", "client", "runtime", "face", "testing"},
-    "face": {"core", "observability", "sdk", "client", "face"},  # kenning/__init__.py, examples
+    "face": {"core", "observability", "sdk", "client", "face"},  # kenning/__init__.py, examples, kenning.ai
     "service": {"core", "observability", "sdk", "engine", "db", "storage", "client", "runtime", "commands", "face"},
     "devtools": {
         *("core", "observability", "sdk", "engine", "db", "storage", "client", "runtime", "commands", "face"),
@@ -96,7 +96,7 @@ def layer_of(module: str) -> str | None:
         return "sdk"
     if module == "kenning.__main__":
         return "commands"
-    if module == "kenning" or module.startswith("kenning.examples"):
+    if module == "kenning" or module.startswith(("kenning.examples", "kenning.ai")):
         return "face"
     if module == "kenning.client" or module.startswith("kenning.clients"):
         return "client"

@@ -19,6 +19,7 @@ from kenning.db.migrate import migrate
 from kenning.runtime.config import add_logging_options, add_option, positive_float, positive_int
 from kenning.runtime.embedded import postgres_server, with_database
 from kenning_devtools.bench import (
+    agent,
     events,
     failover,
     ingress_load,
@@ -58,6 +59,7 @@ FULL = {
     "recovery": (32, 10.0, 5.0),  # instances in flight, activity seconds, lease seconds
     "resume": (100_000, 1000, 500, 5),  # steps, continue_as_new every, early after, resumes sampled
     "stream": (20, 0.05, 100, 1000),  # entries per stream, seconds between them, streams at once, readers of one
+    "agent_runs": 50,  # durable agent runs of each kind, one at a time, and as many bare
 }
 QUICK = {
     "workflows": 30,
@@ -81,6 +83,7 @@ QUICK = {
     "recovery": (10, 6.0, 3.0),
     "resume": (60, 20, 10, 3),
     "stream": (5, 0.02, 4, 20),
+    "agent_runs": 10,
 }
 SECTIONS = (
     "limits",
@@ -96,6 +99,7 @@ SECTIONS = (
     "events-long",
     "resume",
     "recovery",
+    "agent",
 )
 # run only when named (--sections relay): a correctness count against the machine's brokers, not a speed;
 # failover: on a PostgreSQL pair of its own under pg_auto_failover, not the database benchmarked
@@ -246,6 +250,9 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
             args.recovery_lease_seconds or lease_seconds,
         )
         lap("recovery")
+    if "agent" in sections:
+        results["agent"] = await agent.run_agent(url, size["agent_runs"])
+        lap("agent")
     if "relay" in sections:
         count, instances, batch, rate = size["relay"]
         results["relay"] = await relay.run_relay(

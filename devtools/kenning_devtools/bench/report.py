@@ -173,9 +173,27 @@ def render(report: dict[str, Any]) -> str:
     lines += (
         _latencies(report) + _shapes(report) + _queued(report) + _recovery(report) + _relay(report) + _failover(report)
     )
+    lines += _agent(report)
     if report.get("targets"):
         lines += _targets(report["targets"])
     return "\n".join(lines)
+
+
+def _agent(report: dict[str, Any]) -> list[str]:
+    """The agent section: the same agent bare and durable, Kenning's time per step."""
+    section = report.get("agent")
+    if not section:
+        return []
+    if "skipped" in section:
+        return ["", f"agent: skipped, {section['skipped']}"]
+    bare, events, quiet = section["bare"], section["durable_with_events"], section["durable_without_events"]
+    return [
+        "",
+        f"agent ({section['steps_per_run']} steps a run, one run at a time, {bare['samples']} runs each): "
+        f"bare p50 {bare['p50_ms']} ms; durable p50 {events['p50_ms']} ms with its event stream, "
+        f"{quiet['p50_ms']} ms without; Kenning's own time per step {section['kenning_ms_per_step_with_events']} ms "
+        f"with events, {section['kenning_ms_per_step_without_events']} ms without",
+    ]
 
 
 def _queued(report: dict[str, Any]) -> list[str]:

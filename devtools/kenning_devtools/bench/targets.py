@@ -26,6 +26,7 @@ MAX_RESULT_P99_MS = 20.0
 MAX_COMMITS_PER_SEQUENTIAL_WORKFLOW = 6.0  # with 2 worker processes
 # issue 34: an activity's stream entry written -> received by an SSE client of the ingress
 MAX_STREAM_P99_MS = 20.0
+MAX_AGENT_MS_PER_STEP = 2.0  # issue 34: Kenning's own time per agent step (model request or tool call)
 
 Target = dict[str, Any]
 
@@ -218,7 +219,7 @@ def _stream_targets(report: dict[str, Any]) -> dict[str, Target]:
 
 
 def evaluate(report: dict[str, Any]) -> dict[str, Target]:
-    """Every target of issues 7, 15 and 25 against ``report`` (the sections this run measured)."""
+    """Every target of issues 7, 15, 25 and 34 against ``report`` (the sections this run measured)."""
     return {
         **_throughput_targets(report),
         **_latency_targets(report),
@@ -226,6 +227,20 @@ def evaluate(report: dict[str, Any]) -> dict[str, Target]:
         **_recovery_targets(report),
         **_resume_targets(report),
         **_stream_targets(report),
+        **_agent_targets(report),
+    }
+
+
+def _agent_targets(report: dict[str, Any]) -> dict[str, Target]:
+    """Issue 34: a durable agent step costs at most this much beyond the bare agent's."""
+    section = report.get("agent") or {}
+    value = section.get("kenning_ms_per_step_with_events")
+    return {
+        "agent_ms_per_step": _target(
+            f"Kenning's own time per agent step <= {MAX_AGENT_MS_PER_STEP:.0f} ms (events streamed)",
+            value,
+            None if value is None else value <= MAX_AGENT_MS_PER_STEP,
+        ),
     }
 
 

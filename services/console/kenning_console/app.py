@@ -27,6 +27,7 @@ from kenning.runtime.scrape import readiness_body
 from kenning.storage import inbox as inbox_sql
 from kenning_console import (
     actions,
+    approvals,
     bulk,
     events,
     instances,
@@ -48,7 +49,21 @@ _log = structlog.get_logger("kenning.console")
 
 # Each page module's routes, in order (the first match wins). Add a module here.
 # bulk and actions before instances: its ids take any path (/instances/bulk included)
-ROUTE_MODULES = (login, metrics, bulk, actions, events, instances, live, streams, values, workers, queues, schedules)
+ROUTE_MODULES = (
+    login,
+    metrics,
+    bulk,
+    actions,
+    approvals,
+    events,
+    instances,
+    live,
+    streams,
+    values,
+    workers,
+    queues,
+    schedules,
+)
 
 
 async def healthz(request: Request) -> Response:

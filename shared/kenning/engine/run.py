@@ -20,7 +20,15 @@ import structlog
 from kenning import serialization
 from kenning.activity import call_attempt
 from kenning.compensation import ON_FAILURE_PREFIX, on_failure_arguments
-from kenning.context import AttemptId, ChildOptions, StepScope, WorkflowContext, current_attempt, current_step
+from kenning.context import (
+    AttemptId,
+    ChildOptions,
+    StepScope,
+    WorkflowContext,
+    current_attempt,
+    current_step,
+    current_workflow,
+)
 from kenning.core.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED, PATCH_MARKER
 from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord, OutboxEvent, SuspendOutcome
 from kenning.engine import children
@@ -483,7 +491,11 @@ class WorkflowRun:
             kwargs = serialization.bind_arguments(self.workflow.func, self.claimed.input)
             if self.claimed.run_count == 1:
                 await self.hook("on_workflow_start", self.workflow_name, self.claimed.input)
-            result = await self.workflow.func(self.ctx, **kwargs)
+            running = current_workflow.set(self.ctx)
+            try:
+                result = await self.workflow.func(self.ctx, **kwargs)
+            finally:
+                current_workflow.reset(running)
             if self.cursor.unconsumed:
                 raise self.cursor.returned_error()
         except Suspended:

@@ -35,7 +35,16 @@ def load_app(spec: str) -> App:
             found = _named_app(module_name, vars(module), attribute)
         elif found is None:
             found = next((v for v in vars(module).values() if isinstance(v, App)), None)
+    _refuse_bare_agent_runs()
     return found or App()
+
+
+def _refuse_bare_agent_runs() -> None:
+    """An app that uses Pydantic AI gets kenning.ai's check on bare agent runs in workflow
+    code even if it never imports kenning.ai: by name, as the SDK's extra is optional (and
+    sits above this floor), only when the app imported Pydantic AI."""
+    if "pydantic_ai" in sys.modules:
+        importlib.import_module("kenning.ai.guard").refuse_bare_runs()
 
 
 def _named_app(module_name: str, namespace: dict[str, object], attribute: str) -> App:
