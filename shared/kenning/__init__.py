@@ -55,6 +55,7 @@ from kenning.messages import (
 from kenning.observability.logs import library_defaults as _library_defaults
 from kenning.outbox import send_event_transactional
 from kenning.queues import Queue
+from kenning.ratelimits import RateLimit
 from kenning.retry import RetryPolicy
 from kenning.timers import sleep, sleep_until, wait_timer, wait_until
 from kenning.workflow import Workflow, continue_as_new, workflow
@@ -83,6 +84,7 @@ __all__ = [
     "NonDeterminismError",
     "PublishedStatus",
     "Queue",
+    "RateLimit",
     "ReceivedEvent",
     "ReceivedMessage",
     "RequestError",

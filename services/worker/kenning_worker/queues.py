@@ -62,7 +62,10 @@ class WorkerQueues:
                 worker_concurrency=q.worker_concurrency,
                 rate_limit=q.rate_count,
                 rate_period_seconds=q.rate_period_seconds,
-                partition_concurrency=q.partition_concurrency,
+                partition_concurrency=q.key_limit,
+                partition_strategy=q.partition_strategy,
+                key_rate_limit=None if (per_key := q.partition_rate_limit) is None else per_key.limit,
+                key_rate_period_seconds=None if per_key is None else float(per_key.period),
             )
             for q in app.registry.queues.values()
         ]

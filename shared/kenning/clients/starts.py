@@ -38,6 +38,7 @@ from kenning.db.groupcommit import GroupCommit
 from kenning.starting import DefinitionKey, Start, StartedInstance
 from kenning.storage import definitions as definitions_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage import strategies as strategies_sql
 
 _log = structlog.get_logger("kenning.starting")
 
@@ -74,7 +75,13 @@ async def _started(conn: Executor, start: Start, outcome: StartOutcome) -> Start
         return None
     if outcome is StartOutcome.STARTED:
         return StartedInstance(start.instance.instance_id, True)
+    if outcome is StartOutcome.CANCELLED:  # its key at its limit (cancel_newest): ended already
+        return StartedInstance(start.instance.instance_id, True, cancelled=True)
     new = start.instance
+    if outcome is StartOutcome.JOINED and new.queue_name is not None:  # a singleton key's open instance
+        joined = await strategies_sql.key_open_instance(conn, new.queue_name, new.partition_key or "")
+        if joined is not None:
+            return StartedInstance(joined, False)
     existing = await instances_sql.instance_find_existing(conn, new.instance_id, new.workflow_name, new.idempotency_key)
     return StartedInstance(existing, False)
 

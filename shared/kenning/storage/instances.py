@@ -20,6 +20,7 @@ from kenning.core.names import (
 )
 from kenning.core.records import FoldedWrites, InstanceRow, NewInstance, StartOutcome
 from kenning.db import Executor, statement
+from kenning.storage import strategies as strategies_sql
 from kenning.storage.children import TOLD, tell_parents
 from kenning.storage.claims import CRASH_LOOP
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
@@ -27,6 +28,7 @@ from kenning.storage.names import notify, notify_results
 from kenning.storage.published import search_texts, start_attributes
 from kenning.storage.queue_rows import QUEUE_ROWS, QUEUES_NOTIFIED, QUEUES_UNSEEN, queues_name
 from kenning.storage.rows import instance_row_columns
+from kenning.storage.strategies import KeyStrategy
 
 START_ATTRIBUTES = """attributed AS (
         SELECT s.id, s.attributes, s.search, i.created_at
@@ -89,7 +91,66 @@ _INSTANCES_INSERT = statement(
 async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, notify: bool = True) -> list[StartOutcome]:
     """Insert runnable instances in one statement and wake workers once (``notify``
     false: not at all; the caller's ``instances_announce`` does later); the outcome of
-    each start (``instance_find_existing`` names the instance an ``EXISTS`` met)."""
+    each start (``instance_find_existing`` names the instance an ``EXISTS`` met). Starts
+    into queues with a partition strategy are decided in one transaction with their
+    key's lock (``kenning/storage/strategies.py``)."""
+    if not starts:
+        return []
+    pairs = [(s.queue_name, s.partition_key or "") for s in starts if s.queue_name is not None]
+    if not pairs:
+        return await _instances_insert(conn, starts, notify)
+    # a savepoint when the caller's transaction is open (an event's start), else BEGIN
+    async with conn.driver.transaction():
+        keyed = {(k.queue, k.key): k for k in await strategies_sql.keys_lock(conn, pairs)}
+        if not keyed:
+            return await _instances_insert(conn, starts, notify)
+        return await _instances_start_keyed(conn, starts, keyed, notify)
+
+
+async def _instances_start_keyed(
+    conn: Executor, starts: Sequence[NewInstance], keyed: dict[tuple[str, str], KeyStrategy], notify: bool
+) -> list[StartOutcome]:
+    """``instances_start`` under the locks of the keys with a strategy, in batch order:
+    each start counts the key's open instances and the starts before it in the batch."""
+
+    def strategy_of(start: NewInstance) -> KeyStrategy | None:
+        return None if start.queue_name is None else keyed.get((start.queue_name, start.partition_key or ""))
+
+    held = await strategies_sql.keys_open(conn, list(keyed))
+    outcomes: list[StartOutcome | None] = [None] * len(starts)
+    to_insert: list[int] = []
+    singletons: set[tuple[str, str]] = set()  # singleton keys a start of this batch takes
+    for position, start in enumerate(starts):
+        key = strategy_of(start)
+        if key is not None and key.strategy == "singleton":
+            if held[(key.queue, key.key)] or (key.queue, key.key) in singletons:
+                outcomes[position] = StartOutcome.JOINED
+                continue
+            singletons.add((key.queue, key.key))
+        to_insert.append(position)
+    inserted = await _instances_insert(conn, [starts[p] for p in to_insert], notify)
+    cancel_now: list[str] = []
+    cancel_old: list[str] = []
+    for position, outcome in zip(to_insert, inserted, strict=True):
+        outcomes[position] = outcome
+        start, key = starts[position], strategy_of(starts[position])
+        if key is None or outcome is not StartOutcome.STARTED:
+            continue
+        open_ids = held[(key.queue, key.key)]
+        if key.strategy == "cancel_newest" and len(open_ids) >= key.limit:
+            cancel_now.append(start.instance_id)
+            outcomes[position] = StartOutcome.CANCELLED
+            continue
+        while key.strategy == "cancel_in_progress" and len(open_ids) >= key.limit:
+            cancel_old.append(open_ids.pop(0))
+        open_ids.append(start.instance_id)
+    await strategies_sql.instances_cancel_at_start(conn, cancel_now)
+    for instance_id in cancel_old:  # rare (one per start over the limit): one statement each
+        await instance_request_cancel(conn, instance_id)
+    return [StartOutcome.EXISTS if outcome is None else outcome for outcome in outcomes]
+
+
+async def _instances_insert(conn: Executor, starts: Sequence[NewInstance], notify: bool) -> list[StartOutcome]:
     if not starts:
         return []
     payload = [

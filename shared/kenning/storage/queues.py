@@ -41,21 +41,27 @@ from kenning.storage.names import notify
 _QUEUES_DECLARE = statement(
     """
     INSERT INTO kenning_queues AS q (name, concurrency, worker_concurrency, rate_limit, rate_period_seconds,
-                                     partition_concurrency, declared_at)
+                                     partition_concurrency, partition_strategy, key_rate_limit,
+                                     key_rate_period_seconds, declared_at)
     SELECT d.name, d.concurrency, d.worker_concurrency, d.rate_limit, d.rate_period_seconds,
-           d.partition_concurrency, now()
+           d.partition_concurrency, d.partition_strategy, d.key_rate_limit, d.key_rate_period_seconds, now()
     FROM jsonb_to_recordset(CAST(:queues AS jsonb)) AS d(
         name text, concurrency integer, worker_concurrency integer, rate_limit integer,
-        rate_period_seconds double precision, partition_concurrency integer)
+        rate_period_seconds double precision, partition_concurrency integer, partition_strategy text,
+        key_rate_limit integer, key_rate_period_seconds double precision)
     -- the last worker to start says which limits apply (a deploy changing them); a row
     -- already saying so is not written, and an operator's pause stays
     ON CONFLICT (name) DO UPDATE SET
         concurrency = EXCLUDED.concurrency, worker_concurrency = EXCLUDED.worker_concurrency,
         rate_limit = EXCLUDED.rate_limit, rate_period_seconds = EXCLUDED.rate_period_seconds,
-        partition_concurrency = EXCLUDED.partition_concurrency, declared_at = now()
-    WHERE (q.concurrency, q.worker_concurrency, q.rate_limit, q.rate_period_seconds, q.partition_concurrency)
+        partition_concurrency = EXCLUDED.partition_concurrency, partition_strategy = EXCLUDED.partition_strategy,
+        key_rate_limit = EXCLUDED.key_rate_limit, key_rate_period_seconds = EXCLUDED.key_rate_period_seconds,
+        declared_at = now()
+    WHERE (q.concurrency, q.worker_concurrency, q.rate_limit, q.rate_period_seconds, q.partition_concurrency,
+           q.partition_strategy, q.key_rate_limit, q.key_rate_period_seconds)
           IS DISTINCT FROM (EXCLUDED.concurrency, EXCLUDED.worker_concurrency, EXCLUDED.rate_limit,
-                            EXCLUDED.rate_period_seconds, EXCLUDED.partition_concurrency)
+                            EXCLUDED.rate_period_seconds, EXCLUDED.partition_concurrency,
+                            EXCLUDED.partition_strategy, EXCLUDED.key_rate_limit, EXCLUDED.key_rate_period_seconds)
        OR q.declared_at IS NULL
     """
 )
@@ -69,6 +75,9 @@ class QueueLimits:
     rate_limit: int | None = None
     rate_period_seconds: float | None = None
     partition_concurrency: int | None = None
+    partition_strategy: str = "wait"
+    key_rate_limit: int | None = None  # starts per key_rate_period_seconds for each partition key
+    key_rate_period_seconds: float | None = None
 
 
 async def queues_declare(conn: Executor, queues: Sequence[QueueLimits]) -> None:
