@@ -8,7 +8,11 @@ period while a quiet key is not held up behind it."""
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
+import httpx
+import prometheus_client
 import psutil
 import psycopg
 import pytest
@@ -16,8 +20,9 @@ import pytest
 import tests.apps.key_limits as app
 from kenning import Client, ConfigurationError, Queue, RateLimit, WorkflowFailedError
 from kenning.db import Database
+from tests.console_support import console_ready, spawn_console
 from tests.invariants import key_rate
-from tests.support import ProcessPool, check_invariants, eventually, workers_started
+from tests.support import ProcessPool, check_invariants, eventually, kenning_command, workers_started
 
 APP = "tests.apps.key_limits"
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -46,11 +51,13 @@ async def test_a_singleton_keys_second_start_returns_the_running_instance(
     await workers_started(processes, _workers(processes, database_url, side_channel, 2))
     async with Client(database=database) as client:
         # concurrent starts of one key, group-committed together and apart: one instance
+        joined_before = _strategy_count("test-singleton", "singleton")
         started = await asyncio.gather(*(client.start(app.singleton_job, n=n, partition_key="a") for n in range(12)))
         other = await client.start(app.singleton_job, n=99, partition_key="b")
         ids = {s.instance_id for s in started}
         assert len(ids) == 1, started
         assert [s.created for s in started].count(True) == 1
+        assert _strategy_count("test-singleton", "singleton") - joined_before == 11
         (running,) = ids
         assert other.created and other.instance_id != running
         await eventually(lambda: _status(sql, running) == "waiting_for_message", 30, message="the singleton waiting")
@@ -73,12 +80,14 @@ async def test_cancel_newest_ends_a_start_over_the_keys_limit_and_tells_its_call
 ) -> None:
     await workers_started(processes, _workers(processes, database_url, side_channel, 2))
     async with Client(database=database) as client:
+        refused_before = _strategy_count("test-cancel-newest", "cancel_newest")
         started = await asyncio.gather(*(client.start(app.newest_job, n=n, partition_key="k") for n in range(8)))
         quiet = await client.start(app.newest_job, n=50, partition_key="q")
         kept = [s for s in started if not s.cancelled]
         refused = [s for s in started if s.cancelled]
         assert len(kept) == 2 and len(refused) == 6, started  # partition_concurrency=2
         assert all(s.created for s in started) and not quiet.cancelled
+        assert _strategy_count("test-cancel-newest", "cancel_newest") - refused_before == 6
         for s in refused:  # ended at once, said so to whoever awaits it
             assert (await client.status(s.instance_id)).status == "cancelled"
             with pytest.raises(WorkflowFailedError) as failed:
@@ -125,6 +134,10 @@ async def test_a_rate_limited_key_never_exceeds_its_limit_and_a_quiet_key_is_not
         busy = await asyncio.gather(*(client.start(app.customer_job, customer="busy", n=n) for n in range(10)))
         quiet = await client.start(app.customer_job, customer="quiet", n=-1)
         assert await asyncio.wait_for(client.result(quiet), 30) == -1
+        # an operator asking why a busy one waits hears its key's window, and until when
+        why = await eventually(lambda: _why_waiting_for_rate(database_url, sql), 30, message="a held-back start")
+        assert why["queue"]["partition_key"] == "busy" and why["queue"]["key_rate_limit"] == 3
+        assert why["queue"]["until"] and "rate window frees" in why["way_forward"]
         results = await asyncio.wait_for(asyncio.gather(*(client.result(s) for s in busy)), 60)
     assert results == list(range(10))  # every busy start waited durably and ran: none failed
     # RateLimit(limit=3, period=2.0, key="customer"): the input field is the partition key
@@ -140,6 +153,31 @@ async def test_a_rate_limited_key_never_exceeds_its_limit_and_a_quiet_key_is_not
     check_invariants(sql)
 
 
+def _why_waiting_for_rate(database_url: str, sql: Sql) -> dict[str, Any]:
+    """``kenning why --json`` of a busy key's start held back for its rate window ({}: none now)."""
+    row = sql.execute(
+        "SELECT id FROM kenning_instances WHERE queue_name = 'test-per-customer' AND started_at IS NULL "
+        "AND available_at > now() ORDER BY available_at DESC LIMIT 1"
+    ).fetchone()
+    if row is None:
+        return {}
+    out = kenning_command("why", str(row[0]), "--json", url=database_url)
+    assert out.returncode == 0, out
+    info: dict[str, Any] = json.loads(out.stdout)
+    if info.get("queue", {}).get("waits_for") != "key_rate":
+        return {}
+    text = kenning_command("why", str(row[0]), url=database_url)
+    assert text.returncode == 0 and "test-per-customer, key 'busy'" in text.stdout, text
+    return info
+
+
+def _strategy_count(queue: str, strategy: str) -> float:
+    value = prometheus_client.REGISTRY.get_sample_value(
+        "kenning_queue_strategy_starts_total", {"queue": queue, "strategy": strategy}
+    )
+    return value or 0.0
+
+
 def test_declarations_are_checked() -> None:
     with pytest.raises(ConfigurationError, match="partition_strategy"):
         Queue("test-bad-strategy", partition_strategy="first")  # type: ignore[arg-type]
@@ -149,3 +187,30 @@ def test_declarations_are_checked() -> None:
         RateLimit(limit=0, period=1)
     with pytest.raises(ConfigurationError, match="period"):
         RateLimit(limit=1, period=float("inf"))
+
+
+async def test_the_console_and_queues_list_name_the_keys_held_by_their_rate_limit_and_until_when(
+    processes: ProcessPool, database_url: str, sql: Sql
+) -> None:
+    sql.execute(
+        "INSERT INTO kenning_queues (name, partition_strategy, key_rate_limit, key_rate_period_seconds) "
+        "VALUES ('mail', 'cancel_newest', 5, 60)"
+    )
+    # what a claim leaves behind for a full key: never started, not due until its window frees
+    sql.execute(
+        "INSERT INTO kenning_instances (id, workflow_name, source_hash, input, available_at, queue_name, "
+        "partition_key) SELECT 'held-' || g, 'mailer', '', '{}', now() + interval '42 seconds', 'mail', 'acme' "
+        "FROM generate_series(1, 3) AS g"
+    )
+    url, console = spawn_console(processes, database_url)
+    await console_ready(url, console)
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        page = await client.get("/queues")
+    assert page.status_code == 200
+    assert 'data-rate-held="3"' in page.text and "acme</span> 3 until" in page.text, page.text
+    assert "per key rate 5 / 60 s" in page.text and "over it: cancel_newest" in page.text
+    listed = kenning_command("queues", "list", "--json", url=database_url)
+    assert listed.returncode == 0, listed
+    (mail,) = json.loads(listed.stdout)
+    assert (mail["rate_held"], mail["rate_held_keys"][0][:2]) == (3, ["acme", 3])
+    assert "strategy=cancel_newest key_rate=5/60s" in kenning_command("queues", "list", url=database_url).stdout

@@ -72,6 +72,7 @@ SDK_MODULES = {
     "kenning.messages",
     "kenning.outbox",
     "kenning.queues",
+    "kenning.ratelimits",
     "kenning.registry",
     "kenning.retry",
     "kenning.schedules",

@@ -35,6 +35,7 @@ from kenning.core.records import NewInstance, StartOutcome
 from kenning.db import Database, Executor
 from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
+from kenning.observability import metrics
 from kenning.starting import DefinitionKey, Start, StartedInstance
 from kenning.storage import definitions as definitions_sql
 from kenning.storage import instances as instances_sql
@@ -66,8 +67,19 @@ async def start_on(
     if start.definition is not None and key is not None and key not in known:
         await definitions_sql.definitions_register(conn, [start.definition])
         (known.add if registered is None else registered.append)(key)
-    (outcome,) = await instances_sql.instances_start(conn, [start.instance])
+    decisions: list[tuple[str, str]] = []
+    (outcome,) = await instances_sql.instances_start(conn, [start.instance], decisions=decisions)
+    count_decisions(decisions)
     return await _started(conn, start, outcome)
+
+
+_queue_label = metrics.BoundedLabel()
+
+
+def count_decisions(decisions: list[tuple[str, str]]) -> None:
+    """Count the starts a queue's partition strategy decided (kenning/storage/strategies.py)."""
+    for queue, strategy in decisions:
+        metrics.QUEUE_STRATEGY_STARTS.labels(queue=_queue_label(queue), strategy=strategy).inc()
 
 
 async def _started(conn: Executor, start: Start, outcome: StartOutcome) -> StartedInstance | None:
@@ -121,8 +133,10 @@ class Starter:
             alone = len(starts) == 1 and not queued_behind
             notify = alone or now >= self._announced_at + self.announce_spacing
             try:
+                decisions: list[tuple[str, str]] = []
                 async with self.database.connection() as conn:
-                    outcomes = await instances_sql.instances_start(conn, starts, notify=notify)
+                    outcomes = await instances_sql.instances_start(conn, starts, notify=notify, decisions=decisions)
+                count_decisions(decisions)
             finally:
                 self._inserted_just_now = True
                 loop.call_soon(self._settled)

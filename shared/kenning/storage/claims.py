@@ -16,6 +16,7 @@ PostgreSQL receives them, for reading as one text, are checked in under
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -436,7 +437,8 @@ def _queue_claim_statement(max_runs: int, take_suspect: bool) -> Statement:
     )
     SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
            suspect, taken_over, park, runs_without_progress, trace_context,
-           CAST(NULL AS boolean) AS busy, CAST(NULL AS float8) AS seconds_until_next
+           CAST(NULL AS boolean) AS busy, CAST(NULL AS float8) AS seconds_until_next,
+           (SELECT count(*) FROM deferred) AS deferred
     FROM claimed
     UNION ALL
     -- nothing claimed: whether another claim holds the queue (try again soon), and when a
@@ -446,7 +448,8 @@ def _queue_claim_statement(max_runs: int, take_suspect: bool) -> Statement:
                AND EXISTS (SELECT FROM kenning_queues AS s WHERE s.name = :queue AND NOT s.paused),
            least((SELECT b.rate_wait FROM budget AS b),
                  (SELECT CAST(extract(epoch FROM min(k.frees_at) - {NOW}) AS float8)
-                  FROM key_rate AS k WHERE k.full))
+                  FROM key_rate AS k WHERE k.full)),
+           (SELECT count(*) FROM deferred)
     WHERE NOT EXISTS (SELECT FROM claimed)
     """
     )
@@ -456,6 +459,8 @@ def _queue_claim_statement(max_runs: int, take_suspect: bool) -> Statement:
 class QueueClaim(Claim):
     # nothing claimed because another worker's claim held the queue: worth trying again soon
     busy: bool = False
+    # instances this claim held back for their partition key's rate limit
+    rate_limited: int = 0
 
 
 async def queue_claim(
@@ -486,9 +491,11 @@ async def queue_claim(
         "walk_limit": limit * 4 + 16,
     }
     claim = QueueClaim([], None)
+    rate_limited = 0
     for row in await conn.execute(_queue_claim_statement(max_runs, take_suspect), params):
+        rate_limited = int(row.deferred)
         if row.id is None:
             claim = QueueClaim(claim.instances, seconds_or_none(row.seconds_until_next), claim.parked, bool(row.busy))
         else:
             claimed_row(claim, row)
-    return claim
+    return dataclasses.replace(claim, rate_limited=rate_limited) if rate_limited else claim

@@ -88,12 +88,19 @@ _INSTANCES_INSERT = statement(
 )
 
 
-async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, notify: bool = True) -> list[StartOutcome]:
+async def instances_start(
+    conn: Executor,
+    starts: Sequence[NewInstance],
+    *,
+    notify: bool = True,
+    decisions: list[tuple[str, str]] | None = None,
+) -> list[StartOutcome]:
     """Insert runnable instances in one statement and wake workers once (``notify``
     false: not at all; the caller's ``instances_announce`` does later); the outcome of
     each start (``instance_find_existing`` names the instance an ``EXISTS`` met). Starts
     into queues with a partition strategy are decided in one transaction with their
-    key's lock (``kenning/storage/strategies.py``)."""
+    key's lock (``kenning/storage/strategies.py``); ``decisions`` gets (queue, strategy)
+    for each start over its key's limit that a strategy decided (for the caller's metrics)."""
     if not starts:
         return []
     pairs = [(s.queue_name, s.partition_key or "") for s in starts if s.queue_name is not None]
@@ -104,11 +111,15 @@ async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, noti
         keyed = {(k.queue, k.key): k for k in await strategies_sql.keys_lock(conn, pairs)}
         if not keyed:
             return await _instances_insert(conn, starts, notify)
-        return await _instances_start_keyed(conn, starts, keyed, notify)
+        return await _instances_start_keyed(conn, starts, keyed, notify, decisions)
 
 
 async def _instances_start_keyed(
-    conn: Executor, starts: Sequence[NewInstance], keyed: dict[tuple[str, str], KeyStrategy], notify: bool
+    conn: Executor,
+    starts: Sequence[NewInstance],
+    keyed: dict[tuple[str, str], KeyStrategy],
+    notify: bool,
+    decisions: list[tuple[str, str]] | None,
 ) -> list[StartOutcome]:
     """``instances_start`` under the locks of the keys with a strategy, in batch order:
     each start counts the key's open instances and the starts before it in the batch."""
@@ -131,6 +142,7 @@ async def _instances_start_keyed(
     inserted = await _instances_insert(conn, [starts[p] for p in to_insert], notify)
     cancel_now: list[str] = []
     cancel_old: list[str] = []
+    cancel_old_by: set[str] = set()  # the starts that made cancel_in_progress cancel an older one
     for position, outcome in zip(to_insert, inserted, strict=True):
         outcomes[position] = outcome
         start, key = starts[position], strategy_of(starts[position])
@@ -143,10 +155,19 @@ async def _instances_start_keyed(
             continue
         while key.strategy == "cancel_in_progress" and len(open_ids) >= key.limit:
             cancel_old.append(open_ids.pop(0))
+            cancel_old_by.add(start.instance_id)
         open_ids.append(start.instance_id)
     await strategies_sql.instances_cancel_at_start(conn, cancel_now)
     for instance_id in cancel_old:  # rare (one per start over the limit): one statement each
         await instance_request_cancel(conn, instance_id)
+    if decisions is not None:
+        for position, decided in enumerate(outcomes):
+            key = strategy_of(starts[position])
+            if key is not None and (
+                decided in (StartOutcome.CANCELLED, StartOutcome.JOINED)
+                or (key.strategy == "cancel_in_progress" and starts[position].instance_id in cancel_old_by)
+            ):
+                decisions.append((key.queue, key.strategy))
     return [StartOutcome.EXISTS if outcome is None else outcome for outcome in outcomes]
 
 

@@ -180,7 +180,8 @@ WITH RECURSIVE locked AS MATERIALIZED (
 )
 SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
        suspect, taken_over, park, runs_without_progress, trace_context,
-       CAST(NULL AS boolean) AS busy, CAST(NULL AS float8) AS seconds_until_next
+       CAST(NULL AS boolean) AS busy, CAST(NULL AS float8) AS seconds_until_next,
+       (SELECT count(*) FROM deferred) AS deferred
 FROM claimed
 UNION ALL
 -- nothing claimed: whether another claim holds the queue (try again soon), and when a
@@ -190,6 +191,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N
            AND EXISTS (SELECT FROM kenning_queues AS s WHERE s.name = :queue AND NOT s.paused),
        least((SELECT b.rate_wait FROM budget AS b),
              (SELECT CAST(extract(epoch FROM min(k.frees_at) - coalesce(CAST(:now AS timestamptz), now())) AS float8)
-              FROM key_rate AS k WHERE k.full))
+              FROM key_rate AS k WHERE k.full)),
+       (SELECT count(*) FROM deferred)
 WHERE NOT EXISTS (SELECT FROM claimed)
 
