@@ -21,6 +21,7 @@ from kenning.runtime.embedded import postgres_server, with_database
 from kenning_devtools.bench import (
     events,
     ingress_load,
+    keyrate,
     lateness,
     limits,
     long,
@@ -55,6 +56,7 @@ FULL = {
     "fresh_workers": True,  # the queued section's modes each on workers of their own
     "recovery": (32, 10.0, 5.0),  # instances in flight, activity seconds, lease seconds
     "resume": (100_000, 1000, 500, 5),  # steps, continue_as_new every, early after, resumes sampled
+    "flow_key_rate": (20, 5.0, 3),  # starts per key per period, the period (s), periods of backlog per key
 }
 QUICK = {
     "workflows": 30,
@@ -77,6 +79,7 @@ QUICK = {
     # 6 s: a loaded machine must see one heartbeat renew every lease before the runs end
     "recovery": (10, 6.0, 3.0),
     "resume": (60, 20, 10, 3),
+    "flow_key_rate": (10, 1.0, 3),
 }
 SECTIONS = (
     "limits",
@@ -91,6 +94,7 @@ SECTIONS = (
     "events-long",
     "resume",
     "recovery",
+    "flow",
 )
 # run only when named (--sections relay): a correctness count against the machine's brokers, not a speed
 EXTRA_SECTIONS = ("relay",)
@@ -231,6 +235,9 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
             args.recovery_lease_seconds or lease_seconds,
         )
         lap("recovery")
+    if "flow" in sections:  # issue 35: a rate-limited key's starts against its limit
+        results["flow_key_rate"] = await keyrate.run_key_rate(url, *size["flow_key_rate"])
+        lap("flow")
     if "relay" in sections:
         count, instances, batch, rate = size["relay"]
         results["relay"] = await relay.run_relay(
