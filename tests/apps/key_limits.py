@@ -13,6 +13,7 @@ app = App("kenning-key-limits")
 SINGLETON = Queue("test-singleton", partition_strategy="singleton")
 CANCEL_NEWEST = Queue("test-cancel-newest", partition_strategy="cancel_newest", partition_concurrency=2)
 CANCEL_IN_PROGRESS = Queue("test-cancel-in-progress", partition_strategy="cancel_in_progress")
+HOURLY = Queue("test-hourly", partition_rate_limit=RateLimit(limit=1, period=3600, key="account"))
 PER_CUSTOMER = Queue("test-per-customer", partition_rate_limit=RateLimit(limit=3, period=2.0, key="customer"))
 
 
@@ -51,4 +52,9 @@ async def in_progress_job(ctx: WorkflowContext, n: int) -> int:
 
 @workflow(queue=PER_CUSTOMER)
 async def customer_job(ctx: WorkflowContext, customer: str, n: int) -> int:
+    return n
+
+
+@workflow(queue=HOURLY)
+async def hourly_job(ctx: WorkflowContext, account: str, n: int) -> int:
     return n

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+import re
 
 import httpx
 import prometheus_client
@@ -75,6 +75,37 @@ async def test_a_singleton_keys_second_start_returns_the_running_instance(
     check_invariants(sql)
 
 
+async def test_concurrent_starters_of_one_key_are_decided_one_after_another(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool, side_channel: str
+) -> None:
+    """Starts of one key from several clients (each its own transaction, not one group
+    commit): the key's lock orders them, so each counts what the one before committed."""
+    await workers_started(processes, _workers(processes, database_url, side_channel, 2))
+    clients = [Client(database_url) for _ in range(4)]
+    try:
+        singles = await asyncio.gather(
+            *(c.start(app.singleton_job, n=n, partition_key="s") for n, c in enumerate(clients * 3))
+        )
+        newest = await asyncio.gather(
+            *(c.start(app.newest_job, n=n, partition_key="n") for n, c in enumerate(clients * 3))
+        )
+    finally:
+        for c in clients:
+            await c.close()
+    assert len({s.instance_id for s in singles}) == 1 and [s.created for s in singles].count(True) == 1
+    assert [s.cancelled for s in newest].count(False) == 2  # partition_concurrency=2
+    opened = sql.execute(
+        "SELECT partition_key, count(*) FROM kenning_instances WHERE partition_key IN ('s', 'n') "
+        "AND status <> 'cancelled' GROUP BY partition_key ORDER BY partition_key"
+    ).fetchall()
+    assert opened == [("n", 2), ("s", 1)]
+    async with Client(database=database) as client:
+        for instance_id in [singles[0].instance_id, *(s.instance_id for s in newest if not s.cancelled)]:
+            await eventually(lambda i=instance_id: _status(sql, i) == "waiting_for_message", 30)  # type: ignore[misc]
+            await client.send_message(instance_id, "go")
+            await client.result(instance_id, timeout=30)
+
+
 async def test_cancel_newest_ends_a_start_over_the_keys_limit_and_tells_its_caller(
     database: Database, database_url: str, sql: Sql, processes: ProcessPool, side_channel: str
 ) -> None:
@@ -131,15 +162,11 @@ async def test_a_rate_limited_key_never_exceeds_its_limit_and_a_quiet_key_is_not
 ) -> None:
     await workers_started(processes, _workers(processes, database_url, side_channel, 3))
     async with Client(database=database) as client:
-        busy = await asyncio.gather(*(client.start(app.customer_job, customer="busy", n=n) for n in range(10)))
+        busy = await asyncio.gather(*(client.start(app.customer_job, customer="busy", n=n) for n in range(15)))
         quiet = await client.start(app.customer_job, customer="quiet", n=-1)
         assert await asyncio.wait_for(client.result(quiet), 30) == -1
-        # an operator asking why a busy one waits hears its key's window, and until when
-        why = await eventually(lambda: _why_waiting_for_rate(database_url, sql), 30, message="a held-back start")
-        assert why["queue"]["partition_key"] == "busy" and why["queue"]["key_rate_limit"] == 3
-        assert why["queue"]["until"] and "rate window frees" in why["way_forward"]
         results = await asyncio.wait_for(asyncio.gather(*(client.result(s) for s in busy)), 60)
-    assert results == list(range(10))  # every busy start waited durably and ran: none failed
+    assert results == list(range(15))  # every busy start waited durably and ran: none failed
     # RateLimit(limit=3, period=2.0, key="customer"): the input field is the partition key
     assert key_rate(sql, "test-per-customer", 3, 2.0) == {"busy": 3, "quiet": 1}
     # the quiet key's start ran before the busy key's backlog drained: it did not queue
@@ -153,29 +180,38 @@ async def test_a_rate_limited_key_never_exceeds_its_limit_and_a_quiet_key_is_not
     check_invariants(sql)
 
 
-def _why_waiting_for_rate(database_url: str, sql: Sql) -> dict[str, Any]:
-    """``kenning why --json`` of a busy key's start held back for its rate window ({}: none now)."""
-    row = sql.execute(
-        "SELECT id FROM kenning_instances WHERE queue_name = 'test-per-customer' AND started_at IS NULL "
-        "AND available_at > now() ORDER BY available_at DESC LIMIT 1"
-    ).fetchone()
-    if row is None:
-        return {}
-    out = kenning_command("why", str(row[0]), "--json", url=database_url)
-    assert out.returncode == 0, out
-    info: dict[str, Any] = json.loads(out.stdout)
-    if info.get("queue", {}).get("waits_for") != "key_rate":
-        return {}
-    text = kenning_command("why", str(row[0]), url=database_url)
-    assert text.returncode == 0 and "test-per-customer, key 'busy'" in text.stdout, text
-    return info
-
-
 def _strategy_count(queue: str, strategy: str) -> float:
     value = prometheus_client.REGISTRY.get_sample_value(
         "kenning_queue_strategy_starts_total", {"queue": queue, "strategy": strategy}
     )
     return value or 0.0
+
+
+async def test_why_says_a_held_back_start_waits_for_its_keys_rate_window_and_until_when(
+    database: Database, database_url: str, sql: Sql, processes: ProcessPool, side_channel: str
+) -> None:
+    await workers_started(processes, _workers(processes, database_url, side_channel, 1))
+    async with Client(database=database) as client:
+        first = await client.start(app.hourly_job, account="acme", n=1)
+        held = await client.start(app.hourly_job, account="acme", n=2)
+        assert await client.result(first, timeout=30) == 1
+    # RateLimit(limit=1, period=3600): the second waits, durably, for the first to leave the window
+    await eventually(lambda: _status(sql, held.instance_id) == "pending" and _due_later(sql, held.instance_id), 30)
+    out = kenning_command("why", held.instance_id, "--json", url=database_url)
+    assert out.returncode == 0, out
+    why = json.loads(out.stdout)
+    assert why["queue"]["partition_key"] == "acme" and why["queue"]["waits_for"] == "key_rate"
+    assert (why["queue"]["key_started"], why["queue"]["key_rate_limit"]) == (1, 1) and why["queue"]["until"]
+    assert re.search(r"when key 'acme''s rate window frees: \S+ \(in (59|60)m\)", why["way_forward"]), why
+    text = kenning_command("why", held.instance_id, url=database_url)
+    assert text.returncode == 0 and "test-hourly, key 'acme'; 1 of 1 starts in the last 60m" in text.stdout, text
+
+
+def _due_later(sql: Sql, instance_id: str) -> bool:
+    row = sql.execute(
+        "SELECT available_at > now() + interval '1 minute' FROM kenning_instances WHERE id = %s", (instance_id,)
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def test_declarations_are_checked() -> None:
