@@ -47,14 +47,21 @@ _INSTANCES_INSERT = statement(
             position integer, id text, name text, hash text, input jsonb, key text, not_before timestamptz,
             trace jsonb, queue text, partition text, priority integer, timeout double precision,
             attributes jsonb, search jsonb)
+    ), keyed AS (
+        -- starts into a queue with a partition strategy: unless they are being decided
+        -- under their key's lock (:decided), left to that (kenning/storage/strategies.py)
+        SELECT s.position FROM incoming AS s
+        WHERE NOT CAST(:decided AS boolean)
+          AND EXISTS (SELECT FROM kenning_queues AS q WHERE q.name = s.queue AND q.partition_strategy <> 'wait')
     ), admitted AS (
         -- a start with not_before (a cron tick) only if its workflow was first seen by then
         SELECT s.position, s.id, s.name, s.hash, s.input, s.key, s.trace, s.queue, s.partition, s.priority,
                s.timeout
         FROM incoming AS s
-        WHERE s.not_before IS NULL
-           OR (SELECT min(d.created_at) FROM kenning_workflow_definitions AS d WHERE d.workflow_name = s.name)
-              <= s.not_before
+        WHERE (s.not_before IS NULL
+               OR (SELECT min(d.created_at) FROM kenning_workflow_definitions AS d WHERE d.workflow_name = s.name)
+                  <= s.not_before)
+          AND NOT EXISTS (SELECT FROM keyed AS k WHERE k.position = s.position)
     ), inserted AS (
         INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at,
                                        trace_context, queue_name, partition_key, priority, deadline_at)
@@ -80,6 +87,7 @@ _INSTANCES_INSERT = statement(
     SELECT s.position,
            EXISTS (SELECT FROM first_inserted AS f WHERE f.position = s.position) AS inserted,
            EXISTS (SELECT FROM admitted AS a WHERE a.position = s.position) AS admitted,
+           EXISTS (SELECT FROM keyed AS k WHERE k.position = s.position) AS keyed,
            (SELECT {notify(CHANNEL_INSTANCES)} FROM inserted WHERE CAST(:notify AS boolean) LIMIT 1) AS notified,
            {QUEUES_NOTIFIED},
            {QUEUES_UNSEEN}
@@ -103,15 +111,20 @@ async def instances_start(
     for each start over its key's limit that a strategy decided (for the caller's metrics)."""
     if not starts:
         return []
-    pairs = [(s.queue_name, s.partition_key or "") for s in starts if s.queue_name is not None]
-    if not pairs:
-        return await _instances_insert(conn, starts, notify)
+    # One statement for every start (the common case: one round trip); those into a queue
+    # with a strategy it leaves out, to be decided under their key's lock.
+    outcomes, keyed = await _instances_insert(conn, starts, notify, decided=False)
+    if not keyed:
+        return outcomes
+    pending = [starts[p] for p in keyed]
+    pairs = [(s.queue_name, s.partition_key or "") for s in pending if s.queue_name is not None]
     # a savepoint when the caller's transaction is open (an event's start), else BEGIN
     async with conn.driver.transaction():
-        keyed = {(k.queue, k.key): k for k in await strategies_sql.keys_lock(conn, pairs)}
-        if not keyed:
-            return await _instances_insert(conn, starts, notify)
-        return await _instances_start_keyed(conn, starts, keyed, notify, decisions)
+        strategies = {(k.queue, k.key): k for k in await strategies_sql.keys_lock(conn, pairs)}
+        decided = await _instances_start_keyed(conn, pending, strategies, notify, decisions)
+    for position, outcome in zip(keyed, decided, strict=True):
+        outcomes[position] = outcome
+    return outcomes
 
 
 async def _instances_start_keyed(
@@ -139,7 +152,7 @@ async def _instances_start_keyed(
                 continue
             singletons.add((key.queue, key.key))
         to_insert.append(position)
-    inserted = await _instances_insert(conn, [starts[p] for p in to_insert], notify)
+    inserted, _ = await _instances_insert(conn, [starts[p] for p in to_insert], notify, decided=True)
     cancel_now: list[str] = []
     cancel_old: list[str] = []
     cancel_old_by: set[str] = set()  # the starts that made cancel_in_progress cancel an older one
@@ -171,9 +184,13 @@ async def _instances_start_keyed(
     return [StartOutcome.EXISTS if outcome is None else outcome for outcome in outcomes]
 
 
-async def _instances_insert(conn: Executor, starts: Sequence[NewInstance], notify: bool) -> list[StartOutcome]:
+async def _instances_insert(
+    conn: Executor, starts: Sequence[NewInstance], notify: bool, *, decided: bool
+) -> tuple[list[StartOutcome], list[int]]:
+    """The insert; with ``decided`` false, starts into a queue with a partition strategy are
+    not inserted: their positions are returned, to be decided under their key's lock."""
     if not starts:
-        return []
+        return [], []
     payload = [
         {
             "position": position,
@@ -194,8 +211,11 @@ async def _instances_insert(conn: Executor, starts: Sequence[NewInstance], notif
         for position, start in enumerate(starts)
     ]
     outcomes = [StartOutcome.EXISTS] * len(starts)
-    rows = await conn.execute(_INSTANCES_INSERT, {"starts": json.dumps(payload), "notify": notify})
+    rows = await conn.execute(_INSTANCES_INSERT, {"starts": json.dumps(payload), "notify": notify, "decided": decided})
+    keyed = sorted(row.position for row in rows if row.keyed)
     for row in rows:
+        if row.keyed:
+            continue
         if row.inserted:
             outcomes[row.position] = StartOutcome.STARTED
         elif not row.admitted:
@@ -203,7 +223,7 @@ async def _instances_insert(conn: Executor, starts: Sequence[NewInstance], notif
     if any(row.queues_unseen for row in rows):
         admitted = [starts[row.position] for row in rows if row.admitted]
         await queues_name(conn, [(s.queue_name, s.workflow_name) for s in admitted if s.queue_name is not None])
-    return outcomes
+    return outcomes, keyed
 
 
 _INSTANCES_ANNOUNCE = statement(f"SELECT {notify(CHANNEL_INSTANCES)} AS notified")
