@@ -11,7 +11,8 @@ SIGSTOPs and continues each kind of process, restarts PostgreSQL with ``pg_ctl -
 immediate``, cuts one worker off from the database through a TCP proxy, and once kills a
 worker holding at least ``MIN_IN_FLIGHT`` instances (the mass kill, after a burst of slow
 ones), and once stops a second scheduler inside a cron tick's transaction
-(``tests/chaos_cron.py``). After the seeded faults, the silent-worker phases
+(``tests/chaos_cron.py``), and sends bursts of starts over many keys into queues with
+per-key limits (``tests/chaos_keys.py``). After the seeded faults, the silent-worker phases
 (``tests/chaos_silent.py``) stop and cut off that worker inside its transaction. Then it
 waits for quiescence, runs every invariant and counts what was lost: every cron tick due
 while a scheduler ran must have started once, and every accepted event must have started
@@ -42,6 +43,7 @@ from kenning.db.migrate import migrate
 from kenning.runtime.embedded import with_database
 from tests.apps import chaos as chaos_app
 from tests.chaos_cron import CRON_APP, CronPhase
+from tests.chaos_keys import KeysPhase
 from tests.chaos_postgres import OwnedPostgres, owned_postgres
 from tests.chaos_schedule import (
     LEASE_SECONDS,
@@ -119,6 +121,7 @@ class Figures:
     receivers_declared: bool = False  # the new version's, before the load began
     cron: dict[str, Any] = field(default_factory=dict)  # the cron phase (tests/chaos_cron.py)
     silent_phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # tests/chaos_silent.py
+    keys: dict[str, Any] = field(default_factory=dict)  # the keys phase (tests/chaos_keys.py)
 
     def summary(self) -> dict[str, Any]:
         out = asdict(self)
@@ -158,6 +161,7 @@ class Chaos:
         self.stopping = False
         self.log = (work_dir / "chaos.log").open("a")
         self.cron = CronPhase(pool, self.url, self._query, self.say)
+        self.keys = KeysPhase(self.url, self.say, config.seed)
 
     def say(self, message: str) -> None:
         line = f"[chaos +{time.monotonic() - self.t0:6.2f}s] {message}"
@@ -416,7 +420,7 @@ class Chaos:
     # ------------------------------------------------------------ the run
 
     async def quiescent(self) -> bool:
-        expected = len(self.started) + len(self.start_events)
+        expected = len(self.started) + len(self.start_events) + self.keys.expected()
         rows = await self._query(
             "SELECT (SELECT count(*) FROM kenning_instances WHERE status IN ('completed', 'failed', 'cancelled')) "
             "AS finished, (SELECT count(*) FROM kenning_inbox WHERE status = 'pending') AS inbox, "
@@ -441,7 +445,10 @@ class Chaos:
         watcher = asyncio.create_task(self.watch_leases())
         try:
             await asyncio.gather(
-                self.faults(), self.start_instances(), self.cron.run(self.t0, self.config.fault_seconds)
+                self.faults(),
+                self.start_instances(),
+                self.cron.run(self.t0, self.config.fault_seconds),
+                self.keys.run(self.t0, self.config.fault_seconds),
             )
             await silent_worker_phases(self, WORKER_IDS[PARTITIONED])
             self.say("faults over; waiting for quiescence")
@@ -527,6 +534,7 @@ class Chaos:
             except AssertionError as error:
                 f.invariants = f"violated: {error}"
             f.cron = asdict(self.cron.measure(sql))
+            f.keys = asdict(self.keys.measure(sql))
         return f
 
     def account_events(self, sql: psycopg.Connection[tuple[Any, ...]], ran: Counter[str]) -> None:
@@ -585,6 +593,7 @@ def verdict(figures: Figures) -> list[str]:
     if figures.invariants != "all hold":
         problems.append(f"invariants: {figures.invariants}")
     problems.extend(figures.cron.get("problems", []))
+    problems.extend(figures.keys.get("problems", []))
     return problems
 
 

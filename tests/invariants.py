@@ -672,3 +672,21 @@ def check_invariants(
         handled_types = list(handled_types)
         if handled_types:
             handlers_ran_once(sql, executions, handled_types)
+
+
+def key_rate(sql: Sql, queue: str, count: int, seconds: float) -> dict[str, int]:
+    """No ``seconds``-long window holds more than ``count`` starts of one partition key of
+    the queue (first claims, ``started_at``); returns each key's most in a window."""
+    rows = _rows(
+        sql,
+        "SELECT a.partition_key, a.id, count(*) AS starts FROM kenning_instances AS a "
+        "JOIN kenning_instances AS b ON b.queue_name = a.queue_name AND b.partition_key = a.partition_key "
+        " AND b.started_at >= a.started_at AND b.started_at < a.started_at + make_interval(secs => %s) "
+        "WHERE a.queue_name = %s AND a.started_at IS NOT NULL GROUP BY a.partition_key, a.id",
+        (seconds, queue),
+    )
+    _fail_if([r for r in rows if r[2] > count], f"windows of {seconds} s of one key of {queue} with > {count} starts")
+    most: dict[str, int] = {}
+    for key, _id, starts in rows:
+        most[str(key)] = max(most.get(str(key), 0), int(str(starts)))
+    return most

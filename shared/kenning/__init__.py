@@ -57,6 +57,7 @@ from kenning.messages import (
 from kenning.observability.logs import library_defaults as _library_defaults
 from kenning.outbox import send_event_transactional
 from kenning.queues import Queue
+from kenning.ratelimits import RateLimit
 from kenning.retry import RetryPolicy
 from kenning.streams import StreamEntry, close_stream, write_stream
 from kenning.timers import sleep, sleep_until, wait_timer, wait_until
@@ -86,6 +87,7 @@ __all__ = [
     "NonDeterminismError",
     "PublishedStatus",
     "Queue",
+    "RateLimit",
     "ReceivedEvent",
     "ReceivedMessage",
     "RequestError",

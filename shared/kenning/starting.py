@@ -10,6 +10,7 @@ inserts what it returns.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Mapping
@@ -48,7 +49,9 @@ class InvalidInputError(KenningError, TypeError):
 @dataclass(frozen=True)
 class StartedInstance(Generic[R]):
     instance_id: str
-    created: bool  # False when the instance id or idempotency key already existed
+    created: bool  # False when the instance id or idempotency key already existed, or a singleton key's ran
+    # True when its queue's partition_strategy cancel_newest ended it at once (its key at its limit)
+    cancelled: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,8 @@ def prepare_start(
             serialization.signature(wf.func).bind(None, **serialization.bind_arguments(wf.func, input_json))
         except (TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
             raise _invalid(name, str(error)) from None
+    if queue_name is not None and partition_key is None:
+        partition_key = _key_from_input(registry, queue_name, name, input_json)
     instance = NewInstance(
         instance_id=instance_id or f"{name}-{time_ordered_hex()}",
         workflow_name=name,
@@ -146,6 +151,25 @@ def prepare_start(
         search_attributes=_checked_search_attributes(wf, name, search_attributes),
     )
     return Start(instance, None if wf is None else Definition(name, wf.source_hash, wf.source, wf.retention_seconds))
+
+
+def _key_from_input(registry: Registry, queue_name: str, name: str, input_json: Any) -> str | None:
+    """The partition key a queue's ``partition_rate_limit=RateLimit(key=field)`` takes from
+    the start's input, if this process knows the queue's declaration: the field's value as
+    text (a string as it is, anything else as its JSON)."""
+    declared = registry.queues.get(queue_name)
+    limit = None if declared is None else declared.partition_rate_limit
+    if limit is None or limit.key is None:
+        return None
+    if not isinstance(input_json, dict) or input_json.get(limit.key) is None:
+        raise _invalid(name, f"queue {queue_name!r} takes its partition key from input field {limit.key!r}: none given")
+    value = input_json[limit.key]
+    key = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    try:
+        _check_storable("partition key", key)
+    except ValueError as error:
+        raise _invalid(name, str(error)) from None
+    return key
 
 
 def _checked_search_attributes(

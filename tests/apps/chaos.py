@@ -18,6 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from kenning import ReceivedEvent, WorkflowContext, activity, wait_timer, workflow
+from tests.apps import chaos_keys  # noqa: F401  (registers the keyed workflows: new version only)
 from tests.apps.chaos_core import (
     ANNOUNCED,
     ANSWER,

@@ -36,6 +36,7 @@ TARGET_NAMES = {
     "stream_p99_ms",
     "stream_readers_one_listener",
     "agent_ms_per_step",
+    "key_rate_pace",
 }
 
 
@@ -116,6 +117,10 @@ def test_quick_benchmark_reports_every_field(pg_server_url: str, tmp_path: Path)
     assert ingress["cpu_ms_per_event"]["ingress"] > 0
     assert ingress["new_database_sessions"] is None or ingress["new_database_sessions"] >= 0
 
+    key_rate = report["flow_key_rate"]
+    assert (key_rate["limit"], key_rate["period_seconds"]) == (10, 1.0)
+    assert key_rate["most_in_a_window"] == key_rate["limit"] and 0 < key_rate["pace"] <= 1.05
+    assert key_rate["quiet_waited_ms"] is not None
     assert report["scale"]["claim_loaded"]["uses_partial_index"] is True
     assert report["scale"]["autovacuum_wait_seconds"] >= 0
     assert set(report["long"]["ms_per_step"]) == {"5", "20"}

@@ -2,9 +2,11 @@
 events, on workers of two versions of the app, while processes are killed, stopped, cut
 off from PostgreSQL, PostgreSQL itself is restarted, and one worker is killed with at
 least 20 instances in flight, and a second scheduler is stopped inside a cron tick's
-transaction; then every invariant, every accepted event and cron tick accounted for, and
-nothing lost. ``KENNING_CHAOS_SEED`` picks the schedule of faults;
-``scripts/chaos.py`` runs the same scenario longer for release checks."""
+transaction, and bursts of starts over many keys go into queues with per-key limits
+(tests/chaos_keys.py); then every invariant, every accepted event, cron tick and keyed
+start accounted for, no key over its limit, and nothing lost. ``KENNING_CHAOS_SEED``
+picks the schedule of faults; ``scripts/chaos.py`` runs the same scenario longer for
+release checks."""
 
 from __future__ import annotations
 

@@ -73,6 +73,7 @@ SDK_MODULES = {
     "kenning.streams",
     "kenning.outbox",
     "kenning.queues",
+    "kenning.ratelimits",
     "kenning.registry",
     "kenning.retry",
     "kenning.schedules",

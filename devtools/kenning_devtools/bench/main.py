@@ -23,6 +23,7 @@ from kenning_devtools.bench import (
     events,
     failover,
     ingress_load,
+    keyrate,
     lateness,
     limits,
     long,
@@ -60,6 +61,7 @@ FULL = {
     "resume": (100_000, 1000, 500, 5),  # steps, continue_as_new every, early after, resumes sampled
     "stream": (20, 0.05, 100, 1000),  # entries per stream, seconds between them, streams at once, readers of one
     "agent_runs": 50,  # durable agent runs of each kind, one at a time, and as many bare
+    "flow_key_rate": (20, 5.0, 3),  # starts per key per period, the period (s), periods of backlog per key
 }
 QUICK = {
     "workflows": 30,
@@ -84,6 +86,7 @@ QUICK = {
     "resume": (60, 20, 10, 3),
     "stream": (5, 0.02, 4, 20),
     "agent_runs": 10,
+    "flow_key_rate": (10, 1.0, 3),
 }
 SECTIONS = (
     "limits",
@@ -100,6 +103,7 @@ SECTIONS = (
     "resume",
     "recovery",
     "agent",
+    "flow",
 )
 # run only when named (--sections relay): a correctness count against the machine's brokers, not a speed;
 # failover: on a PostgreSQL pair of its own under pg_auto_failover, not the database benchmarked
@@ -253,6 +257,9 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
     if "agent" in sections:
         results["agent"] = await agent.run_agent(url, size["agent_runs"])
         lap("agent")
+    if "flow" in sections:  # issue 35: a rate-limited key's starts against its limit
+        results["flow_key_rate"] = await keyrate.run_key_rate(url, *size["flow_key_rate"])
+        lap("flow")
     if "relay" in sections:
         count, instances, batch, rate = size["relay"]
         results["relay"] = await relay.run_relay(

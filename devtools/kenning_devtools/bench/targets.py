@@ -228,6 +228,7 @@ def evaluate(report: dict[str, Any]) -> dict[str, Target]:
         **_resume_targets(report),
         **_stream_targets(report),
         **_agent_targets(report),
+        **_key_rate_targets(report),
     }
 
 
@@ -240,6 +241,21 @@ def _agent_targets(report: dict[str, Any]) -> dict[str, Target]:
             f"Kenning's own time per agent step <= {MAX_AGENT_MS_PER_STEP:.0f} ms (events streamed)",
             value,
             None if value is None else value <= MAX_AGENT_MS_PER_STEP,
+        ),
+    }
+
+
+KEY_RATE_PACE = 0.95  # a rate-limited key's starts reach this share of its limit
+
+
+def _key_rate_targets(report: dict[str, Any]) -> dict[str, Target]:
+    """Issue 35: a busy key starts at its RateLimit's pace, never over it."""
+    kr = report.get("flow_key_rate")
+    return {
+        "key_rate_pace": _target(
+            f"starts of a rate-limited key >= {KEY_RATE_PACE:.0%} of its limit, no window over it",
+            {k: kr[k] for k in ("pace", "most_in_a_window", "limit", "quiet_waited_ms")} if kr else None,
+            None if not kr else (kr["pace"] or 0) >= KEY_RATE_PACE and kr["most_in_a_window"] <= kr["limit"],
         ),
     }
 

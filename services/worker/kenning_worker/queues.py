@@ -62,7 +62,10 @@ class WorkerQueues:
                 worker_concurrency=q.worker_concurrency,
                 rate_limit=q.rate_count,
                 rate_period_seconds=q.rate_period_seconds,
-                partition_concurrency=q.partition_concurrency,
+                partition_concurrency=q.key_limit,
+                partition_strategy=q.partition_strategy,
+                key_rate_limit=None if (per_key := q.partition_rate_limit) is None else per_key.limit,
+                key_rate_period_seconds=None if per_key is None else float(per_key.period),
             )
             for q in app.registry.queues.values()
         ]
@@ -70,6 +73,7 @@ class WorkerQueues:
         self.names: list[str] = sorted(
             {q.name for q in self.declared} | {w.queue for w in app.registry.workflows.values() if w.queue}
         )
+        self.queue_label = metrics.BoundedLabel()
         self.stale = True  # read the names again before the next claim (polls, CHANNEL_QUEUES)
         self.turn = 0  # which source goes first in the next pass (0: the plain claim)
 
@@ -110,6 +114,8 @@ class WorkerQueues:
         started = time.perf_counter()
         claim = await claims_sql.queue_claim(conn, queue=queue, **asked)
         metrics.CLAIM_DURATION.observe(time.perf_counter() - started)
+        if claim.rate_limited:
+            metrics.QUEUE_KEY_RATE_LIMITED.labels(queue=self.queue_label(queue)).inc(claim.rate_limited)
         into.claims.append(claim)
         into.tokens.update(c.lease_token for c in claim.instances)
         into.sooner(BUSY_RETRY_SECONDS if claim.busy else claim.seconds_until_next)

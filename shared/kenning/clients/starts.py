@@ -35,9 +35,11 @@ from kenning.core.records import NewInstance, StartOutcome
 from kenning.db import Database, Executor
 from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
+from kenning.observability import metrics
 from kenning.starting import DefinitionKey, Start, StartedInstance
 from kenning.storage import definitions as definitions_sql
 from kenning.storage import instances as instances_sql
+from kenning.storage import strategies as strategies_sql
 
 _log = structlog.get_logger("kenning.starting")
 
@@ -65,8 +67,19 @@ async def start_on(
     if start.definition is not None and key is not None and key not in known:
         await definitions_sql.definitions_register(conn, [start.definition])
         (known.add if registered is None else registered.append)(key)
-    (outcome,) = await instances_sql.instances_start(conn, [start.instance])
+    decisions: list[tuple[str, str]] = []
+    (outcome,) = await instances_sql.instances_start(conn, [start.instance], decisions=decisions)
+    count_decisions(decisions)
     return await _started(conn, start, outcome)
+
+
+_queue_label = metrics.BoundedLabel()
+
+
+def count_decisions(decisions: list[tuple[str, str]]) -> None:
+    """Count the starts a queue's partition strategy decided (kenning/storage/strategies.py)."""
+    for queue, strategy in decisions:
+        metrics.QUEUE_STRATEGY_STARTS.labels(queue=_queue_label(queue), strategy=strategy).inc()
 
 
 async def _started(conn: Executor, start: Start, outcome: StartOutcome) -> StartedInstance | None:
@@ -74,7 +87,13 @@ async def _started(conn: Executor, start: Start, outcome: StartOutcome) -> Start
         return None
     if outcome is StartOutcome.STARTED:
         return StartedInstance(start.instance.instance_id, True)
+    if outcome is StartOutcome.CANCELLED:  # its key at its limit (cancel_newest): ended already
+        return StartedInstance(start.instance.instance_id, True, cancelled=True)
     new = start.instance
+    if outcome is StartOutcome.JOINED and new.queue_name is not None:  # a singleton key's open instance
+        joined = await strategies_sql.key_open_instance(conn, new.queue_name, new.partition_key or "")
+        if joined is not None:
+            return StartedInstance(joined, False)
     existing = await instances_sql.instance_find_existing(conn, new.instance_id, new.workflow_name, new.idempotency_key)
     return StartedInstance(existing, False)
 
@@ -114,8 +133,10 @@ class Starter:
             alone = len(starts) == 1 and not queued_behind
             notify = alone or now >= self._announced_at + self.announce_spacing
             try:
+                decisions: list[tuple[str, str]] = []
                 async with self.database.connection() as conn:
-                    outcomes = await instances_sql.instances_start(conn, starts, notify=notify)
+                    outcomes = await instances_sql.instances_start(conn, starts, notify=notify, decisions=decisions)
+                count_decisions(decisions)
             finally:
                 self._inserted_just_now = True
                 loop.call_soon(self._settled)

@@ -44,6 +44,10 @@ def _limits(q: QueueOverview) -> str:
         f"worker={q.worker_concurrency}" if q.worker_concurrency else "",
         f"rate={q.rate_limit}/{q.rate_period_seconds:g}s" if q.rate_limit and q.rate_period_seconds else "",
         f"partition={q.partition_concurrency}" if q.partition_concurrency else "",
+        f"strategy={q.partition_strategy}" if q.partition_strategy != "wait" else "",
+        f"key_rate={q.key_rate_limit}/{q.key_rate_period_seconds:g}s"
+        if q.key_rate_limit and q.key_rate_period_seconds
+        else "",
     ]
     return " ".join(p for p in parts if p) or "none"
 

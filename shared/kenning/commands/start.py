@@ -76,6 +76,8 @@ async def _run(args: argparse.Namespace) -> int:
         except InvalidInputError as error:
             raise UsageError(str(error)) from None
         outcome: dict[str, Any] = {"instance_id": started.instance_id, "created": started.created}
+        if started.cancelled:  # its queue's cancel_newest ended it at once: its key is at its limit
+            outcome["cancelled"] = True
         if args.wait is not None:
             try:
                 outcome["result"] = await client.result(started.instance_id, timeout=args.wait)

@@ -30,6 +30,7 @@ from kenning.runtime.config import add_commit_stall_option, add_database_options
 from kenning.storage import locks as locks_sql
 from kenning.storage import processes as processes_sql
 from kenning.storage import progress as progress_sql
+from kenning.storage import queues as queues_sql
 from kenning.storage import server as server_sql
 from kenning.storage.server import CommitWaits
 
@@ -55,6 +56,9 @@ async def _explain(args: argparse.Namespace) -> dict[str, Any]:
                 live, registered = await processes_sql.processes_workers_of(conn, info["workflow_name"])
                 info["live_workers"], info["stale_workers"] = live, registered - live
                 if info["status"] not in _TERMINAL:
+                    key = await queues_sql.instance_key_state(conn, args.instance_id)
+                    if key is not None:
+                        info["queue"] = queue_key(key)
                     info["commits_stalled"] = _stalled(await server_sql.commits_waiting(conn), args)
                 held = await locks_sql.expired_leases_locked(conn, limit=1, instance_id=args.instance_id)
                 info["locked_by"] = held[0].as_json() if held else None
@@ -63,6 +67,24 @@ async def _explain(args: argparse.Namespace) -> dict[str, Any]:
     if info is None:
         raise WorkflowNotFoundError(f"no workflow instance {args.instance_id!r}")
     return info
+
+
+def queue_key(key: queues_sql.KeyState) -> dict[str, Any]:
+    """A queued instance's key against its queue's limits, for ``kenning why``: what it
+    waits for (``waits_for``: ``paused``, ``key_rate`` or ``key_slot``) and until when."""
+    waits_for = "paused" if key.paused else "key_rate" if key.rate_full else "key_slot" if key.slots_full else None
+    return {
+        "name": key.queue_name,
+        "partition_key": key.partition_key,
+        "partition_strategy": key.partition_strategy,
+        "partition_concurrency": key.partition_concurrency,
+        "key_leased": key.key_leased,
+        "key_rate_limit": key.key_rate_limit,
+        "key_rate_period_seconds": key.key_rate_period_seconds,
+        "key_started": key.key_started,
+        "waits_for": waits_for,
+        "until": key.key_frees_at if waits_for == "key_rate" else None,
+    }
 
 
 def _stalled(waits: CommitWaits, args: argparse.Namespace) -> dict[str, Any] | None:
@@ -158,6 +180,13 @@ def _claimable(info: dict[str, Any]) -> str:
             return f"lease expired {_ago(now, available)}: the next claim of any worker takes it over"
         return f"leased by {info['lease_owner'] or '?'} until {_ago(now, available)}"
     what = "compensations run" if status == "compensating" else "a worker claims it"
+    queue = info.get("queue") or {}
+    if queue.get("waits_for") == "paused":
+        return f"NOT NOW: queue {queue['name']!r} is paused (kenning queues resume {queue['name']})"
+    if queue.get("waits_for") == "key_rate":
+        return f"{what} when key {queue['partition_key']!r}'s rate window frees: {_ago(now, queue['until'])}"
+    if queue.get("waits_for") == "key_slot":
+        return f"{what} when one of key {queue['partition_key']!r}'s running instances ends"
     return f"{what}: {due}"
 
 
@@ -251,6 +280,8 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
     if info["claimed_at"]:
         runs += f", last {_ago(now, info['claimed_at'])}"
     out.append(("runs", runs))
+    if info.get("queue"):
+        out.append(("queue", _queue(info["queue"], now)))
     for step, attempt in sorted((info["attempts"] or {}).items()):
         out.append(
             (
@@ -284,6 +315,23 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
     if retention:
         out.append(("retention", retention))
     return out
+
+
+def _queue(queue: dict[str, Any], now: datetime) -> str:
+    """The queue and key line: the key's slots and rate window against their limits."""
+    text = f"{queue['name']}, key {queue['partition_key']!r}"
+    if queue["partition_strategy"] != "wait":
+        text += f" ({queue['partition_strategy']})"
+    if queue["partition_concurrency"] is not None:
+        text += f"; {queue['key_leased']} of {queue['partition_concurrency']} slots held"
+    if queue["key_rate_limit"] is not None:
+        text += (
+            f"; {queue['key_started']} of {queue['key_rate_limit']} starts in the last "
+            f"{_span(queue['key_rate_period_seconds'])}"
+        )
+        if queue["until"] is not None:
+            text += f", the next {_ago(now, queue['until'])}"
+    return text
 
 
 def _workflow(info: dict[str, Any]) -> str:

@@ -151,6 +151,9 @@ class StartOutcome(enum.Enum):
     STARTED = "started"  # this insert made the instance
     EXISTS = "exists"  # its id, or its workflow and idempotency key, exist already
     BEFORE_SCHEDULE = "before_schedule"  # not_before predates the workflow's first sighting
+    # a queue's partition strategy decided it (kenning/storage/strategies.py):
+    CANCELLED = "cancelled"  # inserted and ended at once, its key at its limit (cancel_newest)
+    JOINED = "joined"  # not inserted: its singleton key's open instance is the start's
 
 
 @dataclass(frozen=True)

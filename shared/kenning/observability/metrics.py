@@ -123,6 +123,25 @@ LEASE_TAKEOVERS = _exported_by(
     ),
     WORKER,
 )
+QUEUE_KEY_RATE_LIMITED = _exported_by(
+    Counter(
+        "kenning_queue_rate_limited_total",
+        "Queued instances a claim held back for their partition key's rate limit (moved to when its window frees)",
+        ["queue"],
+    ),
+    WORKER,
+)
+QUEUE_STRATEGY_STARTS = _exported_by(
+    Counter(
+        "kenning_queue_strategy_starts_total",
+        "Starts over their partition key's limit decided by the queue's partition_strategy: the start cancelled "
+        "(cancel_newest), the key's oldest cancelled (cancel_in_progress), the running one returned (singleton)",
+        ["queue", "strategy"],
+    ),
+    WORKER,
+    SCHEDULER,
+    INGRESS,
+)
 LEASES_LOST = _exported_by(
     Counter("kenning_leases_lost_total", "Runs cancelled by this worker because another took their lease over"),
     WORKER,

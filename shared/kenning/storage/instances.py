@@ -20,6 +20,7 @@ from kenning.core.names import (
 )
 from kenning.core.records import FoldedWrites, InstanceRow, NewInstance, StartOutcome
 from kenning.db import Executor, statement
+from kenning.storage import strategies as strategies_sql
 from kenning.storage.children import TOLD, tell_parents
 from kenning.storage.claims import CRASH_LOOP
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
@@ -27,6 +28,7 @@ from kenning.storage.names import notify, notify_results
 from kenning.storage.published import search_texts, start_attributes
 from kenning.storage.queue_rows import QUEUE_ROWS, QUEUES_NOTIFIED, QUEUES_UNSEEN, queues_name
 from kenning.storage.rows import instance_row_columns
+from kenning.storage.strategies import KeyStrategy
 from kenning.storage.streams import reopen_ended_streams
 
 START_ATTRIBUTES = """attributed AS (
@@ -46,14 +48,21 @@ _INSTANCES_INSERT = statement(
             position integer, id text, name text, hash text, input jsonb, key text, not_before timestamptz,
             trace jsonb, queue text, partition text, priority integer, timeout double precision,
             attributes jsonb, search jsonb)
+    ), keyed AS (
+        -- starts into a queue with a partition strategy: unless they are being decided
+        -- under their key's lock (:decided), left to that (kenning/storage/strategies.py)
+        SELECT s.position FROM incoming AS s
+        WHERE NOT CAST(:decided AS boolean)
+          AND EXISTS (SELECT FROM kenning_queues AS q WHERE q.name = s.queue AND q.partition_strategy <> 'wait')
     ), admitted AS (
         -- a start with not_before (a cron tick) only if its workflow was first seen by then
         SELECT s.position, s.id, s.name, s.hash, s.input, s.key, s.trace, s.queue, s.partition, s.priority,
                s.timeout
         FROM incoming AS s
-        WHERE s.not_before IS NULL
-           OR (SELECT min(d.created_at) FROM kenning_workflow_definitions AS d WHERE d.workflow_name = s.name)
-              <= s.not_before
+        WHERE (s.not_before IS NULL
+               OR (SELECT min(d.created_at) FROM kenning_workflow_definitions AS d WHERE d.workflow_name = s.name)
+                  <= s.not_before)
+          AND NOT EXISTS (SELECT FROM keyed AS k WHERE k.position = s.position)
     ), inserted AS (
         INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at,
                                        trace_context, queue_name, partition_key, priority, deadline_at)
@@ -79,6 +88,7 @@ _INSTANCES_INSERT = statement(
     SELECT s.position,
            EXISTS (SELECT FROM first_inserted AS f WHERE f.position = s.position) AS inserted,
            EXISTS (SELECT FROM admitted AS a WHERE a.position = s.position) AS admitted,
+           EXISTS (SELECT FROM keyed AS k WHERE k.position = s.position) AS keyed,
            (SELECT {notify(CHANNEL_INSTANCES)} FROM inserted WHERE CAST(:notify AS boolean) LIMIT 1) AS notified,
            {QUEUES_NOTIFIED},
            {QUEUES_UNSEEN}
@@ -87,12 +97,101 @@ _INSTANCES_INSERT = statement(
 )
 
 
-async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, notify: bool = True) -> list[StartOutcome]:
+async def instances_start(
+    conn: Executor,
+    starts: Sequence[NewInstance],
+    *,
+    notify: bool = True,
+    decisions: list[tuple[str, str]] | None = None,
+) -> list[StartOutcome]:
     """Insert runnable instances in one statement and wake workers once (``notify``
     false: not at all; the caller's ``instances_announce`` does later); the outcome of
-    each start (``instance_find_existing`` names the instance an ``EXISTS`` met)."""
+    each start (``instance_find_existing`` names the instance an ``EXISTS`` met). Starts
+    into queues with a partition strategy are decided in one transaction with their
+    key's lock (``kenning/storage/strategies.py``); ``decisions`` gets (queue, strategy)
+    for each start over its key's limit that a strategy decided (for the caller's metrics)."""
     if not starts:
         return []
+    # One statement for every start (the common case: one round trip); those into a queue
+    # with a strategy it leaves out, to be decided under their key's lock.
+    outcomes, keyed = await _instances_insert(conn, starts, notify, decided=False)
+    if not keyed:
+        return outcomes
+    pending = [starts[p] for p in keyed]
+    pairs = [(s.queue_name, s.partition_key or "") for s in pending if s.queue_name is not None]
+    # a savepoint when the caller's transaction is open (an event's start), else BEGIN
+    async with conn.driver.transaction():
+        strategies = {(k.queue, k.key): k for k in await strategies_sql.keys_lock(conn, pairs)}
+        decided = await _instances_start_keyed(conn, pending, strategies, notify, decisions)
+    for position, outcome in zip(keyed, decided, strict=True):
+        outcomes[position] = outcome
+    return outcomes
+
+
+async def _instances_start_keyed(
+    conn: Executor,
+    starts: Sequence[NewInstance],
+    keyed: dict[tuple[str, str], KeyStrategy],
+    notify: bool,
+    decisions: list[tuple[str, str]] | None,
+) -> list[StartOutcome]:
+    """``instances_start`` under the locks of the keys with a strategy, in batch order:
+    each start counts the key's open instances and the starts before it in the batch."""
+
+    def strategy_of(start: NewInstance) -> KeyStrategy | None:
+        return None if start.queue_name is None else keyed.get((start.queue_name, start.partition_key or ""))
+
+    held = await strategies_sql.keys_open(conn, list(keyed))
+    outcomes: list[StartOutcome | None] = [None] * len(starts)
+    to_insert: list[int] = []
+    singletons: set[tuple[str, str]] = set()  # singleton keys a start of this batch takes
+    for position, start in enumerate(starts):
+        key = strategy_of(start)
+        if key is not None and key.strategy == "singleton":
+            if held[(key.queue, key.key)] or (key.queue, key.key) in singletons:
+                outcomes[position] = StartOutcome.JOINED
+                continue
+            singletons.add((key.queue, key.key))
+        to_insert.append(position)
+    inserted, _ = await _instances_insert(conn, [starts[p] for p in to_insert], notify, decided=True)
+    cancel_now: list[str] = []
+    cancel_old: list[str] = []
+    cancel_old_by: set[str] = set()  # the starts that made cancel_in_progress cancel an older one
+    for position, outcome in zip(to_insert, inserted, strict=True):
+        outcomes[position] = outcome
+        start, key = starts[position], strategy_of(starts[position])
+        if key is None or outcome is not StartOutcome.STARTED:
+            continue
+        open_ids = held[(key.queue, key.key)]
+        if key.strategy == "cancel_newest" and len(open_ids) >= key.limit:
+            cancel_now.append(start.instance_id)
+            outcomes[position] = StartOutcome.CANCELLED
+            continue
+        while key.strategy == "cancel_in_progress" and len(open_ids) >= key.limit:
+            cancel_old.append(open_ids.pop(0))
+            cancel_old_by.add(start.instance_id)
+        open_ids.append(start.instance_id)
+    await strategies_sql.instances_cancel_at_start(conn, cancel_now)
+    for instance_id in cancel_old:  # rare (one per start over the limit): one statement each
+        await instance_request_cancel(conn, instance_id)
+    if decisions is not None:
+        for position, decided in enumerate(outcomes):
+            key = strategy_of(starts[position])
+            if key is not None and (
+                decided in (StartOutcome.CANCELLED, StartOutcome.JOINED)
+                or (key.strategy == "cancel_in_progress" and starts[position].instance_id in cancel_old_by)
+            ):
+                decisions.append((key.queue, key.strategy))
+    return [StartOutcome.EXISTS if outcome is None else outcome for outcome in outcomes]
+
+
+async def _instances_insert(
+    conn: Executor, starts: Sequence[NewInstance], notify: bool, *, decided: bool
+) -> tuple[list[StartOutcome], list[int]]:
+    """The insert; with ``decided`` false, starts into a queue with a partition strategy are
+    not inserted: their positions are returned, to be decided under their key's lock."""
+    if not starts:
+        return [], []
     payload = [
         {
             "position": position,
@@ -113,8 +212,11 @@ async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, noti
         for position, start in enumerate(starts)
     ]
     outcomes = [StartOutcome.EXISTS] * len(starts)
-    rows = await conn.execute(_INSTANCES_INSERT, {"starts": json.dumps(payload), "notify": notify})
+    rows = await conn.execute(_INSTANCES_INSERT, {"starts": json.dumps(payload), "notify": notify, "decided": decided})
+    keyed = sorted(row.position for row in rows if row.keyed)
     for row in rows:
+        if row.keyed:
+            continue
         if row.inserted:
             outcomes[row.position] = StartOutcome.STARTED
         elif not row.admitted:
@@ -122,7 +224,7 @@ async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, noti
     if any(row.queues_unseen for row in rows):
         admitted = [starts[row.position] for row in rows if row.admitted]
         await queues_name(conn, [(s.queue_name, s.workflow_name) for s in admitted if s.queue_name is not None])
-    return outcomes
+    return outcomes, keyed
 
 
 _INSTANCES_ANNOUNCE = statement(f"SELECT {notify(CHANNEL_INSTANCES)} AS notified")

@@ -97,6 +97,9 @@ queues = Table(
     Column("rate_limit", Integer),
     Column("rate_period_seconds", DOUBLE_PRECISION),
     Column("partition_concurrency", Integer),
+    Column("partition_strategy", Text, nullable=False),  # migration 0022, with key_rate_*
+    Column("key_rate_limit", Integer),
+    Column("key_rate_period_seconds", DOUBLE_PRECISION),
     Column("paused", Boolean, nullable=False),
     Column("claim_seq", BigInteger, nullable=False),
     Column("partition_cursor", Text, nullable=False),

@@ -3,7 +3,7 @@
 
 WITH RECURSIVE locked AS MATERIALIZED (
     SELECT name, concurrency, worker_concurrency, rate_limit, rate_period_seconds, partition_concurrency,
-           claim_seq, partition_cursor
+           key_rate_limit, key_rate_period_seconds, claim_seq, partition_cursor
     FROM kenning_queues
     WHERE name = :queue AND NOT paused
     FOR UPDATE SKIP LOCKED
@@ -20,6 +20,7 @@ WITH RECURSIVE locked AS MATERIALIZED (
       AND EXISTS (SELECT FROM queue)
 ), budget AS MATERIALIZED (
     SELECT q.partition_concurrency AS per_key, q.partition_cursor AS cursor,
+           q.key_rate_limit AS key_rate, q.key_rate_period_seconds AS key_period,
            -- least() skips NULLs: a limit the queue does not have
            greatest(0, least(
                CAST(:limit AS integer),
@@ -59,8 +60,40 @@ WITH RECURSIVE locked AS MATERIALIZED (
     ) AS k
     WHERE w.depth < :walk_limit AND k.key IS NOT NULL
       AND NOT ((w.lapped OR k.key <= w.key) AND k.key > b.cursor)
+), key_rate AS MATERIALIZED (
+    -- a per-key rate limit's window for each key walked: its starts in the last period,
+    -- and when the limit-th newest leaves the window (the next start of a full key)
+    SELECT w.key, r.started, r.frees_at, r.started >= b.key_rate AS full
+    FROM walk AS w
+    CROSS JOIN budget AS b
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS started,
+               (SELECT s.started_at + make_interval(secs => b.key_period)
+                FROM kenning_instances AS s
+                WHERE s.queue_name = :queue AND s.queue_name IS NOT NULL AND s.partition_key = w.key
+                  AND s.started_at > coalesce(CAST(:now AS timestamptz), now()) - make_interval(secs => b.key_period)
+                ORDER BY s.started_at DESC OFFSET b.key_rate - 1 LIMIT 1) AS frees_at
+        FROM kenning_instances AS i
+        WHERE i.queue_name = :queue AND i.queue_name IS NOT NULL AND i.partition_key = w.key
+          AND i.started_at > coalesce(CAST(:now AS timestamptz), now()) - make_interval(secs => b.key_period)
+    ) AS r
+    WHERE b.key_rate IS NOT NULL
+), deferred AS (
+    -- a full key's due instances wait durably until its window frees: not due before,
+    -- so the walk serves other keys meanwhile and an idle worker knows when to look
+    UPDATE kenning_instances AS i
+    SET available_at = k.frees_at
+    FROM key_rate AS k
+    WHERE k.full AND i.id IN (
+        SELECT d.id FROM kenning_instances AS d
+        WHERE d.queue_name = :queue AND d.queue_name IS NOT NULL
+          AND d.status IN ('pending', 'running', 'compensating') AND d.partition_key = k.key
+          AND d.available_at <= coalesce(CAST(:now AS timestamptz), now()) AND d.lease_token IS NULL AND d.started_at IS NULL
+        FOR UPDATE SKIP LOCKED)
+    RETURNING i.id
 ), offered AS (
-    -- each key's first instances, as many as its free slots (and the claim's budget)
+    -- each key's first instances, as many as its free slots and its rate window
+    -- allow (and the claim's budget)
     SELECT o.*, w.depth,
            row_number() OVER (PARTITION BY w.key ORDER BY o.priority, o.available_at, o.id) AS turn
     FROM walk AS w
@@ -79,7 +112,8 @@ WITH RECURSIVE locked AS MATERIALIZED (
 
         ORDER BY i.priority, i.available_at
         LIMIT greatest(0, least(b.n, b.per_key - (SELECT count(*) FROM leased AS l
-                                                    WHERE l.partition_key = w.key)))
+                                                    WHERE l.partition_key = w.key),
+                                b.key_rate - (SELECT k.started FROM key_rate AS k WHERE k.key = w.key)))
         FOR UPDATE OF i SKIP LOCKED
     ) AS o
 ), candidates AS MATERIALIZED (
@@ -137,6 +171,7 @@ WITH RECURSIVE locked AS MATERIALIZED (
                    SELECT FROM walk AS w CROSS JOIN budget AS b
                    WHERE (b.per_key IS NULL
                           OR (SELECT count(*) FROM leased AS l WHERE l.partition_key = w.key) < b.per_key)
+                     AND NOT EXISTS (SELECT FROM key_rate AS k WHERE k.key = w.key AND k.full)
                      AND EXISTS (SELECT FROM kenning_instances AS i
                                  WHERE i.queue_name = :queue AND i.queue_name IS NOT NULL AND i.status IN ('pending', 'running', 'compensating') AND i.partition_key = w.key AND i.available_at <= coalesce(CAST(:now AS timestamptz), now())
                                    ))
@@ -145,14 +180,18 @@ WITH RECURSIVE locked AS MATERIALIZED (
 )
 SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_count, attempts,
        suspect, taken_over, park, runs_without_progress, trace_context,
-       CAST(NULL AS boolean) AS busy, CAST(NULL AS float8) AS seconds_until_next
+       CAST(NULL AS boolean) AS busy, CAST(NULL AS float8) AS seconds_until_next,
+       (SELECT count(*) FROM deferred) AS deferred
 FROM claimed
 UNION ALL
 -- nothing claimed: whether another claim holds the queue (try again soon), and when a
--- rate limit that stopped this one lets the next start through
+-- rate limit that stopped this one (the queue's, or a key's) lets the next start through
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NOT EXISTS (SELECT FROM queue)
            AND EXISTS (SELECT FROM kenning_queues AS s WHERE s.name = :queue AND NOT s.paused),
-       (SELECT b.rate_wait FROM budget AS b)
+       least((SELECT b.rate_wait FROM budget AS b),
+             (SELECT CAST(extract(epoch FROM min(k.frees_at) - coalesce(CAST(:now AS timestamptz), now())) AS float8)
+              FROM key_rate AS k WHERE k.full)),
+       (SELECT count(*) FROM deferred)
 WHERE NOT EXISTS (SELECT FROM claimed)
 
