@@ -180,6 +180,8 @@ async def test_read_only_over_stdio_every_read_tool_and_refusals(
         assert answer["value"] is None and answer["size"] > 100_000 and answer["preview"].startswith('{"blob"')
         sleeping = await ok(session, "show_instance", instance_id=ids["sleeping"])
         assert sleeping["waits"]["timers"] and "timer" in sleeping["why"]["way_forward"]
+        saga = await ok(session, "show_instance", instance_id=ids["failed"])
+        assert [c["ran_kind"] for c in saga["compensations"]] == ["CompensationExecuted"] * 2
 
         assert (await ok(session, "list_workers"))["processes"] == []  # in-process workers do not register
         assert (await ok(session, "list_queues"))["queues"] == []

@@ -153,7 +153,8 @@ class Operations:
         self, instance_id: str, *, history_after: int = 0, history_limit: int = 50
     ) -> dict[str, Any]:
         """One instance: its facts and values bounded, a page of its history, what it waits
-        for, its published values and streams, and ``why``: what will move it on."""
+        for, its published values, streams and compensations, and ``why``: what will move
+        it on."""
         limit = min(history_limit, MAX_PAGE)
         async with self.database.connection() as conn:
             row = await console_sql.instance(conn, instance_id, _BOUNDS)
@@ -168,6 +169,9 @@ class Operations:
                 conn, instance_id, limit=MAX_PAGE, bound=_BOUNDS.bound, preview=_BOUNDS.preview
             )
             streams = await streams_sql.streams_of(conn, instance_id, limit=MAX_PAGE)
+            compensations = await console_sql.instance_compensations(
+                conn, instance_id, console_sql.Window(None, None, MAX_PAGE), _BOUNDS
+            )
         explained = await why.explain(self.database, instance_id, commit_stall_seconds=self.commit_stall_seconds)
         more = len(history) > limit
         history = history[:limit]
@@ -180,6 +184,8 @@ class Operations:
             "waits": {"events": [_row(w) for w in waits], "timers": [_row(t) for t in timers]},
             "published_values": [asdict(v) for v in values],
             "streams": [asdict(s) for s in streams],
+            # a saga's undo steps, in the order registered (they run in reverse); ran_kind if ran
+            "compensations": [_row(c) for c in compensations],
             "history": [_row(h) for h in history],
             "history_next": history[-1].seq if more else None,
         }

@@ -161,7 +161,8 @@ def build_server(ops: Operations, *, guarded: bool = False) -> MCPServer[Any]:
         history_limit: Limit = 50,
     ) -> dict[str, Any]:
         """One instance: status, input, result, error, what it waits for (events, timers), its published
-        values and streams, a page of its history, and `why`: what will move it on, or why nothing will."""
+        values, streams and compensations, a page of its history, and `why`: what will move it on, or why
+        nothing will."""
         return await ops.show_instance(instance_id, history_after=history_after, history_limit=history_limit)
 
     @server.tool(annotations=_READ, structured_output=False)
