@@ -155,6 +155,11 @@ async def test_read_only_over_stdio_every_read_tool_and_refusals(
 
         found = await ok(session, "search_instances", where={"region": "eu"})
         assert [i["id"] for i in found["instances"]] == [ids["order"]]
+        ranked = await ok(
+            session, "search_instances", where={"region": "eu", "priority": 0}, workflow="published_order"
+        )
+        assert [i["id"] for i in ranked["instances"]] == [ids["order"]]
+        assert (await ok(session, "search_instances", where={"priority": 1}))["instances"] == []
         first = await ok(session, "search_instances", limit=1)
         assert len(first["instances"]) == 1 and first["next_cursor"]
         rest = await ok(session, "search_instances", limit=100, cursor=first["next_cursor"])

@@ -25,6 +25,7 @@ from kenning.app import App
 from kenning.commands import replay_check, steering, why
 from kenning.commands import schedules as schedules_command
 from kenning.commands.steering import Who
+from kenning.core.published import check_key, search_text
 from kenning.core.records import INSTANCE_STATUSES, InstanceRow
 from kenning.db import Database, Executor
 from kenning.errors import UsageError, WorkflowNotFoundError
@@ -60,6 +61,21 @@ def _status(status: str | None) -> str:
     if status and status not in INSTANCE_STATUSES:
         raise UsageError(f"status: {status!r} is not a status: one of {', '.join(INSTANCE_STATUSES)}")
     return status or ""
+
+
+def _where(where: dict[str, Any]) -> dict[str, str]:
+    """Search attributes as the search indexes them: 3 as "3", true as "true"."""
+    texts: dict[str, str] = {}
+    for key, value in where.items():
+        try:
+            check_key(key)
+            text = search_text(key, value)
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"where: {error}") from None
+        if text is None:
+            raise UsageError(f"where: {key!r} is null: a search attribute's null is not indexed")
+        texts[key] = text
+    return texts
 
 
 def _cursor(text: str | None) -> console_sql.Cursor | None:
@@ -128,7 +144,7 @@ class Operations:
         *,
         status: str | None = None,
         workflow: str | None = None,
-        where: dict[str, str] | None = None,
+        where: dict[str, Any] | None = None,
         created_after: str | None = None,
         created_before: str | None = None,
         limit: int = 20,
@@ -140,7 +156,7 @@ class Operations:
             workflow=workflow or "",
             since=moment(created_after, "created_after"),
             until=moment(created_before, "created_before"),
-            where=json.dumps({str(k): str(v) for k, v in where.items()}) if where else "",
+            where=json.dumps(_where(where)) if where else "",
         )
         async with self.database.connection() as conn:
             page = await console_sql.instances_page(

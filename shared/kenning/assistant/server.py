@@ -133,7 +133,7 @@ def build_server(ops: Operations, *, guarded: bool = False) -> MCPServer[Any]:
         status: Annotated[str | None, Field(description="only this status (pending, running, failed, ...)")] = None,
         workflow: Annotated[str | None, Field(description="only this workflow name")] = None,
         where: Annotated[
-            dict[str, str] | None,
+            dict[str, str | int | float | bool] | None,
             Field(description="search attributes (@workflow(search_attributes=...)) the instance holds, all"),
         ] = None,
         created_after: Time = None,
