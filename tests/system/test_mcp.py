@@ -278,7 +278,7 @@ async def test_actions_over_stdio_are_logged_with_the_os_user(
     assert terminated["target"] == ids["order"] and terminated["reason"] == "customer gone"
 
 
-async def test_streamable_http_with_a_bearer_token(
+async def test_streamable_http_with_a_bearer_token_or_open_on_loopback(
     processes: ProcessPool, database: Database, database_url: str, sql: Sql
 ) -> None:
     ids = await _instances(database, sql)
@@ -297,13 +297,7 @@ async def test_streamable_http_with_a_bearer_token(
         wrong = await plain.post(f"{base}/mcp", json=hello, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and wrong.json()["error"] == "wrong bearer token"
 
-    http = create_mcp_http_client(headers={"Authorization": "Bearer s3cret"})
-    async with (
-        http,
-        streamable_http_client(f"{base}/mcp", http_client=http) as (read, write),
-        ClientSession(read, write, client_info=CLIENT) as session,
-    ):
-        await session.initialize()
+    async with http_session(f"{base}/mcp", token="s3cret") as session:
         assert {tool.name for tool in (await session.list_tools()).tools} == TOOLS
         found = await ok(session, "search_instances", where={"region": "eu"})
         assert [i["id"] for i in found["instances"]] == [ids["order"]]
@@ -313,6 +307,31 @@ async def test_streamable_http_with_a_bearer_token(
         (action,) = (await ok(session, "list_actions"))["actions"]
     assert action["origin"] == "mcp" and action["actor"] == "bearer-token@127.0.0.1 (kenning-tests)"
     assert action["action"] == "cancel" and action["target"] == ids["sleeping"]
+
+    # without a token, on loopback: open, and the action log says so
+    open_port = free_port()
+    opened = processes.spawn(
+        ["mcp", "--transport", "http", "--port", str(open_port), "--allow-actions", "--no-migrate"],
+        env={"KENNING_DATABASE_URL": database_url},
+        name="mcp-open",
+    )
+    await until_answering(f"http://127.0.0.1:{open_port}/healthz", opened, "kenning mcp")
+    async with http_session(f"http://127.0.0.1:{open_port}/mcp") as session:
+        assert (await ok(session, "pause_schedule", name="nightly"))["paused"] is True
+        latest = (await ok(session, "list_actions", limit=1))["actions"][0]
+    assert latest["action"] == "schedule-pause" and latest["actor"] == "open@127.0.0.1 (kenning-tests)"
+
+
+@contextlib.asynccontextmanager
+async def http_session(url: str, token: str = "") -> AsyncIterator[ClientSession]:
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"} if token else None)
+    async with (
+        http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write, client_info=CLIENT) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 def test_http_refuses_to_listen_beyond_loopback_without_a_token(database_url: str) -> None:
