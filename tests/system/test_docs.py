@@ -81,6 +81,7 @@ DOCS = (
     "docs/layout.md",
     "docs/development.md",
     "docs/agents.md",
+    "docs/mcp.md",
 )
 COMMAND_LANGUAGES = ("bash", "sh", "shell", "console")
 DOC_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"  # docs/ingress.md's
@@ -337,6 +338,7 @@ STEPS: dict[str, list[Step]] = {
     ],
     "docs/architecture.md": [],  # no commands: the design, read not run
     "docs/scaling.md": [],  # no commands: settings and figures
+    "docs/mcp.md": [],  # no shell commands: an assistant's configuration, as JSON
     "docs/operations.md": [],  # no shell commands: metrics, sweeps, deploy steps as yaml and text
     "docs/performance.md": [],  # no commands: the benchmark's figures and what they show
     "docs/amqp.md": [],  # no commands: URL forms, the binding, guarantees

@@ -111,6 +111,7 @@ def layer_of(module: str) -> str | None:
         "runtime": "runtime",
         "migrations": "migrations",
         "commands": "commands",
+        "assistant": "commands",  # kenning mcp's tools: on the operator commands' reads and actions
         "testing": "testing",
     }.get(sub)
 

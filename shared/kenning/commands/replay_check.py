@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 from kenning.app import App
 from kenning.commands.output import emit, emit_json
@@ -61,19 +62,22 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_run(args))
 
 
+Checked = tuple[ReplayCandidate, bool, ReplayReport]  # an instance, whether in flight, its verdict
+
+
 async def _run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    workflows = _workflows(app, args.workflow)
+    workflows = workflows_to_check(app, args.workflow)
     database = connect(database_url(args.database_url, app), pool_size=1, max_overflow=0)
-    results: list[tuple[ReplayCandidate, bool, ReplayReport]] = []
     try:
-        async for candidate, flying, history, compensations in _candidates(database, workflows, args):
-            report = await replay_only(
-                app, app.registry.workflows[candidate.workflow_name], _claimed(candidate), history, compensations
-            )
-            results.append((candidate, flying, report))
-            if not args.json:
-                emit(_line(candidate, report))
+        results = await check(
+            app,
+            database,
+            workflows,
+            limit=args.limit,
+            finished=args.finished,
+            each=None if args.json else lambda c, _flying, report: emit(_line(c, report)),
+        )
     finally:
         await database.dispose()
     breaking = sum(1 for result in results if result[2].verdict.breaks)
@@ -84,16 +88,7 @@ async def _run(args: argparse.Namespace) -> int:
                 "checked": len(results),
                 "in_flight": in_flight,
                 "diverged": breaking,
-                "instances": [
-                    {
-                        "instance_id": c.id,
-                        "workflow": c.workflow_name,
-                        "status": c.status,
-                        "in_flight": flying,
-                        **report.as_json(),
-                    }
-                    for c, flying, report in results
-                ],
+                "instances": [checked_json(result) for result in results],
             }
         )
     else:
@@ -105,7 +100,41 @@ async def _run(args: argparse.Namespace) -> int:
     return 1 if breaking else 0
 
 
-def _workflows(app: App, chosen: str | None) -> list[str]:
+async def check(
+    app: App,
+    database: Database,
+    workflows: Sequence[str],
+    *,
+    limit: int | None,
+    finished: int,
+    each: Callable[[ReplayCandidate, bool, ReplayReport], None] | None = None,
+) -> list[Checked]:
+    """Replay the in-flight instances of ``workflows`` (``limit`` at most) and the
+    ``finished`` most recent finished ones against ``app``; ``each`` sees each verdict
+    as it comes (the command's and ``kenning mcp``'s)."""
+    results: list[Checked] = []
+    async for candidate, flying, history, compensations in _candidates(database, workflows, limit, finished):
+        report = await replay_only(
+            app, app.registry.workflows[candidate.workflow_name], _claimed(candidate), history, compensations
+        )
+        results.append((candidate, flying, report))
+        if each is not None:
+            each(candidate, flying, report)
+    return results
+
+
+def checked_json(result: Checked) -> dict[str, Any]:
+    candidate, flying, report = result
+    return {
+        "instance_id": candidate.id,
+        "workflow": candidate.workflow_name,
+        "status": candidate.status,
+        "in_flight": flying,
+        **report.as_json(),
+    }
+
+
+def workflows_to_check(app: App, chosen: str | None) -> list[str]:
     known = sorted(app.registry.workflows)
     if chosen is None:
         if not known:
@@ -120,11 +149,11 @@ def _workflows(app: App, chosen: str | None) -> list[str]:
 
 
 async def _candidates(
-    database: Database, workflows: Sequence[str], args: argparse.Namespace
+    database: Database, workflows: Sequence[str], limit: int | None, finished: int
 ) -> AsyncIterator[tuple[ReplayCandidate, bool, list[HistoryRecord], list[CompensationRecord]]]:
     """In-flight instances page by page, then the finished sample, each with its history
     and compensations read in the same read-only transaction."""
-    after, left = "", args.limit
+    after, left = "", limit
     while left is None or left > 0:
         size = PAGE_SIZE if left is None else min(PAGE_SIZE, left)
         async with database.transaction() as conn:
@@ -137,10 +166,10 @@ async def _candidates(
             break
         after = page[-1].id
         left = None if left is None else left - len(page)
-    if args.finished:
+    if finished:
         async with database.transaction() as conn:
             await replaycheck_sql.replay_transaction_read_only(conn)
-            sample = await replaycheck_sql.replay_recent_finished(conn, workflows=workflows, limit=args.finished)
+            sample = await replaycheck_sql.replay_recent_finished(conn, workflows=workflows, limit=finished)
             loaded = await _load(conn, sample)
         for candidate in sample:
             yield candidate, False, *loaded(candidate.id)

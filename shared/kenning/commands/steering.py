@@ -53,7 +53,7 @@ STALLED_SAGA = "its compensations are running: if one fails for ever, end it wit
 class Who:
     """Where an action came from, as the action log records it."""
 
-    origin: str  # cli, console, api
+    origin: str  # cli, console, api, mcp
     actor: str
 
 

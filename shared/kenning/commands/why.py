@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kenning.commands.output import emit, emit_json
-from kenning.db import connect
+from kenning.db import Database, connect
 from kenning.errors import WorkflowNotFoundError
 from kenning.runtime.config import add_commit_stall_option, add_database_options, add_logging_options
 from kenning.storage import locks as locks_sql
@@ -50,22 +50,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def _explain(args: argparse.Namespace) -> dict[str, Any]:
     database = connect(args.database_url, pool_size=1, max_overflow=0)
     try:
-        async with database.connection() as conn:
-            info = await progress_sql.instance_explain(conn, args.instance_id)
-            if info is not None:
-                live, registered = await processes_sql.processes_workers_of(conn, info["workflow_name"])
-                info["live_workers"], info["stale_workers"] = live, registered - live
-                if info["status"] not in _TERMINAL:
-                    key = await queues_sql.instance_key_state(conn, args.instance_id)
-                    if key is not None:
-                        info["queue"] = queue_key(key)
-                    info["commits_stalled"] = _stalled(await server_sql.commits_waiting(conn), args)
-                held = await locks_sql.expired_leases_locked(conn, limit=1, instance_id=args.instance_id)
-                info["locked_by"] = held[0].as_json() if held else None
+        return await explain(database, args.instance_id, commit_stall_seconds=args.commit_stall_seconds)
     finally:
         await database.dispose()
+
+
+async def explain(database: Database, instance_id: str, *, commit_stall_seconds: float) -> dict[str, Any]:
+    """What ``kenning why`` reads of one instance, with its ``way_forward`` judged (the
+    command's and ``kenning mcp``'s); WorkflowNotFoundError if there is no such instance."""
+    async with database.connection() as conn:
+        info = await progress_sql.instance_explain(conn, instance_id)
+        if info is not None:
+            live, registered = await processes_sql.processes_workers_of(conn, info["workflow_name"])
+            info["live_workers"], info["stale_workers"] = live, registered - live
+            if info["status"] not in _TERMINAL:
+                key = await queues_sql.instance_key_state(conn, instance_id)
+                if key is not None:
+                    info["queue"] = queue_key(key)
+                info["commits_stalled"] = _stalled(await server_sql.commits_waiting(conn), commit_stall_seconds)
+            held = await locks_sql.expired_leases_locked(conn, limit=1, instance_id=instance_id)
+            info["locked_by"] = held[0].as_json() if held else None
     if info is None:
-        raise WorkflowNotFoundError(f"no workflow instance {args.instance_id!r}")
+        raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
+    info["way_forward"] = way_forward(info)
     return info
 
 
@@ -87,10 +94,10 @@ def queue_key(key: queues_sql.KeyState) -> dict[str, Any]:
     }
 
 
-def _stalled(waits: CommitWaits, args: argparse.Namespace) -> dict[str, Any] | None:
+def _stalled(waits: CommitWaits, stall_seconds: float) -> dict[str, Any] | None:
     """The commits held for a synchronous standby, if the oldest has waited past the
     processes' ``--commit-stall-seconds``; else None."""
-    if not waits.sessions or waits.oldest_seconds < args.commit_stall_seconds:
+    if not waits.sessions or waits.oldest_seconds < stall_seconds:
         return None
     return {
         "sessions": waits.sessions,
@@ -102,7 +109,6 @@ def _stalled(waits: CommitWaits, args: argparse.Namespace) -> dict[str, Any] | N
 
 def run(args: argparse.Namespace) -> int:
     info = asyncio.run(_explain(args))
-    info["way_forward"] = way_forward(info)
     if args.json:
         emit_json(info)
     else:
