@@ -343,6 +343,7 @@ class MemoryBackend:
                         idempotency_key=event_start_key(event.source, event.event_id),
                         own_ids=True,
                         registry=self.app.registry,
+                        flow_control=False,  # no bursts in memory: each event starts one
                     )
                 except InvalidInputError as error:
                     # the worker parks such a row as failed; a test hears it at once
