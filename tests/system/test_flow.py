@@ -6,6 +6,7 @@ in arrival order."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -14,8 +15,9 @@ import psycopg
 import tests.apps.flow as flow_app
 from kenning import Client, Debounce
 from kenning.db import Database
+from tests.console_support import console_ready, spawn_console
 from tests.ingress_support import binary, cloud_event, start_ingress
-from tests.support import ProcessPool, eventually, workers_started
+from tests.support import ProcessPool, eventually, kenning_command, workers_started
 
 APP = "tests.apps.flow"
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -121,3 +123,52 @@ async def test_batches_hold_every_event_once_in_arrival_order(
     for tenant, numbers in sent.items():
         got = sorted(e["n"] for b in batches for e in b if e["tenant"] == tenant)
         assert got == numbers  # none in two batches, none in no batch
+
+
+async def test_kenning_start_joins_a_burst_and_kenning_why_says_what_it_waits_for(database_url: str) -> None:
+    # no worker: the burst stays open, its instance pending until a worker runs its workflow
+    def start(version: int) -> dict[str, Any]:
+        done = kenning_command(
+            "start",
+            "save_document",
+            "--app",
+            APP,
+            "--json",
+            "--input",
+            json.dumps({"document_id": "cli", "version": version}),
+            url=database_url,
+        )
+        assert done.returncode == 0, done.stderr
+        outcome: dict[str, Any] = json.loads(done.stdout)
+        return outcome
+
+    first, second = start(1), start(2)
+    assert first["created"] and not second["created"]
+    assert second["instance_id"] == first["instance_id"]
+    why = kenning_command("why", first["instance_id"], url=database_url)
+    assert why.returncode == 0, why.stderr
+    assert "debouncing key 'cli' (2 start(s) folded)" in why.stdout
+    assert "debounced key 'cli': 2 start(s)" in why.stdout
+    explained = json.loads(kenning_command("why", first["instance_id"], "--json", url=database_url).stdout)
+    assert explained["burst"]["kind"] == "debounce" and explained["burst"]["folded"] == 2
+    refused = kenning_command(
+        "start", "save_document", "--app", APP, "--input", json.dumps({"version": 3}), url=database_url
+    )
+    assert refused.returncode == 2
+    assert "'document_id'" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+
+async def test_the_console_instance_page_says_what_a_burst_waits_for(
+    database: Database, database_url: str, processes: ProcessPool
+) -> None:
+    token = "flow-console-token"
+    url, proc = spawn_console(processes, database_url, app=APP, token=token)
+    await console_ready(url, proc)
+    async with Client(database=database) as client:
+        first = await client.start(flow_app.save_document, document_id="page", version=1)
+        await client.start(flow_app.save_document, document_id="page", version=2)
+    async with httpx.AsyncClient(base_url=url, timeout=10, headers={"authorization": f"Bearer {token}"}) as http:
+        page = (await http.get(f"/instances/{first.instance_id}")).text
+    assert "data-burst" in page
+    assert "<code>page</code>: 2 start(s) folded" in page
+    assert "debouncing: runs once quiet for 2s" in page
