@@ -20,6 +20,7 @@ from kenning.runtime.config import add_logging_options, add_option, positive_flo
 from kenning.runtime.embedded import postgres_server, with_database
 from kenning_devtools.bench import (
     events,
+    flow,
     ingress_load,
     lateness,
     limits,
@@ -55,6 +56,7 @@ FULL = {
     "fresh_workers": True,  # the queued section's modes each on workers of their own
     "recovery": (32, 10.0, 5.0),  # instances in flight, activity seconds, lease seconds
     "resume": (100_000, 1000, 500, 5),  # steps, continue_as_new every, early after, resumes sampled
+    "flow": (10_000, 1000, 2),  # debounced starts, keys, bursts per key
 }
 QUICK = {
     "workflows": 30,
@@ -77,6 +79,7 @@ QUICK = {
     # 6 s: a loaded machine must see one heartbeat renew every lease before the runs end
     "recovery": (10, 6.0, 3.0),
     "resume": (60, 20, 10, 3),
+    "flow": (200, 20, 2),
 }
 SECTIONS = (
     "limits",
@@ -91,6 +94,7 @@ SECTIONS = (
     "events-long",
     "resume",
     "recovery",
+    "flow",
 )
 # run only when named (--sections relay): a correctness count against the machine's brokers, not a speed
 EXTRA_SECTIONS = ("relay",)
@@ -231,6 +235,9 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
             args.recovery_lease_seconds or lease_seconds,
         )
         lap("recovery")
+    if "flow" in sections:  # keyed bursts of debounced starts
+        results["flow"] = await flow.run_flow(url, *size["flow"])
+        lap("flow")
     if "relay" in sections:
         count, instances, batch, rate = size["relay"]
         results["relay"] = await relay.run_relay(

@@ -155,10 +155,28 @@ def render(report: dict[str, Any]) -> str:
     if rows:
         bare = (lim.get("bare_engine") or {}).get("workflows_per_second")
         lines += _throughput(rows, bare, lim.get("pgbench_tps"))
-    lines += _latencies(report) + _shapes(report) + _queued(report) + _recovery(report) + _relay(report)
+    lines += _latencies(report) + _shapes(report) + _queued(report) + _recovery(report) + _relay(report) + _flow(report)
     if report.get("targets"):
         lines += _targets(report["targets"])
     return "\n".join(lines)
+
+
+def _flow(report: dict[str, Any]) -> list[str]:
+    """The flow section: keyed bursts of debounced starts, the instances they made, the release delay."""
+    flow = report.get("flow")
+    if not flow:
+        return []
+    delay = flow["release_delay"] or {}
+    return [
+        "",
+        f"Debounced bursts ({flow['starts']} starts over {flow['keys']} keys, {flow['bursts_per_key']} bursts of "
+        f"{flow['starts_per_burst']} per key, {flow['starts_per_second']} starts/s, period {flow['period_seconds']} s)",
+        f"  instances {flow['instances']} of {flow['instances_expected']} expected, keys off count "
+        f"{flow['keys_with_other_counts']}, starts folded {flow['starts_folded']}: "
+        f"{'exact' if flow['exact'] else 'NOT EXACT'}",
+        f"  quiet period's end to the instance's start: p50 {delay.get('p50_ms')} ms, p99 {delay.get('p99_ms')} ms, "
+        f"max {delay.get('max_ms')} ms, min {delay.get('min_ms')} ms",
+    ]
 
 
 def _queued(report: dict[str, Any]) -> list[str]:

@@ -204,6 +204,28 @@ def evaluate(report: dict[str, Any]) -> dict[str, Target]:
         **_shape_targets(report),
         **_recovery_targets(report),
         **_resume_targets(report),
+        **_flow_targets(report),
+    }
+
+
+MAX_FLOW_RELEASE_P99_MS = 50.0  # issue 35: a quiet key's instance starts within this
+
+
+def _flow_targets(report: dict[str, Any]) -> dict[str, Target]:
+    """Issue 35: each burst of a key's debounced starts is one instance, released promptly."""
+    flow = report.get("flow")
+    p99 = (flow.get("release_delay") or {}).get("p99_ms") if flow else None
+    return {
+        "flow_instances_exact": _target(
+            "debounced bursts: instances per key exactly as expected, every start folded once",
+            None if flow is None else flow["exact"],
+            None if flow is None else bool(flow["exact"]),
+        ),
+        "flow_release_p99": _target(
+            f"quiet period's end to the instance's start p99 <= {MAX_FLOW_RELEASE_P99_MS:g} ms",
+            p99,
+            None if p99 is None else p99 <= MAX_FLOW_RELEASE_P99_MS,
+        ),
     }
 
 
