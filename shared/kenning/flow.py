@@ -115,6 +115,7 @@ class DebouncedStart:
     key: str
     period: float
     max_wait: float | None
+    seq: int | None = None  # an event's start: its inbox row's id, recorded with the burst
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from kenning import Client, Debounce
 from kenning.db import Database
 from tests.console_support import console_ready, spawn_console
 from tests.ingress_support import binary, cloud_event, start_ingress
-from tests.support import REPO_ROOT, ProcessPool, eventually, kenning_command, workers_started
+from tests.support import REPO_ROOT, ProcessPool, check_invariants, eventually, kenning_command, workers_started
 
 APP = "tests.apps.flow"
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -85,6 +85,11 @@ async def test_debounced_cloudevents_through_the_ingress_start_one_instance_per_
     results = _rows(sql, "SELECT result FROM kenning_instances WHERE workflow_name = 'doc.edited'")
     by_doc = {r[0]["result"]["doc"]: r[0]["result"] for r in results if isinstance(r[0], dict)}
     assert by_doc == {"x": {"doc": "x", "n": 5}, "y": {"doc": "y", "n": 2}}  # each burst's last event
+    pending = _rows(sql, "SELECT count(*) FROM kenning_inbox WHERE status <> 'processed'")
+    assert pending == [(0,)]  # every accepted event was taken, folded into its burst
+    folded = _rows(sql, "SELECT flow_key, folded, cardinality(seqs) FROM kenning_bursts ORDER BY flow_key")
+    assert folded == [("x", 6, 6), ("y", 3, 3)]
+    check_invariants(sql)  # each event accounted for: in exactly one burst
 
 
 async def test_batches_hold_every_event_once_in_arrival_order(
@@ -123,6 +128,7 @@ async def test_batches_hold_every_event_once_in_arrival_order(
     for tenant, numbers in sent.items():
         got = sorted(e["n"] for b in batches for e in b if e["tenant"] == tenant)
         assert got == numbers  # none in two batches, none in no batch
+    check_invariants(sql)  # each event in one batch, each batch its events' data in inbox order
 
 
 async def test_kenning_start_joins_a_burst_and_kenning_why_says_what_it_waits_for(database_url: str) -> None:

@@ -2,7 +2,7 @@
 
 ``starts`` starts over ``keys`` keys, each key's in ``bursts`` bursts: the starts of a
 burst ``BURST_SPACING`` apart (well inside the quiet period), the bursts ``period`` x
-``GAP_PERIODS`` apart, the keys' first starts spread over ``SPREAD`` seconds. Counted: the
+``GAP_PERIODS`` apart, the keys' first starts spread over ``SPREAD`` seconds or more. Counted: the
 instances each key started (exactly ``bursts`` expected) and the starts each folded; and
 the delay from the end of a key's quiet period (its burst's last start plus the period,
 the database clock) to its instance's start (its first claim, the same clock)."""
@@ -23,11 +23,16 @@ from kenning_devtools.bench.stats import summary_ms
 APP = "kenning_devtools.bench.flowflows"
 BURST_SPACING = 0.05  # seconds between two starts of one key in a burst
 GAP_PERIODS = 3.0  # bursts of a key this many quiet periods apart
-SPREAD = 4.0  # the keys' first bursts begin over this many seconds
+# The keys' first bursts begin over max(SPREAD, starts / PACE) seconds: the starts of a
+# debounced workflow are a transaction each (the key's lock, then the join), not a group
+# commit, and a loaded client falling a period behind within a burst would split it.
+SPREAD = 4.0
+PACE = 400.0  # starts per second asked of the client, about
 
 
 async def run_flow(url: str, starts: int, keys: int, bursts: int) -> dict[str, Any]:
     per_burst = max(1, starts // (keys * bursts))
+    spread = max(SPREAD, starts / PACE)
     with fleet(url) as running:
         running.spawn(["worker", "--app", APP, "--no-migrate"], "worker.started")
         await asyncio.sleep(0.3)
@@ -36,7 +41,7 @@ async def run_flow(url: str, starts: int, keys: int, bursts: int) -> dict[str, A
 
             async def key_bursts(k: int) -> list[str]:
                 ids = []
-                offset = SPREAD * k / keys
+                offset = spread * k / keys
                 for b in range(bursts):
                     burst_at = begun + offset + b * (per_burst * BURST_SPACING + PERIOD * GAP_PERIODS)
                     for n in range(per_burst):

@@ -496,6 +496,8 @@ class InboxProcessor:
                 start = batched_start(wf, wf.batch, event.data, data, seq)
             else:
                 start = prepare_start(wf, data, idempotency_key=event_start_key(event.source, event.id), own_ids=True)
+                if start.debounce is not None:  # the burst records the event's inbox id
+                    start = dataclasses.replace(start, debounce=dataclasses.replace(start.debounce, seq=seq))
         except InvalidInputError as error:
             raise TerminalError(f"event data is not valid input for workflow {wf.name!r}: {error.detail}") from None
         result = await start_on(conn, start, known=self._known_definitions, registered=started)

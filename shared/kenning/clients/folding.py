@@ -40,7 +40,9 @@ async def fold_on(
     key = debounce.key if debounce is not None else batch.key if batch is not None else ""
     await flow_sql.flow_lock(conn, name, key)
     if debounce is not None:
-        joined = await flow_sql.debounce_join(conn, name, key, new.input_json, debounce.period, debounce.max_wait)
+        joined = await flow_sql.debounce_join(
+            conn, name, key, new.input_json, debounce.period, debounce.max_wait, debounce.seq
+        )
     else:
         assert batch is not None
         joined = await flow_sql.batch_append(conn, name, key, batch.seq, batch.data)
@@ -66,7 +68,7 @@ async def fold_on(
         period=None if debounce is None else debounce.period,
         max_wait=debounce.max_wait if debounce is not None else batch.max_wait if batch is not None else None,
         max_size=None if batch is None else batch.max_size,
-        seq=None if batch is None else batch.seq,
+        seq=batch.seq if batch is not None else debounce.seq if debounce is not None else None,
     )
     metrics.FOLDED_STARTS.labels(kind, "opened").inc()
     _log.debug("start.burst_opened", instance_id=new.instance_id, workflow=name, kind=kind, key=key)

@@ -61,7 +61,11 @@ _DEBOUNCE_JOIN = statement(
         WHERE i.id = b.instance_id AND {_OPEN}
         RETURNING i.id
     ), counted AS (
-        UPDATE kenning_bursts AS f SET folded = f.folded + 1, last_at = now()
+        UPDATE kenning_bursts AS f
+        SET folded = f.folded + 1, last_at = now(),
+            -- an event's start: its inbox id, so every accepted event is accounted for
+            seqs = CASE WHEN CAST(:seq AS bigint) IS NULL THEN f.seqs
+                        ELSE array_append(coalesce(f.seqs, '{{}}'), CAST(:seq AS bigint)) END
         FROM joined WHERE f.instance_id = joined.id
         RETURNING f.instance_id
     )
@@ -71,10 +75,17 @@ _DEBOUNCE_JOIN = statement(
 
 
 async def debounce_join(
-    conn: Executor, workflow_name: str, key: str, input_json: Any, period: float, max_wait: float | None
+    conn: Executor,
+    workflow_name: str,
+    key: str,
+    input_json: Any,
+    period: float,
+    max_wait: float | None,
+    seq: int | None = None,
 ) -> str | None:
     """Fold a start into its key's open burst (its input replaces the burst's, its due time
-    moves on); the burst's instance id, or None when the key has no open burst."""
+    moves on; ``seq``: an event's inbox id, recorded); the burst's instance id, or None
+    when the key has no open burst."""
     params = {
         "name": workflow_name,
         "key": key,
@@ -82,6 +93,7 @@ async def debounce_join(
         "input": json.dumps(input_json),
         "period": period,
         "max_wait": max_wait,
+        "seq": seq,
     }
     row = (await conn.execute(_DEBOUNCE_JOIN, params)).first()
     return None if row is None else str(row.id)
