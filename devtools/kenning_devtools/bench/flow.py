@@ -1,11 +1,13 @@
 """The flow section (issue 35): keyed bursts of debounced starts through a real worker.
 
-``starts`` starts over ``keys`` keys, each key's in ``bursts`` bursts: the starts of a
-burst ``BURST_SPACING`` apart (well inside the quiet period), the bursts ``period`` x
-``GAP_PERIODS`` apart, the keys' first starts spread over ``SPREAD`` seconds or more. Counted: the
-instances each key started (exactly ``bursts`` expected) and the starts each folded; and
-the delay from the end of a key's quiet period (its burst's last start plus the period,
-the database clock) to its instance's start (its first claim, the same clock)."""
+``starts`` starts over ``keys`` keys, each key's in ``bursts`` bursts of back-to-back
+starts. The bursts go in rounds: round ``b`` runs every key's ``b``-th burst, ``CLIENTS``
+keys at a time, so a start waits for at most that many others (never near a quiet
+period, whatever the machine's speed), and a key's next burst begins no sooner than
+``GAP_PERIODS`` periods after its last. Counted: the instances each key started (exactly
+``bursts`` expected) and the starts each folded; and the delay from the end of a key's
+quiet period (its burst's last start plus the period, the database clock) to its
+instance's start (its first claim, the same clock)."""
 
 from __future__ import annotations
 
@@ -21,36 +23,31 @@ from kenning_devtools.bench.processes import fleet
 from kenning_devtools.bench.stats import summary_ms
 
 APP = "kenning_devtools.bench.flowflows"
-BURST_SPACING = 0.05  # seconds between two starts of one key in a burst
-GAP_PERIODS = 3.0  # bursts of a key this many quiet periods apart
-# The keys' first bursts begin over max(SPREAD, starts / PACE) seconds: the starts of a
-# debounced workflow are a transaction each (the key's lock, then the join), not a group
-# commit, and a loaded client falling a period behind within a burst would split it.
-SPREAD = 4.0
-PACE = 400.0  # starts per second asked of the client, about
+GAP_PERIODS = 3.0  # a key's bursts at least this many quiet periods apart
+CLIENTS = 16  # keys bursting at once: a start queues behind at most this many
 
 
 async def run_flow(url: str, starts: int, keys: int, bursts: int) -> dict[str, Any]:
     per_burst = max(1, starts // (keys * bursts))
-    spread = max(SPREAD, starts / PACE)
     with fleet(url) as running:
         running.spawn(["worker", "--app", APP, "--no-migrate"], "worker.started")
         await asyncio.sleep(0.3)
         async with Client(url) as client:
             begun = time.monotonic()
+            ended = [0.0] * keys  # when each key's last burst ended (the loop's clock)
+            per_key: list[list[str]] = [[] for _ in range(keys)]
+            turns = asyncio.Semaphore(CLIENTS)
 
-            async def key_bursts(k: int) -> list[str]:
-                ids = []
-                offset = spread * k / keys
-                for b in range(bursts):
-                    burst_at = begun + offset + b * (per_burst * BURST_SPACING + PERIOD * GAP_PERIODS)
+            async def burst(k: int, b: int) -> None:
+                async with turns:
+                    await asyncio.sleep(max(0.0, ended[k] + PERIOD * GAP_PERIODS - time.monotonic()))
                     for n in range(per_burst):
-                        await asyncio.sleep(max(0.0, burst_at + n * BURST_SPACING - time.monotonic()))
                         started = await client.start(bench_debounced, key=f"k{k}", burst=b, n=n)
-                        ids.append(started.instance_id)
-                return ids
+                        per_key[k].append(started.instance_id)
+                    ended[k] = time.monotonic()
 
-            per_key = await asyncio.gather(*(key_bursts(k) for k in range(keys)))
+            for b in range(bursts):
+                await asyncio.gather(*(burst(k, b) for k in range(keys)))
             start_seconds = time.monotonic() - begun
         expected = keys * bursts
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:

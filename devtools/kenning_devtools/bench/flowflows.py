@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kenning import Debounce, WorkflowContext, workflow
 
-# The quiet period: longer than the pace of a key's starts in a burst with the client
-# loaded (a start every BURST_SPACING seconds), shorter than the gap between bursts.
+# The quiet period: far longer than the time between two back-to-back starts of a burst
+# (the bench's CLIENTS keys at a time), shorter than the gap between a key's bursts.
 PERIOD = 1.0
 
 
