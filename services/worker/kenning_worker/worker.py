@@ -290,7 +290,9 @@ class Worker:
         except Exception:  # the loop logs it (worker.claim_failed) and retries
             self._work_likely, self._saturated = True, False
             raise
-        self._pacer.claimed(asyncio.get_running_loop().time(), found=claimed > 0)
+        # a claim that found nothing due yet lost no race: the spacing stays short, so a
+        # wake-up meanwhile (another burst's NOTIFY) settles briefly (kenning/flow.py)
+        self._pacer.claimed(asyncio.get_running_loop().time(), found=claimed > 0 or (until or 0.0) > 0)
         sleep_for = poll
         if claimed == 0:
             self.unknown.idle()
@@ -301,8 +303,10 @@ class Worker:
         elif until is not None and claimed < free:
             # due but not claimed means another worker holds it: back off as after any
             # lost race instead of spinning on it; else wake when the next comes due (a
-            # debounced burst's quiet period ending: kenning/flow.py), not a poll later
-            sleep_for = min(poll, max(until, self._pacer.spacing))
+            # debounced burst's quiet period ending: kenning/flow.py), not a poll later,
+            # nor a claim spacing later (empty claims, as a burst's moving due time makes,
+            # stretch the spacing)
+            sleep_for = min(poll, until if until > 0 else self._pacer.spacing)
         self._saturated = claimed == free
         if self._saturated:
             self._work_likely = True
