@@ -4,6 +4,8 @@ claim asked for, instead of falling back to the poll interval (here 30 s)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from kenning import Client, Debounce
 from kenning.db import Database
 from tests.apps import flow as flow_app
@@ -21,3 +23,25 @@ async def test_a_burst_due_after_another_run_ends_is_released_without_waiting_fo
         burst = await client.start(debounced, document_id="soon", version=1)
         assert await client.result(quick, timeout=10) == 0.2
         assert await client.result(burst, timeout=10) == {"document_id": "soon", "version": 1}
+
+
+async def test_a_burst_that_never_goes_quiet_runs_at_its_max_wait(database: Database) -> None:
+    """Starts every 0.2 s never leave the key quiet for 1 s: the burst runs 1.5 s after its
+    first start all the same, with the input of its last start by then; the starts after
+    it open the next burst."""
+    chatty = flow_app.save_document.options(debounce=Debounce(key="document_id", period=1.0, max_wait=1.5))
+    async with Client(database=database) as client, running_worker(database, flow_app.app):
+        first = await client.start(chatty, document_id="chatty", version=0)
+        joined = [first]
+        for version in range(1, 101):  # 20 s at most
+            await asyncio.sleep(0.2)
+            status = (await client.status(first.instance_id)).status
+            if status == "completed":
+                break
+            joined.append(await client.start(chatty, document_id="chatty", version=version))
+        assert status == "completed", "the burst never ran while its key kept chattering"
+        result = await client.result(first, timeout=10)
+        in_first = [s for s in joined if s.instance_id == first.instance_id]
+        assert result == {"document_id": "chatty", "version": len(in_first) - 1}  # its last start's input
+        later = await client.start(chatty, document_id="chatty", version=-1)
+        assert later.instance_id != first.instance_id
