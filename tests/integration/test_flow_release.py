@@ -8,6 +8,7 @@ import asyncio
 
 from kenning import Client, Debounce
 from kenning.db import Database
+from kenning.storage import flow as flow_sql
 from tests.apps import flow as flow_app
 from tests.support import running_worker
 
@@ -45,3 +46,19 @@ async def test_a_burst_that_never_goes_quiet_runs_at_its_max_wait(database: Data
         assert result == {"document_id": "chatty", "version": len(in_first) - 1}  # its last start's input
         later = await client.start(chatty, document_id="chatty", version=-1)
         assert later.instance_id != first.instance_id
+
+
+async def test_concurrent_starts_of_one_key_from_two_clients_are_one_burst(database_url: str) -> None:
+    """Two clients (two pools: starts in concurrent transactions) start one key 40 times at
+    once: the key's lock makes them join one at a time, so all are one instance, opened by
+    exactly one of them, every start counted once."""
+    slow = flow_app.save_document.options(debounce=Debounce(key="document_id", period=30))
+    async with Client(database_url) as one, Client(database_url) as two:
+        started = await asyncio.gather(
+            *((one if n % 2 else two).start(slow, document_id="contended", version=n) for n in range(40))
+        )
+        assert len({s.instance_id for s in started}) == 1
+        assert sum(s.created for s in started) == 1
+        async with one.database.connection() as conn:
+            burst = await flow_sql.burst_get(conn, started[0].instance_id)
+    assert burst is not None and burst.folded == 40 and burst.open

@@ -20,7 +20,16 @@ from kenning import Client, Debounce
 from kenning.db import Database
 from tests.console_support import console_ready, spawn_console
 from tests.ingress_support import binary, cloud_event, start_ingress
-from tests.support import REPO_ROOT, ProcessPool, check_invariants, eventually, kenning_command, workers_started
+from tests.metrics_support import scrape, value
+from tests.support import (
+    REPO_ROOT,
+    ProcessPool,
+    check_invariants,
+    eventually,
+    free_port,
+    kenning_command,
+    workers_started,
+)
 
 APP = "tests.apps.flow"
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -95,7 +104,8 @@ async def test_debounced_cloudevents_through_the_ingress_start_one_instance_per_
 async def test_batches_hold_every_event_once_in_arrival_order(
     database_url: str, sql: Sql, processes: ProcessPool
 ) -> None:
-    worker = processes.worker(database_url, APP)
+    port = free_port()
+    worker = processes.worker(database_url, APP, "--metrics-port", str(port))
     ingress = start_ingress(processes, database_url)
     await workers_started(processes, [worker])
     sent: dict[str, list[int]] = {"t1": [], "t2": []}
@@ -129,6 +139,10 @@ async def test_batches_hold_every_event_once_in_arrival_order(
         got = sorted(e["n"] for b in batches for e in b if e["tenant"] == tenant)
         assert got == numbers  # none in two batches, none in no batch
     check_invariants(sql)  # each event in one batch, each batch its events' data in inbox order
+    counted = await scrape(f"http://127.0.0.1:{port}/metrics")  # the worker counts what it folded
+    folded = "kenning_folded_starts_total"
+    assert value(counted, folded, kind="batch", outcome="opened") == len(batches)
+    assert value(counted, folded, kind="batch", outcome="joined") == 15 - len(batches)
 
 
 async def test_kenning_start_joins_a_burst_and_kenning_why_says_what_it_waits_for(database_url: str) -> None:
