@@ -33,3 +33,8 @@ async def readings(ctx: WorkflowContext, events: list[dict[str, Any]]) -> list[d
 async def flow_quick(ctx: WorkflowContext, seconds: float) -> float:
     await asyncio.sleep(seconds)  # not a step: the run just ends a moment after its claim
     return seconds
+
+
+@workflow(name="reading.gathered", event_handler=True, batch=Batch(max_size=100, max_wait=600, key="tenant"))
+async def gathered(ctx: WorkflowContext, events: list[dict[str, Any]]) -> int:
+    return len(events)  # a batch that gathers for the whole test: kenning why explains it

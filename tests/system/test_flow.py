@@ -210,3 +210,23 @@ async def test_the_flow_example_runs_as_its_docstring_says(database_url: str, pr
     assert done.returncode == 0, done.stderr
     assert "10 saves joined 1 instance:" in done.stdout
     assert "indexed revision 9" in done.stdout
+
+
+async def test_kenning_why_says_what_an_open_batch_gathers(database_url: str, sql: Sql, processes: ProcessPool) -> None:
+    worker = processes.worker(database_url, APP)
+    ingress = start_ingress(processes, database_url)
+    await workers_started(processes, [worker])
+    with httpx.Client(timeout=10) as http:
+        for n in range(2):
+            headers, body = binary(cloud_event("reading.gathered", {"tenant": "t9", "n": n}))
+            assert http.post(f"{ingress.url}/", headers=headers, content=body).status_code == 202
+
+    def gathered() -> bool:
+        return _rows(sql, "SELECT folded FROM kenning_bursts WHERE kind = 'batch'") == [(2,)]
+
+    await eventually(gathered, timeout=30, message="both events in one batch")
+    (instance_id,) = _rows(sql, "SELECT instance_id FROM kenning_bursts")[0]
+    why = kenning_command("why", str(instance_id), url=database_url)
+    assert why.returncode == 0, why.stderr
+    assert "gathering batch of key 't9' (2 of 100 events): a worker claims it when full, or" in why.stdout
+    assert "batch of key 't9': 2 event(s) of at most 100" in why.stdout

@@ -105,6 +105,6 @@ async def test_the_flow_control_example_declares_a_debounce_and_a_batch() -> Non
     batch = module.store_readings.batch
     assert (batch.max_size, batch.max_wait, batch.key_of({"tenant": "t-1"})) == (100, 2, "t-1")
     events = [{"tenant": "t-1", "n": n} for n in range(3)]
-    instance = MemoryInstance(id="doc-flow", workflow_name="reading.taken", input={"events": events})
+    instance = MemoryInstance(id="doc-flow", workflow_name="sensor.reading", input={"events": events})
     assert await run_once(App(), instance) is RunOutcome.COMPLETED
     assert instance.result == {"result": 3}
