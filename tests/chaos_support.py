@@ -62,14 +62,27 @@ from tests.support import ProcessPool, executions, free_port
 APP = "tests.apps.chaos"  # the new version of the app
 OLD_APP = "tests.apps.chaos_core"  # the old one: no chaos.start workflow, no chaos.audit handler
 UNHEARD = "chaos.unheard"  # an event type nothing receives, in any version
-KINDS = ("chaos_steps", "chaos_timer", "chaos_event", "chaos_saga", chaos_app.STARTER, chaos_app.AUDIT, UNHEARD)
-KIND_WEIGHTS = (30, 25, 20, 15, 10, 10, 2)
+KINDS = (
+    "chaos_steps",
+    "chaos_timer",
+    "chaos_event",
+    "chaos_saga",
+    chaos_app.STARTER,
+    chaos_app.AUDIT,
+    UNHEARD,
+    chaos_app.DEBOUNCED,
+    chaos_app.BATCHED,
+)
+KIND_WEIGHTS = (30, 25, 20, 15, 10, 10, 2, 5, 5)
+FOLDED_EVENTS = 3  # events posted per pick of a debounced or batched type, one group
 # What every accepted event of each type must have become.
 OUTCOMES = {
     chaos_app.STARTER: "started",
     chaos_app.AUDIT: "handled",
     chaos_app.ANSWER: "delivered",
     UNHEARD: "no receiver",
+    chaos_app.DEBOUNCED: "folded",
+    chaos_app.BATCHED: "folded",
 }
 WORKER_IDS = {"worker-0": "chaos-w0", PARTITIONED: "chaos-w1", "worker-old": "chaos-old"}
 # The mass kill: a burst of slow instances, more than the other new worker's 16 slots hold
@@ -354,6 +367,12 @@ class Chaos:
                     await self.post(http, chaos_app.STARTER, event_id, {"key": f"k{i}"})
                     self.start_events[event_id] = f"k{i}"
                     continue
+                if kind in (chaos_app.DEBOUNCED, chaos_app.BATCHED):
+                    # a burst of one group's events (batches: groups shared across picks)
+                    group = f"g{i}" if kind == chaos_app.DEBOUNCED else f"b{i % 3}"
+                    for n in range(FOLDED_EVENTS):
+                        await self.post(http, kind, f"{kind.partition('.')[2]}-{i}-{n}", {"group": group, "n": n})
+                    continue
                 if kind in (chaos_app.AUDIT, UNHEARD):
                     await self.post(http, kind, f"{kind.partition('.')[2]}-{i}", {"entry": f"a{i}"})
                     continue
@@ -389,7 +408,7 @@ class Chaos:
         (before, an event of a type no live worker receives is marked 'no receiver').
         After a deadline the run goes on regardless, so that the verdict shows what a
         fleet whose receivers are not declared loses, and says so."""
-        wanted = (chaos_app.STARTER, chaos_app.AUDIT)
+        wanted = (chaos_app.STARTER, chaos_app.AUDIT, chaos_app.DEBOUNCED, chaos_app.BATCHED)
         deadline = time.monotonic() + DECLARE_SECONDS
         while time.monotonic() < deadline:
             rows = await self._query(
@@ -424,9 +443,13 @@ class Chaos:
         rows = await self._query(
             "SELECT (SELECT count(*) FROM kenning_instances WHERE status IN ('completed', 'failed', 'cancelled')) "
             "AS finished, (SELECT count(*) FROM kenning_inbox WHERE status = 'pending') AS inbox, "
-            "(SELECT count(*) FROM kenning_outbox WHERE status IN ('pending', 'publishing')) AS outbox"
+            "(SELECT count(*) FROM kenning_outbox WHERE status IN ('pending', 'publishing')) AS outbox, "
+            # a burst or batch still gathering or running (its events are processed already)
+            "(SELECT count(*) FROM kenning_instances WHERE workflow_name = ANY(%s) "
+            " AND status NOT IN ('completed', 'failed', 'cancelled')) AS folding",
+            ([chaos_app.DEBOUNCED, chaos_app.BATCHED],),
         )
-        return bool(rows) and rows[0][0] >= expected and rows[0][1] == 0 and rows[0][2] == 0
+        return bool(rows) and rows[0][0] >= expected and rows[0][1] == 0 and rows[0][2] == 0 and rows[0][3] == 0
 
     async def run(self) -> Figures:
         with psycopg.connect(with_database(self.pg.url, "postgres"), autocommit=True) as admin:
@@ -498,6 +521,11 @@ class Chaos:
                     f.instances_lost.append(f"{event_id} ({key}): {status.get(found or '', 'missing')}")
                 elif started_by_key[key] != 1:
                     f.instances_lost.append(f"{event_id} ({key}): started {started_by_key[key]} times")
+            folded = sql.execute(
+                "SELECT id, workflow_name, status FROM kenning_instances WHERE workflow_name = ANY(%s)",
+                ([chaos_app.DEBOUNCED, chaos_app.BATCHED],),
+            ).fetchall()
+            f.instances_lost += [f"{i} ({w}): {s}" for i, w, s in folded if s != chaos_app.EXPECTED[str(w)]]
             for instance_id, workflow in self.mass_kill:
                 if status.get(instance_id) != chaos_app.EXPECTED.get(workflow):
                     f.mass_kill_unfinished.append(f"{instance_id}: {status.get(instance_id, 'missing')}")

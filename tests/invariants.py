@@ -448,10 +448,11 @@ def queue_rate(sql: Sql, queue: str, count: int, seconds: float) -> int:
 
 def every_event_accounted(sql: Sql) -> None:
     """Every processed event is accounted for: it started a workflow (an instance keyed by
-    its ``(source, id)``), was delivered to a waiting instance (an ``EventReceived`` of its
-    id), went to an ``on_event`` handler its type had declared, or is marked as having no
-    receiver. A processed event that is none of these was consumed silently: what a fleet
-    on two versions of the app did before workers declared their receivers."""
+    its ``(source, id)``), was folded into a debounced burst or a batch, was delivered to
+    a waiting instance (an ``EventReceived`` of its id), went to an ``on_event`` handler
+    its type had declared, or is marked as having no receiver. A processed event that is
+    none of these was consumed silently: what a fleet on two versions of the app did
+    before workers declared their receivers."""
     _fail_if(
         _rows(
             sql,
@@ -460,6 +461,8 @@ def every_event_accounted(sql: Sql) -> None:
             WHERE x.kind = 'event' AND x.status = 'processed' AND NOT x.no_receiver
               AND NOT EXISTS (SELECT FROM kenning_instances AS i
                               WHERE i.idempotency_key = 'cloudevent:' || jsonb_build_array(x.source, x.event_id)::text)
+              -- folded into a debounced burst or a batch (kenning/storage/flow.py)
+              AND NOT EXISTS (SELECT FROM kenning_bursts AS b WHERE x.id = ANY(b.seqs))
               AND NOT EXISTS (SELECT FROM kenning_history AS h
                               WHERE h.kind = 'EventReceived' AND h.payload ->> 'id' = x.event_id
                                 AND h.payload ->> 'source' = x.source)
@@ -470,6 +473,42 @@ def every_event_accounted(sql: Sql) -> None:
             """,
         ),
         "processed events that started nothing, reached nobody and are not marked no_receiver",
+    )
+
+
+def bursts_consistent(sql: Sql) -> None:
+    """Flow control per key (kenning/storage/flow.py): no event is in two bursts or batches;
+    a burst fed by events counts each once; a batch's instance holds exactly its events'
+    data, in inbox (arrival) order, never more than its ``max_size``."""
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT s.seq, count(*) FROM kenning_bursts AS b, unnest(b.seqs) AS s(seq) GROUP BY s.seq "
+            "HAVING count(*) > 1",
+        ),
+        "events folded into more than one burst or batch (inbox id, bursts)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            "SELECT instance_id, folded, cardinality(seqs) FROM kenning_bursts "
+            "WHERE seqs IS NOT NULL AND folded <> cardinality(seqs)",
+        ),
+        "bursts whose fold count differs from their events (instance, folded, events)",
+    )
+    _fail_if(
+        _rows(
+            sql,
+            """
+            SELECT b.instance_id, b.folded, b.max_size FROM kenning_bursts AS b
+            JOIN kenning_instances AS i ON i.id = b.instance_id
+            WHERE b.kind = 'batch'
+              AND (b.folded > b.max_size
+                   OR i.input -> 'events' IS DISTINCT FROM (
+                       SELECT jsonb_agg(x.data ORDER BY x.id) FROM kenning_inbox AS x WHERE x.id = ANY(b.seqs)))
+            """,
+        ),
+        "batches whose input is not their events' data in arrival order, or over their size (instance)",
     )
 
 
@@ -531,7 +570,8 @@ def handlers_ran_once(sql: Sql, executions: Counter[str], event_types: Iterable[
 
 def event_outcomes(sql: Sql, executions: Counter[str]) -> dict[tuple[str, str], tuple[str, str]]:
     """What became of each processed outside event, ``{(source, id): (type, outcome)}``:
-    ``started`` a workflow (an instance keyed by its ``(source, id)``), ``handled`` (a
+    ``started`` a workflow (an instance keyed by its ``(source, id)``), ``folded`` into a
+    debounced burst or a batch, ``handled`` (a
     handler run that committed, from ``handler_runs``), ``delivered`` to a waiting
     instance (an ``EventReceived`` of it), marked ``no receiver``, or ``unaccounted``."""
     committed = [key for key, (runs, _) in handler_runs(sql, executions).items() if runs]
@@ -545,6 +585,7 @@ def event_outcomes(sql: Sql, executions: Counter[str]) -> dict[tuple[str, str], 
                CASE
                    WHEN EXISTS (SELECT FROM kenning_instances AS i WHERE i.idempotency_key =
                                 'cloudevent:' || jsonb_build_array(x.source, x.event_id)::text) THEN 'started'
+                   WHEN EXISTS (SELECT FROM kenning_bursts AS b WHERE x.id = ANY(b.seqs)) THEN 'folded'
                    WHEN EXISTS (SELECT FROM handled AS h WHERE h.source = x.source AND h.event_id = x.event_id)
                        THEN 'handled'
                    WHEN EXISTS (SELECT FROM kenning_history AS h WHERE h.kind = 'EventReceived'
@@ -667,6 +708,7 @@ def check_invariants(
     attempts_within_policy(sql, max_attempts)
     compensations_once_in_reverse(sql)
     every_event_accounted(sql)
+    bursts_consistent(sql)
     if executions is not None:
         effects_recorded_once(sql, executions)
         handled_types = list(handled_types)

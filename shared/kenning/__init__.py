@@ -43,6 +43,7 @@ from kenning.errors import (
     WorkflowTimeoutError,
 )
 from kenning.events import ReceivedEvent, wait_event
+from kenning.flow import Batch, Debounce
 from kenning.hooks import HooksBase, WorkflowHooks
 from kenning.messages import (
     PublishedStatus,
@@ -70,12 +71,14 @@ __all__ = [
     "Activity",
     "ActivityTimeoutError",
     "App",
+    "Batch",
     "ChildHandle",
     "ChildStartRefused",
     "ChildWorkflowFailed",
     "Client",
     "ConfigurationError",
     "DatabaseUnavailableError",
+    "Debounce",
     "EddaApp",
     "EventTimeoutError",
     "HeartbeatTimeoutError",

@@ -117,6 +117,8 @@ async def start_child(ctx: WorkflowContext, workflow: Workflow[Any], /, *args: A
         raise TypeError(
             "start_child: idempotency_key= applies to Client.start; a child's id is .options(instance_id=...)"
         )
+    if options["debounce"] is not None:
+        raise TypeError("start_child: debounce= applies to Client.start; a child starts when its parent says")
     on_parent_cancel = options["on_parent_cancel"] or "cancel"
     if on_parent_cancel not in ON_PARENT_CANCEL:
         raise ValueError(f"on_parent_cancel must be one of {', '.join(ON_PARENT_CANCEL)}, got {on_parent_cancel!r}")

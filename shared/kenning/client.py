@@ -176,6 +176,7 @@ class Client:
             priority=options["priority"],
             timeout=options["timeout"],
             search_attributes=options["search_attributes"],
+            debounce=options["debounce"],
         )
         self.results.expect(start.instance.instance_id)  # result() may then wait without reading first
         again = f" with instance_id={start.instance.instance_id!r}: it starts once"

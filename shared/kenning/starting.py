@@ -26,6 +26,7 @@ from kenning.core.published import check_key, search_text
 from kenning.core.records import Definition, NewInstance
 from kenning.core.texts import check_text
 from kenning.errors import ConfigurationError, KenningError
+from kenning.flow import BatchedEvent, Debounce, DebouncedStart
 from kenning.observability import tracing
 from kenning.queues import check_priority, check_queue_name
 from kenning.registry import REGISTRY, Registry
@@ -60,6 +61,8 @@ class Start:
 
     instance: NewInstance
     definition: Definition | None  # None: a workflow this process has no code for
+    debounce: DebouncedStart | None = None  # folded into its key's burst (kenning/flow.py)
+    batch: BatchedEvent | None = None  # an event added to its key's batch (kenning/flow.py)
 
     @property
     def definition_key(self) -> DefinitionKey | None:
@@ -105,6 +108,8 @@ def prepare_start(
     priority: int | None = None,
     timeout: float | None = None,
     search_attributes: Mapping[str, Any] | None = None,
+    debounce: Debounce | None = None,
+    flow_control: bool = True,
 ) -> Start:
     """``arguments`` (Python values, or JSON already) as the workflow's input. Raises
     ``InvalidInputError`` for an id or key PostgreSQL cannot index, an input it cannot
@@ -115,7 +120,9 @@ def prepare_start(
     queue with limits (kenning/queues.py), with a ``partition_key`` and a ``priority``
     (lower runs first) there. ``timeout`` (seconds; else the workflow's
     ``@workflow(timeout=...)``) sets the instance's deadline. ``search_attributes`` (keys
-    the workflow declares in ``@workflow(search_attributes=...)``) are written with the row."""
+    the workflow declares in ``@workflow(search_attributes=...)``) are written with the row.
+    ``debounce`` (else the workflow's ``@workflow(debounce=...)``, unless ``flow_control``
+    is false: a child's start) folds it into its key's burst (kenning/flow.py)."""
     wf = workflow if isinstance(workflow, Workflow) else registry.workflows.get(workflow)
     name = workflow.name if isinstance(workflow, Workflow) else workflow
     queue_name = _queue_of(wf, queue, partition_key, priority)
@@ -136,12 +143,15 @@ def prepare_start(
             raise _invalid(name, str(error)) from None
     if queue_name is not None and partition_key is None:
         partition_key = _key_from_input(registry, queue_name, name, input_json)
+    debounced = _debounced(wf, name, arguments, debounce if flow_control else None, flow_control and not_before is None)
+    if debounced is not None and not own_ids and (instance_id is not None or idempotency_key is not None):
+        raise InvalidInputError("instance_id= and idempotency_key= do not apply to a debounced start")
     instance = NewInstance(
-        instance_id=instance_id or f"{name}-{time_ordered_hex()}",
+        instance_id=(None if debounced is not None and own_ids else instance_id) or f"{name}-{time_ordered_hex()}",
         workflow_name=name,
         source_hash=wf.source_hash if wf is not None else "",
         input_json=input_json,
-        idempotency_key=idempotency_key,
+        idempotency_key=None if debounced is not None else idempotency_key,
         not_before=not_before,
         trace_context=tracing.current_carrier(),
         queue_name=queue_name,
@@ -149,8 +159,23 @@ def prepare_start(
         priority=0 if priority is None else priority,
         timeout_seconds=timeout if timeout is not None else (wf.timeout if wf is not None else None),
         search_attributes=_checked_search_attributes(wf, name, search_attributes),
+        delay_seconds=None if debounced is None else debounced.period,
     )
-    return Start(instance, None if wf is None else Definition(name, wf.source_hash, wf.source, wf.retention_seconds))
+    definition = None if wf is None else Definition(name, wf.source_hash, wf.source, wf.retention_seconds)
+    return Start(instance, definition, debounce=debounced)
+
+
+def _debounced(
+    wf: Workflow[Any] | None, name: str, arguments: Mapping[str, Any], given: Debounce | None, declared: bool
+) -> DebouncedStart | None:
+    """The start's place in a burst: ``given``, else the workflow's declared debounce."""
+    chosen = given if given is not None else (wf.debounce if wf is not None and declared else None)
+    if chosen is None:
+        return None
+    try:
+        return DebouncedStart(chosen.key_of(arguments), chosen.period, chosen.max_wait)
+    except Exception as error:  # the user's key function, or a field the input lacks
+        raise _invalid(name, str(error)) from None
 
 
 def _key_from_input(registry: Registry, queue_name: str, name: str, input_json: Any) -> str | None:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from kenning.client import StartedInstance
     from kenning.context import WorkflowContext
     from kenning.core.cron import CronSchedule
+    from kenning.flow import Batch, Debounce
     from kenning.queues import Queue
 
 # The result first and the parameters defaulted (PEP 696), so ``Workflow[float]`` still
@@ -73,11 +74,12 @@ class StartOptions:
     on_parent_cancel: str | None = None
     timeout: float | None = None  # seconds: this start's workflow timeout
     search_attributes: dict[str, Any] | None = None  # declared keys, set with the instance's row
+    debounce: Debounce | None = None  # this start's debounce, instead of @workflow(debounce=...)
 
     def merged(self, **given: Any) -> dict[str, Any]:
         """These options with the ones a call gave as keywords (None: not given); one given
         both ways with another value is the caller's mistake, said so."""
-        merged = dataclasses.asdict(self)
+        merged = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         for name, value in given.items():
             if value is None:
                 continue
@@ -102,6 +104,8 @@ class Workflow(Generic[R, P]):
         overlap: str | None = None,
         timeout: float | timedelta | None = None,
         search_attributes: Sequence[str] = (),
+        debounce: Debounce | None = None,
+        batch: Batch | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(func):
             raise TypeError(f"workflow {func.__qualname__} must be an async function")
@@ -129,6 +133,8 @@ class Workflow(Generic[R, P]):
         self.timeout = _timeout_seconds(self.name, timeout)
         # the published keys also indexed for Client.list(where=...) (kenning/values.py)
         self.search_attributes = _search_attribute_keys(self.name, search_attributes)
+        # flow control per key (kenning/flow.py): starts folded into bursts, events into batches
+        self.debounce, self.batch = _flow_control(self.name, func, event_handler, debounce, batch)
         # what wf.options(...) gave: the starts of this copy use them
         self.start_options = StartOptions()
         self.__name__ = func.__name__
@@ -163,6 +169,7 @@ class Workflow(Generic[R, P]):
         on_parent_cancel: str | None = None,
         timeout: float | timedelta | None = None,
         search_attributes: Mapping[str, Any] | None = None,
+        debounce: Debounce | None = None,
     ) -> Workflow[R, P]:
         """This workflow with start options, for the checked start calls:
         ``await client.start(order.options(instance_id="o-1"), order_id="o-1")``,
@@ -184,6 +191,7 @@ class Workflow(Generic[R, P]):
                 on_parent_cancel=on_parent_cancel,
                 timeout=_timeout_seconds(self.name, timeout),
                 search_attributes=None if search_attributes is None else dict(search_attributes),
+                debounce=debounce,
             )
         )
         return configured
@@ -296,6 +304,8 @@ def workflow(
     overlap: str | None = None,
     timeout: float | timedelta | None = None,
     search_attributes: Sequence[str] = (),
+    debounce: Debounce | None = None,
+    batch: Batch | None = None,
 ) -> WorkflowDecorator: ...
 
 
@@ -313,6 +323,8 @@ def workflow(
     overlap: str | None = None,
     timeout: float | timedelta | None = None,
     search_attributes: Sequence[str] = (),
+    debounce: Debounce | None = None,
+    batch: Batch | None = None,
 ) -> Workflow[Any] | WorkflowDecorator:
     """``@workflow`` or ``@workflow(event_handler=True)``: register a durable workflow.
 
@@ -330,6 +342,9 @@ def workflow(
     ``WorkflowTimeoutError``; ``wf.options(timeout=...)`` sets another for one start.
     With ``search_attributes=("customer",)`` a ``publish_value(ctx, "customer", ...)`` also
     indexes the value, so ``Client.list(where={"customer": ...})`` finds the instance.
+    With ``debounce=Debounce(key="document_id", period=5)`` starts of one key in a burst are
+    one instance; with ``event_handler=True, batch=Batch(max_size=100, max_wait=2)`` its
+    events start one instance per batch, their data its ``events`` list (kenning/flow.py).
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> Workflow[Any]:
@@ -345,6 +360,8 @@ def workflow(
             overlap=overlap,
             timeout=timeout,
             search_attributes=search_attributes,
+            debounce=debounce,
+            batch=batch,
         )
         REGISTRY.add_workflow(wf)
         return wf
@@ -394,3 +411,25 @@ def _search_attribute_keys(workflow_name: str, keys: Sequence[str]) -> frozenset
                 f"{MAX_VALUE_KEY_LENGTH} characters, not {STATUS_VALUE_KEY!r}"
             )
     return frozenset(keys)
+
+
+def _flow_control(
+    workflow_name: str,
+    func: Callable[..., Any],
+    event_handler: bool,
+    debounce: Debounce | None,
+    batch: Batch | None,
+) -> tuple[Debounce | None, Batch | None]:
+    from kenning.flow import BATCH_PARAMETER
+
+    if batch is None:
+        return debounce, None
+    if debounce is not None:
+        raise ConfigurationError(f"workflow {workflow_name!r}: debounce= and batch= do not go together")
+    if not event_handler:
+        raise ConfigurationError(f"workflow {workflow_name!r}: batch= needs event_handler=True")
+    if BATCH_PARAMETER not in inspect.signature(func).parameters:
+        raise ConfigurationError(
+            f"workflow {workflow_name!r}: batch= needs a parameter {BATCH_PARAMETER!r} (the list of its events' data)"
+        )
+    return None, batch

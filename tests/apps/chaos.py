@@ -1,7 +1,8 @@
 """The chaos test's app as its NEW version has it (``tests/system/test_chaos.py``,
 ``scripts/chaos.py``): everything of the old version (``tests.apps.chaos_core``), and what
 only this version has: an ``event_handler`` workflow for ``chaos.start``, an ``on_event``
-handler for ``chaos.audit``, and a slow workflow for the mass kill (a worker killed with
+handler for ``chaos.audit``, a debounced and a batched ``event_handler`` workflow (their
+events folded into bursts and batches, issue 35), and a slow workflow for the mass kill (a worker killed with
 its slots full). The chaos run's workers on this version share the inbox with one on the
 old version: events of the two new types must reach a worker of this one.
 
@@ -13,11 +14,12 @@ committed (``tests/invariants.py::handlers_ran_once``).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from kenning import ReceivedEvent, WorkflowContext, activity, wait_timer, workflow
+from kenning import Batch, Debounce, ReceivedEvent, WorkflowContext, activity, wait_timer, workflow
 from tests.apps import chaos_keys  # noqa: F401  (registers the keyed workflows: new version only)
 from tests.apps.chaos_core import (
     ANNOUNCED,
@@ -41,12 +43,16 @@ __all__ = [
     "ANNOUNCED",
     "ANSWER",
     "AUDIT",
+    "BATCHED",
+    "DEBOUNCED",
     "EXPECTED",
     "SLOW",
     "STARTER",
     "announce",
     "app",
     "audited",
+    "chaos_batched",
+    "chaos_debounced",
     "chaos_event",
     "chaos_saga",
     "chaos_slow",
@@ -63,8 +69,10 @@ __all__ = [
 STARTER = "chaos.start"
 AUDIT = "chaos.audit"
 SLOW = "chaos_slow"
+DEBOUNCED = "chaos.debounced"  # a group's burst of events: one instance, the last event's data
+BATCHED = "chaos.batched"  # a group's events in batches of at most 4
 # What each workflow ends as when nothing is lost.
-EXPECTED = {**OLD_EXPECTED, STARTER: "completed", SLOW: "completed"}
+EXPECTED = {**OLD_EXPECTED, STARTER: "completed", SLOW: "completed", DEBOUNCED: "completed", BATCHED: "completed"}
 
 
 @workflow(event_handler=True, name=STARTER)
@@ -97,3 +105,15 @@ async def chaos_slow(ctx: WorkflowContext, seconds: float) -> str:
     await effect(ctx, 1)
     await slow(ctx, seconds)
     return "done"
+
+
+@workflow(event_handler=True, name=DEBOUNCED, debounce=Debounce(key="group", period=0.3, max_wait=2))
+async def chaos_debounced(ctx: WorkflowContext, group: str, n: int) -> int:
+    await effect(ctx, 1)
+    return n
+
+
+@workflow(event_handler=True, name=BATCHED, batch=Batch(max_size=4, max_wait=0.5, key="group"))
+async def chaos_batched(ctx: WorkflowContext, events: list[dict[str, Any]]) -> int:
+    await effect(ctx, 1)
+    return len(events)

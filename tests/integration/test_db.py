@@ -234,6 +234,23 @@ async def test_an_empty_claim_says_when_the_next_instance_becomes_claimable(data
         assert [c.id for c in due.instances] == ["i-later"] and due.seconds_until_next is None
 
 
+async def test_a_claim_that_took_some_says_when_the_next_becomes_claimable(database: Database) -> None:
+    """A worker that claimed the instances due now wakes when the next comes due (a
+    debounced burst's quiet period ending), not a poll interval later."""
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    async with database.connection() as conn:
+        for instance_id, seconds in (("i-now", -1), ("i-soon", 0.2)):
+            await conn.execute(
+                statement("INSERT INTO kenning_instances (id, workflow_name, available_at) VALUES (:id, 'soon', :at)"),
+                {"id": instance_id, "at": now + timedelta(seconds=seconds)},
+            )
+        claim = await claims_sql.instance_claim(
+            conn, owner="w", workflow_names=["soon"], limit=5, lease_seconds=30, now=now
+        )
+        assert [c.id for c in claim.instances] == ["i-now"]
+        assert claim.seconds_until_next == pytest.approx(0.2)
+
+
 async def test_disposing_wakes_every_waiter_with_a_clear_error(database: Database) -> None:
     db = small_pool(database, 1, timeout=30)
     holder = db.connection()

@@ -68,6 +68,7 @@ SDK_MODULES = {
     "kenning.compensation",
     "kenning.context",
     "kenning.events",
+    "kenning.flow",
     "kenning.hooks",
     "kenning.messages",
     "kenning.streams",

@@ -14,12 +14,14 @@ EXPORTS = [
     "Activity",
     "ActivityTimeoutError",
     "App",
+    "Batch",  # issue 35: flow control per key
     "ChildHandle",
     "ChildStartRefused",
     "ChildWorkflowFailed",
     "Client",
     "ConfigurationError",
     "DatabaseUnavailableError",  # issue 33, item 5: a client's call met an unavailable database
+    "Debounce",  # issue 35: flow control per key
     "EddaApp",
     "EventTimeoutError",
     "HeartbeatTimeoutError",
@@ -95,6 +97,7 @@ DOCUMENTED_PATHS = {
     "kenning.outbox": ["send_event_transactional"],
     "kenning.queues": ["Queue"],
     "kenning.ratelimits": ["RateLimit"],
+    "kenning.flow": ["Debounce", "Batch"],
     "kenning.retry": ["RetryPolicy"],
     "kenning.streams": ["write_stream", "close_stream", "StreamEntry"],
     "kenning.timers": ["wait_timer", "wait_until", "sleep", "sleep_until"],

@@ -95,3 +95,16 @@ async def test_the_continue_as_new_example_carries_the_balance_across_runs() -> 
     assert outcomes == [RunOutcome.CONTINUED, RunOutcome.CONTINUED, RunOutcome.COMPLETED]
     assert instance.result == {"result": 53}
     assert instance.run == 3 and [r["input"].get("balance", 0) for r in instance.runs] == [0, 12]
+
+
+async def test_the_flow_control_example_declares_a_debounce_and_a_batch() -> None:
+    module = example("Flow control per key")
+    debounce = module.index_document.debounce
+    assert (debounce.key, debounce.period, debounce.max_wait) == ("document_id", 5, 60)
+    assert debounce.key_of({"document_id": "d-1", "revision": 3}) == "d-1"
+    batch = module.store_readings.batch
+    assert (batch.max_size, batch.max_wait, batch.key_of({"tenant": "t-1"})) == (100, 2, "t-1")
+    events = [{"tenant": "t-1", "n": n} for n in range(3)]
+    instance = MemoryInstance(id="doc-flow", workflow_name="sensor.reading", input={"events": events})
+    assert await run_once(App(), instance) is RunOutcome.COMPLETED
+    assert instance.result == {"result": 3}

@@ -22,6 +22,7 @@ from kenning_devtools.bench import (
     agent,
     events,
     failover,
+    flow,
     ingress_load,
     keyrate,
     lateness,
@@ -62,6 +63,7 @@ FULL = {
     "stream": (20, 0.05, 100, 1000),  # entries per stream, seconds between them, streams at once, readers of one
     "agent_runs": 50,  # durable agent runs of each kind, one at a time, and as many bare
     "flow_key_rate": (20, 5.0, 3),  # starts per key per period, the period (s), periods of backlog per key
+    "flow": (10_000, 1000, 2),  # debounced starts, keys, bursts per key
 }
 QUICK = {
     "workflows": 30,
@@ -87,6 +89,7 @@ QUICK = {
     "stream": (5, 0.02, 4, 20),
     "agent_runs": 10,
     "flow_key_rate": (10, 1.0, 3),
+    "flow": (200, 20, 2),
 }
 SECTIONS = (
     "limits",
@@ -257,7 +260,8 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
     if "agent" in sections:
         results["agent"] = await agent.run_agent(url, size["agent_runs"])
         lap("agent")
-    if "flow" in sections:  # issue 35: a rate-limited key's starts against its limit
+    if "flow" in sections:  # keyed bursts of debounced starts
+        results["flow"] = await flow.run_flow(url, *size["flow"])
         results["flow_key_rate"] = await keyrate.run_key_rate(url, *size["flow_key_rate"])
         lap("flow")
     if "relay" in sections:

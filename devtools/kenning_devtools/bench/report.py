@@ -174,6 +174,7 @@ def render(report: dict[str, Any]) -> str:
         _latencies(report) + _shapes(report) + _queued(report) + _recovery(report) + _relay(report) + _failover(report)
     )
     lines += _agent(report)
+    lines += _flow(report)
     if report.get("targets"):
         lines += _targets(report["targets"])
     return "\n".join(lines)
@@ -193,6 +194,24 @@ def _agent(report: dict[str, Any]) -> list[str]:
         f"bare p50 {bare['p50_ms']} ms; durable p50 {events['p50_ms']} ms with its event stream, "
         f"{quiet['p50_ms']} ms without; Kenning's own time per step {section['kenning_ms_per_step_with_events']} ms "
         f"with events, {section['kenning_ms_per_step_without_events']} ms without",
+    ]
+
+
+def _flow(report: dict[str, Any]) -> list[str]:
+    """The flow section: keyed bursts of debounced starts, the instances they made, the release delay."""
+    flow = report.get("flow")
+    if not flow:
+        return []
+    delay = flow["release_delay"] or {}
+    return [
+        "",
+        f"Debounced bursts ({flow['starts']} starts over {flow['keys']} keys, {flow['bursts_per_key']} bursts of "
+        f"{flow['starts_per_burst']} per key, {flow['starts_per_second']} starts/s, period {flow['period_seconds']} s)",
+        f"  instances {flow['instances']} of {flow['instances_expected']} expected, keys off count "
+        f"{flow['keys_with_other_counts']}, starts folded {flow['starts_folded']}: "
+        f"{'exact' if flow['exact'] else 'NOT EXACT'}",
+        f"  quiet period's end to the instance's start: p50 {delay.get('p50_ms')} ms, p99 {delay.get('p99_ms')} ms, "
+        f"max {delay.get('max_ms')} ms, min {delay.get('min_ms')} ms",
     ]
 
 

@@ -229,6 +229,7 @@ def evaluate(report: dict[str, Any]) -> dict[str, Target]:
         **_stream_targets(report),
         **_agent_targets(report),
         **_key_rate_targets(report),
+        **_flow_targets(report),
     }
 
 
@@ -256,6 +257,27 @@ def _key_rate_targets(report: dict[str, Any]) -> dict[str, Target]:
             f"starts of a rate-limited key >= {KEY_RATE_PACE:.0%} of its limit, no window over it",
             {k: kr[k] for k in ("pace", "most_in_a_window", "limit", "quiet_waited_ms")} if kr else None,
             None if not kr else (kr["pace"] or 0) >= KEY_RATE_PACE and kr["most_in_a_window"] <= kr["limit"],
+        ),
+    }
+
+
+MAX_FLOW_RELEASE_P99_MS = 50.0  # issue 35: a quiet key's instance starts within this
+
+
+def _flow_targets(report: dict[str, Any]) -> dict[str, Target]:
+    """Issue 35: each burst of a key's debounced starts is one instance, released promptly."""
+    flow = report.get("flow")
+    p99 = (flow.get("release_delay") or {}).get("p99_ms") if flow else None
+    return {
+        "flow_instances_exact": _target(
+            "debounced bursts: instances per key exactly as expected, every start folded once",
+            None if flow is None else flow["exact"],
+            None if flow is None else bool(flow["exact"]),
+        ),
+        "flow_release_p99": _target(
+            f"quiet period's end to the instance's start p99 <= {MAX_FLOW_RELEASE_P99_MS:g} ms",
+            p99,
+            None if p99 is None else p99 <= MAX_FLOW_RELEASE_P99_MS,
         ),
     }
 

@@ -256,6 +256,7 @@ async def start(request: Request) -> Response:
             arguments,
             instance_id=fields["instance_id"] or None,
             idempotency_key=fields["idempotency_key"] or None,
+            flow_control=False,  # an operator's start runs at once, never folded into a burst
         )
     except InvalidInputError as error:
         return render(request, "actions/start.html", _start_context(names, fields, str(error)), status=422)

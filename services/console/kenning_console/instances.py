@@ -24,6 +24,7 @@ from kenning.core.published import parse_search_pair
 from kenning.core.records import INSTANCE_STATUSES
 from kenning.serialization import unstorable_reason
 from kenning.storage import console as console_sql
+from kenning.storage import flow as flow_sql
 from kenning.storage import published as published_sql
 from kenning.storage import runs as runs_sql
 from kenning.storage import streams as streams_sql
@@ -325,6 +326,8 @@ async def _read_page(conn: Any, instance_id: str, after: int | None) -> dict[str
         "compensations": compensations[:SIDE_ROWS],
         "waits": await console_sql.instance_waits(conn, instance_id, limit=SIDE_ROWS, bounds=BOUNDS) if last else [],
         "timers": await console_sql.instance_timers(conn, instance_id, limit=SIDE_ROWS) if last else [],
+        # a debounced burst or an event batch: its key, what it folded, what it waits for (kenning/flow.py)
+        "burst": await flow_sql.burst_get(conn, instance_id),
         "sent": sent[:SIDE_ROWS],
         "now": last,
         "previous": position.previous_at if after else None,
@@ -356,6 +359,7 @@ async def instance_page(request: Request) -> Response:
     published = found.pop("published")  # publish_value, set_status: the latest per key
     streams = found.pop("streams")  # write_stream: shown live by the page's script
     runs = found.pop("runs")
+    burst = found.pop("burst")
     items = timeline(**found)
     row = found["instance"]
     values = {name: shown(row, name, instance_id, name) for name in ("input", "result", "error")}
@@ -365,6 +369,7 @@ async def instance_page(request: Request) -> Response:
         {
             "section": "instances",
             **found,
+            "burst": burst,
             "timeline": items,
             "diagram": steps_svg(items),
             "error": _error(row),

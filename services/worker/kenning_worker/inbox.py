@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import json
 from collections.abc import AsyncIterator, Callable
@@ -36,13 +37,14 @@ from kenning.db import Database, Executor, executor_of
 from kenning.db.errors import sqlstate
 from kenning.errors import TerminalError
 from kenning.events import ReceivedEvent, event_from_inbox, event_history_payload
+from kenning.flow import BATCH_PARAMETER, Batch, BatchedEvent
 from kenning.hooks import call_hook
 from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
 from kenning.registry import qualified_name
 from kenning.runtime.config import add_settings, positive_float, positive_int, setting, settings_from_args
 from kenning.runtime.passloop import PassLoop
-from kenning.starting import InvalidInputError, prepare_start
+from kenning.starting import InvalidInputError, Start, prepare_start
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import receivers as receivers_sql
@@ -135,6 +137,16 @@ def own_receivers(app: App) -> list[Receiver]:
         Receiver(wf.name, receivers_sql.WORKFLOW, wf.name) for wf in app.registry.workflows.values() if wf.event_handler
     ]
     return sorted(set(handlers + starters))
+
+
+def batched_start(wf: Workflow[Any], batch: Batch, event_data: Any, data: dict[str, Any], seq: int) -> Start:
+    """The start of a batch workflow's event: a batch of this one event, should it open one."""
+    try:
+        key = batch.key_of(data)
+    except Exception as error:  # the user's key function, or a field the data lacks
+        raise InvalidInputError(str(error)) from None
+    start = prepare_start(wf, {BATCH_PARAMETER: [event_data]}, own_ids=True)
+    return dataclasses.replace(start, batch=BatchedEvent(key, batch.max_size, batch.max_wait, seq, event_data))
 
 
 def _takes_session(handler: Callable[..., Any]) -> bool:
@@ -427,7 +439,7 @@ class InboxProcessor:
                 await self._call_handler(user, handler, event)
             await self.database.bound_transaction(conn)
         for wf in self.starters.get(stored.event_type, []):
-            await self._start(conn, wf, event, log, started)
+            await self._start(conn, wf, event, log, started, seq=stored.inbox_id)
         payload, payload_bytes = event_history_payload(event)
         deliveries = await subscriptions_sql.subscription_deliver_event(
             conn,
@@ -472,17 +484,27 @@ class InboxProcessor:
             await session.close()
 
     async def _start(
-        self, conn: Executor, wf: Workflow[Any], event: ReceivedEvent, log: Any, started: list[tuple[str, str]]
+        self,
+        conn: Executor,
+        wf: Workflow[Any],
+        event: ReceivedEvent,
+        log: Any,
+        started: list[tuple[str, str]],
+        *,
+        seq: int,
     ) -> None:
         """Start ``wf`` with the event's data, in the event row's transaction (kenning.starting);
-        definitions it registers are listed in ``started``, known once that commits."""
+        definitions it registers are listed in ``started``, known once that commits. A
+        debounced workflow's start joins its key's burst; a batch workflow's event (``seq``:
+        its inbox id, its place in arrival order) joins its key's batch (kenning/flow.py)."""
+        data = event.data if isinstance(event.data, dict) else {}
         try:
-            start = prepare_start(
-                wf,
-                event.data if isinstance(event.data, dict) else {},
-                idempotency_key=event_start_key(event.source, event.id),
-                own_ids=True,
-            )
+            if wf.batch is not None:
+                start = batched_start(wf, wf.batch, event.data, data, seq)
+            else:
+                start = prepare_start(wf, data, idempotency_key=event_start_key(event.source, event.id), own_ids=True)
+                if start.debounce is not None:  # the burst records the event's inbox id
+                    start = dataclasses.replace(start, debounce=dataclasses.replace(start.debounce, seq=seq))
         except InvalidInputError as error:
             raise TerminalError(f"event data is not valid input for workflow {wf.name!r}: {error.detail}") from None
         result = await start_on(conn, start, known=self._known_definitions, registered=started)

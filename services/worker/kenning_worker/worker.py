@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -170,6 +171,8 @@ class Worker:
         self._pacer = ClaimPacer()
         self._refill_at = max(1, self.settings.concurrency // 4)
         self._saturated = False
+        # when the last claim said the next instance comes due (the loop's clock; inf: a poll)
+        self._due_at = math.inf
         self.log = _log.bind(worker_id=self.worker_id)
         self.loop = PassLoop(
             self._claim_pass,
@@ -290,18 +293,24 @@ class Worker:
         pass (the poll interval, or sooner when a queued instance comes due)."""
         free = self.settings.concurrency - len(self._running)
         poll = self.settings.poll_interval
+        now = asyncio.get_running_loop().time()
+        if self._due_at <= now:  # the run-after time the last claim saw has come
+            self._work_likely, self._due_at = True, math.inf
         wanted = self._work_likely and free > 0 and (not self._saturated or free >= self._refill_at)
         if not self.workflow_names:
             self.unknown.idle()  # it claims nothing: idle whenever it polls
         if not (wanted and self.workflow_names):
-            return poll
+            # a pass woken by a run's end keeps the wake-up the last claim asked for
+            return min(poll, self._due_at - now)
         self._work_likely = False
         try:
             claimed, until = await self._claim(free)
         except Exception:  # the loop logs it (worker.claim_failed) and retries
             self._work_likely, self._saturated = True, False
             raise
-        self._pacer.claimed(asyncio.get_running_loop().time(), found=claimed > 0)
+        # a claim that found nothing due yet lost no race: the spacing stays short, so a
+        # wake-up meanwhile (another burst's NOTIFY) settles briefly (kenning/flow.py)
+        self._pacer.claimed(asyncio.get_running_loop().time(), found=claimed > 0 or (until or 0.0) > 0)
         sleep_for = poll
         if claimed == 0:
             self.unknown.idle()
@@ -309,13 +318,17 @@ class Worker:
             # due but not claimed may be a suspect this worker leaves to others while it
             # runs one: no spinning on it; the end of its own suspect, or a NOTIFY, wakes it
             sleep_for = poll
-        elif claimed == 0 and until is not None:
+        elif until is not None and claimed < free:
             # due but not claimed means another worker holds it: back off as after any
-            # lost race instead of spinning on it
-            sleep_for = min(poll, max(until, self._pacer.spacing))
+            # lost race instead of spinning on it; else wake when the next comes due (a
+            # debounced burst's quiet period ending: kenning/flow.py), not a poll later,
+            # nor a claim spacing later (empty claims, as a burst's moving due time makes,
+            # stretch the spacing)
+            sleep_for = min(poll, until if until > 0 else self._pacer.spacing)
         self._saturated = claimed == free
         if self._saturated:
             self._work_likely = True
+        self._due_at = now + sleep_for if sleep_for < poll else math.inf
         return sleep_for
 
     def _polled(self) -> None:

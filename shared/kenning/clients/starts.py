@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import structlog
 
+from kenning.clients.folding import fold_on, folds
 from kenning.core.cancelling import cancel_and_wait
 from kenning.core.records import NewInstance, StartOutcome
 from kenning.db import Database, Executor
@@ -62,7 +63,12 @@ async def start_on(
 
     Inside a transaction pass ``registered``: the definitions written are listed there
     for the caller to add to ``known`` once it committed; without it they are added to
-    ``known`` at once (the statement committed on its own)."""
+    ``known`` at once (the statement committed on its own). A debounced start or a
+    batched event is folded into its key's burst (``kenning.clients.folding``): inside
+    a transaction only."""
+    if folds(start):
+        assert registered is not None, "a folded start joins the caller's transaction"
+        return await fold_on(conn, start, known=known, registered=registered)
     key = start.definition_key
     if start.definition is not None and key is not None and key not in known:
         await definitions_sql.definitions_register(conn, [start.definition])
@@ -188,6 +194,12 @@ class Starter:
             await self._announce()
 
     async def start(self, start: Start) -> StartedInstance | None:
+        if folds(start):  # its own transaction: the key's lock, the join or the new burst
+            registered: list[DefinitionKey] = []
+            async with self.database.transaction() as conn:
+                started = await fold_on(conn, start, known=self.known, registered=registered)
+            self.known.update(registered)
+            return started
         key = start.definition_key
         if start.definition is not None and key is not None and key not in self.known:
             async with self.database.connection() as conn:

@@ -185,6 +185,9 @@ def _claimable(info: dict[str, Any]) -> str:
         if available <= now:
             return f"lease expired {_ago(now, available)}: the next claim of any worker takes it over"
         return f"leased by {info['lease_owner'] or '?'} until {_ago(now, available)}"
+    gathering = _gathering(info)
+    if gathering:
+        return gathering
     what = "compensations run" if status == "compensating" else "a worker claims it"
     queue = info.get("queue") or {}
     if queue.get("waits_for") == "paused":
@@ -224,6 +227,37 @@ def _waiting(info: dict[str, Any]) -> str:
     return f"an event of type {sub['event_type']!r}{match}{timeout}"
 
 
+def _gathering(info: dict[str, Any]) -> str:
+    """What a debounced burst or an event batch still open waits for, and until when (else "")."""
+    burst, now = info.get("burst"), info["db_now"]
+    if not burst or info["status"] != "pending" or info["run_count"] or info["available_at"] <= now:
+        return ""
+    due = _ago(now, info["available_at"])
+    if burst["kind"] == "batch":
+        return (
+            f"gathering batch of key {burst['key']!r} ({burst['folded']} of {burst['max_size']} events):"
+            f" a worker claims it when full, or {due}"
+        )
+    return (
+        f"debouncing key {burst['key']!r} ({burst['folded']} start(s) folded): a worker claims it once the key"
+        f" is quiet for {burst['period_seconds']:g}s, {due}, unless another start of the key moves that on"
+    )
+
+
+def _burst(info: dict[str, Any]) -> str:
+    burst, now = info["burst"], info["db_now"]
+    if burst["kind"] == "batch":
+        return (
+            f"batch of key {burst['key']!r}: {burst['folded']} event(s) of at most {burst['max_size']},"
+            f" first {_ago(now, burst['opened_at'])}, max wait {burst['max_wait_seconds']:g}s"
+        )
+    cap = f", at most {burst['max_wait_seconds']:g}s after the first" if burst["max_wait_seconds"] else ""
+    return (
+        f"debounced key {burst['key']!r}: {burst['folded']} start(s), first {_ago(now, burst['opened_at'])},"
+        f" last {_ago(now, burst['last_at'])}; period {burst['period_seconds']:g}s{cap}"
+    )
+
+
 def _commits(stalled: dict[str, Any]) -> str:
     standbys = stalled["sync_standbys_connected"]
     return (
@@ -261,6 +295,8 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
         ("status", f"{info['status']}, last changed {_ago(now, info['updated_at'])}"),
         ("moves on", info["way_forward"]),
     ]
+    if info.get("burst"):
+        out.append(("flow", _burst(info)))
     if info["cancel_requested"]:
         out.append(("cancel", "requested: it will be compensated and end cancelled"))
     if info["lease_owner"] or info["leased"]:

@@ -145,6 +145,8 @@ class NewInstance:
     # declared search attributes set by the start (key -> str, int, float or bool), written
     # with the row as a publish_value of each would write them
     search_attributes: dict[str, Any] | None = None
+    # seconds from the insert until it may be claimed (a debounced burst's or a batch's due time)
+    delay_seconds: float | None = None
 
 
 class StartOutcome(enum.Enum):

@@ -54,6 +54,7 @@ async def start_child(
         priority=options.priority,
         timeout=options.timeout,
         search_attributes=options.search_attributes,
+        flow_control=False,  # a child starts when its parent says, never folded
     )
     new = start.instance
     command = StartChild(

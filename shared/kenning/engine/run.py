@@ -342,7 +342,9 @@ class WorkflowRun:
         # history fully replayed (else the code diverged), no cancel requested (it wins)
         await self.barrier.wait(lambda: self.cursor.new_step_error("continue_as_new", "continue_as_new"))
         self.raise_if_cancelled()
-        checked = prepare_start(self.workflow, new_input, instance_id=self.instance_id, own_ids=True)
+        checked = prepare_start(
+            self.workflow, new_input, instance_id=self.instance_id, own_ids=True, flow_control=False
+        )
         raise ContinuedAsNew(checked.instance.input_json)
 
     # ---------------------------------------------------------------- step boundaries

@@ -196,6 +196,16 @@ EVENTS_NO_RECEIVER = _exported_by(
     WORKER,
 )
 
+FOLDED_STARTS = _exported_by(
+    Counter(
+        "kenning_folded_starts_total",
+        "Starts and events taken by flow control per key: kind debounce or batch, outcome opened (the first of"
+        " its burst or batch: a new instance) or joined (folded into an open one)",
+        ["kind", "outcome"],
+    ),
+    WORKER,
+)
+
 # ---------------------------------------------------------------- scheduler, relayer
 
 TIMER_LATENESS = _exported_by(

@@ -186,10 +186,12 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
            CAST(NULL AS float8) AS seconds_until_next
     FROM claimed
     UNION ALL
-    -- nothing claimed: one row saying when the next instance becomes claimable, so an
-    -- idle worker knows how long to sleep without a second round trip. min() stops at
-    -- the claimable index's first entry of these workflows: a due suspect this worker
-    -- leaves to others counts too (the worker does not spin on it, see Worker._claim_loop).
+    -- one row saying when the next instance (other than those claimed now) becomes
+    -- claimable, so a worker knows how long to sleep without a second round trip: idle,
+    -- or having claimed some (a debounced burst due in a moment must not wait for the
+    -- poll). min() stops at the claimable index's first entry of these workflows: a due
+    -- suspect this worker leaves to others counts too (the worker does not spin on it,
+    -- see Worker._claim_loop).
     SELECT NULL AS id, NULL AS workflow_name, NULL AS status, NULL AS input, NULL AS cancel_requested,
            NULL AS lease_token, NULL AS run_count, NULL AS attempts, NULL AS suspect, NULL AS taken_over,
            NULL AS park,
@@ -197,9 +199,8 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
            (SELECT CAST(extract(epoch FROM min(available_at) - {NOW}) AS float8)
             FROM kenning_instances
             WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
-              AND workflow_name = ANY(:names))
+              AND workflow_name = ANY(:names) AND id NOT IN (SELECT c.id FROM claimed AS c))
                AS seconds_until_next
-    WHERE NOT EXISTS (SELECT FROM claimed)
     """
     )
 
@@ -211,8 +212,8 @@ _INSTANCE_CLAIM = _claim_statement(DEFAULT_MAX_RUNS, True)
 @dataclass(frozen=True)
 class Claim:
     instances: list[ClaimedInstance]
-    # when nothing was claimed: seconds until the next instance becomes claimable
-    # (negative: due, but locked by another claim), None if there is none
+    # seconds until the next instance not claimed now becomes claimable (negative: due,
+    # but locked by another claim), None if there is none
     seconds_until_next: float | None
     # instances this claim parked as failed (crash loop) instead of handing them out
     parked: list[ParkedInstance] = field(default_factory=list)

@@ -47,7 +47,7 @@ _INSTANCES_INSERT = statement(
         SELECT * FROM jsonb_to_recordset(CAST(:starts AS jsonb)) AS s(
             position integer, id text, name text, hash text, input jsonb, key text, not_before timestamptz,
             trace jsonb, queue text, partition text, priority integer, timeout double precision,
-            attributes jsonb, search jsonb)
+            attributes jsonb, search jsonb, delay double precision)
     ), keyed AS (
         -- starts into a queue with a partition strategy: unless they are being decided
         -- under their key's lock (:decided), left to that (kenning/storage/strategies.py)
@@ -57,7 +57,7 @@ _INSTANCES_INSERT = statement(
     ), admitted AS (
         -- a start with not_before (a cron tick) only if its workflow was first seen by then
         SELECT s.position, s.id, s.name, s.hash, s.input, s.key, s.trace, s.queue, s.partition, s.priority,
-               s.timeout
+               s.timeout, s.delay
         FROM incoming AS s
         WHERE (s.not_before IS NULL
                OR (SELECT min(d.created_at) FROM kenning_workflow_definitions AS d WHERE d.workflow_name = s.name)
@@ -66,7 +66,7 @@ _INSTANCES_INSERT = statement(
     ), inserted AS (
         INSERT INTO kenning_instances (id, workflow_name, source_hash, input, idempotency_key, available_at,
                                        trace_context, queue_name, partition_key, priority, deadline_at)
-        SELECT id, name, hash, input, key, now(), trace,
+        SELECT id, name, hash, input, key, now() + make_interval(secs => coalesce(delay, 0)), trace,
                -- a queued row's partition is '' when it names none: the claim walks keys
                queue, CASE WHEN queue IS NOT NULL THEN coalesce(partition, '') END, coalesce(priority, 0),
                now() + make_interval(secs => timeout)
@@ -208,6 +208,7 @@ async def _instances_insert(
             "timeout": start.timeout_seconds,
             "attributes": start.search_attributes,
             "search": search_texts(start.search_attributes),
+            "delay": start.delay_seconds,
         }
         for position, start in enumerate(starts)
     ]

@@ -228,7 +228,13 @@ _INSTANCE_EXPLAIN = statement(
            (SELECT coalesce(jsonb_agg(jsonb_build_object(
                        'source_hash', d.source_hash, 'first_seen', d.created_at,
                        'retention_seconds', d.retention_seconds) ORDER BY d.created_at), '[]')
-            FROM kenning_workflow_definitions AS d WHERE d.workflow_name = i.workflow_name) AS definitions
+            FROM kenning_workflow_definitions AS d WHERE d.workflow_name = i.workflow_name) AS definitions,
+           -- a debounced burst or an event batch (kenning/storage/flow.py): its key and what it folded
+           (SELECT jsonb_build_object('kind', b.kind, 'key', b.flow_key, 'folded', b.folded,
+                                      'opened_at', b.opened_at, 'last_at', b.last_at,
+                                      'period_seconds', b.period_seconds,
+                                      'max_wait_seconds', b.max_wait_seconds, 'max_size', b.max_size)
+            FROM kenning_bursts AS b WHERE b.instance_id = i.id) AS burst
     FROM kenning_instances AS i
     WHERE i.id = :id
     """
@@ -238,8 +244,8 @@ _INSTANCE_EXPLAIN = statement(
 async def instance_explain(conn: Executor, instance_id: str) -> dict[str, Any] | None:
     """Everything ``kenning why`` says of one instance, read in one statement: its row, its
     timers, subscriptions, receive waits and unreceived messages, its history's length and
-    last step, its saga's size, the definition rows of its workflow and the database's
-    clock. None: no such instance."""
+    last step, its saga's size, the definition rows of its workflow, its debounced burst
+    or event batch if it is one, and the database's clock. None: no such instance."""
     row = (await conn.execute(_INSTANCE_EXPLAIN, {"id": instance_id})).first()
     return None if row is None else dict(row._asdict())
 

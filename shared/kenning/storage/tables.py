@@ -354,3 +354,20 @@ stream_entries = Table(
     Column("value", JSONB),
     _ts("written_at", False),
 )
+
+# migration 0021: the debounced bursts and event batches (kenning/storage/flow.py)
+bursts = Table(
+    "kenning_bursts",
+    metadata,
+    Column("instance_id", Text, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("workflow_name", Text, nullable=False),
+    Column("flow_key", Text, nullable=False),
+    _ts("opened_at", False),
+    _ts("last_at", False),
+    Column("folded", Integer, nullable=False),
+    Column("period_seconds", DOUBLE_PRECISION),
+    Column("max_wait_seconds", DOUBLE_PRECISION),
+    Column("max_size", Integer),
+    Column("seqs", ARRAY(BigInteger)),
+)

@@ -229,6 +229,7 @@ class WorkflowEnvironment:
             registry=self.app.registry,
             timeout=options["timeout"],
             search_attributes=options["search_attributes"],
+            flow_control=False,  # the testing backends start each at once (no bursts)
         )
         started = await self.backend.start(start)
         await self.settle()

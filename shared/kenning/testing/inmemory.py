@@ -24,6 +24,7 @@ from kenning.core.records import TERMINAL_STATUSES
 from kenning.engine.commands import SuspendOnEvent
 from kenning.engine.memory import MemoryEvent, MemoryInstance, child_end_payload, run_once, stamp
 from kenning.events import ReceivedEvent, event_history_payload
+from kenning.flow import BATCH_PARAMETER
 from kenning.starting import InvalidInputError, Start, prepare_start
 from kenning.storage.replies import RequestState
 from kenning.testing.state import HistoryEntry, InstanceState, OutgoingEvent
@@ -339,12 +340,14 @@ class MemoryBackend:
         for wf in self.app.registry.workflows.values():
             if wf.event_handler and wf.name == event.event_type:
                 try:
+                    data = received.data if isinstance(received.data, dict) else {}
                     start = prepare_start(
                         wf,
-                        received.data if isinstance(received.data, dict) else {},
+                        {BATCH_PARAMETER: [received.data]} if wf.batch is not None else data,  # a batch of one
                         idempotency_key=event_start_key(event.source, event.event_id),
                         own_ids=True,
                         registry=self.app.registry,
+                        flow_control=False,  # no bursts in memory: each event starts one
                     )
                 except InvalidInputError as error:
                     # the worker parks such a row as failed; a test hears it at once

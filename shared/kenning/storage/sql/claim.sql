@@ -56,10 +56,12 @@ SELECT id, workflow_name, status, input, cancel_requested, lease_token, run_coun
        CAST(NULL AS float8) AS seconds_until_next
 FROM claimed
 UNION ALL
--- nothing claimed: one row saying when the next instance becomes claimable, so an
--- idle worker knows how long to sleep without a second round trip. min() stops at
--- the claimable index's first entry of these workflows: a due suspect this worker
--- leaves to others counts too (the worker does not spin on it, see Worker._claim_loop).
+-- one row saying when the next instance (other than those claimed now) becomes
+-- claimable, so a worker knows how long to sleep without a second round trip: idle,
+-- or having claimed some (a debounced burst due in a moment must not wait for the
+-- poll). min() stops at the claimable index's first entry of these workflows: a due
+-- suspect this worker leaves to others counts too (the worker does not spin on it,
+-- see Worker._claim_loop).
 SELECT NULL AS id, NULL AS workflow_name, NULL AS status, NULL AS input, NULL AS cancel_requested,
        NULL AS lease_token, NULL AS run_count, NULL AS attempts, NULL AS suspect, NULL AS taken_over,
        NULL AS park,
@@ -67,7 +69,6 @@ SELECT NULL AS id, NULL AS workflow_name, NULL AS status, NULL AS input, NULL AS
        (SELECT CAST(extract(epoch FROM min(available_at) - coalesce(CAST(:now AS timestamptz), now())) AS float8)
         FROM kenning_instances
         WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
-          AND workflow_name = ANY(:names))
+          AND workflow_name = ANY(:names) AND id NOT IN (SELECT c.id FROM claimed AS c))
            AS seconds_until_next
-WHERE NOT EXISTS (SELECT FROM claimed)
 
