@@ -27,6 +27,7 @@ from kenning import Client
 from kenning.db import Database
 from tests.apps.takeover import SESSION_MARK
 from tests.ingress_support import TcpProxy
+from tests.logguard import expect_log
 from tests.scheduler_support import log_events, spawn_scheduler
 from tests.support import ProcessPool, check_invariants, eventually, executions, kenning_command, workers_started
 
@@ -127,6 +128,8 @@ async def _cut_mid_commit(
         await workers_started(processes, [survivor])
     release.touch()
     await eventually(proxy.cut.is_set, message="the worker cut off at a commit")
+    # the cut-off worker's own commits hang while the cut lasts, and it says so
+    expect_log("database.commits_stalled", process_id="cut-off")
     return ids, release
 
 

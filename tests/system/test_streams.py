@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -162,7 +161,7 @@ async def test_the_endpoint_takes_the_admin_token_refuses_bad_input_and_ends_at_
             ingress.process.terminate()
             rest = [event async for event in events]
         assert rest == []
-        assert ingress.process.wait(timeout=20) == -signal.SIGTERM  # uvicorn raises it again once stopped
+        assert ingress.process.wait(timeout=20) == 0  # a requested stop exits 0
 
 
 async def test_kenning_stream_read_prints_json_lines_and_follows_to_the_close(

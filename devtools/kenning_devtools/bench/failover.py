@@ -23,6 +23,7 @@ import psycopg
 from kenning.client import Client
 from kenning.db import connect
 from kenning.db.migrate import migrate
+from kenning.errors import DatabaseUnavailableError
 from kenning_devtools import autofailover
 from kenning_devtools.bench.processes import fleet
 from kenning_devtools.bench.workflows import bench_three
@@ -54,7 +55,7 @@ class _Starts:
             try:
                 async with asyncio.timeout(5):
                     self.started.append((await self.client.start(bench_three, value=n)).instance_id)
-            except (psycopg.Error, TimeoutError):
+            except (DatabaseUnavailableError, psycopg.Error, TimeoutError):
                 self.refused += 1  # no primary answers: a caller retries
             await asyncio.sleep(1 / STARTS_PER_SECOND)
 

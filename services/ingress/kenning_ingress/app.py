@@ -119,8 +119,6 @@ class Ingress:
             max_body_bytes=self.settings.max_body_bytes,
             read_timeout=self.settings.read_timeout,
         )
-        waits = ResultWaits(self.database.listen_url)
-        self.readers = StreamReaders(self.database, waits)
         restore_signals = on_exit_signals(self._stop_streams)
         try:
             # each broker source writes through the same group commit as the requests
@@ -134,16 +132,28 @@ class Ingress:
                 yield
         finally:
             restore_signals()
-            await self.readers.close()
-            await waits.close()
+            if self.readers is not None:
+                await self.readers.close()
+                await self.readers.waits.close()
             await self.database.dispose()
 
     def _stop_streams(self) -> None:
         """The process is asked to stop: end the event streams (uvicorn waits for them)."""
-        if self.stopping.is_set() or self.readers is None:
+        if self.stopping.is_set():
             return
         self.stopping.set()
-        asyncio.get_running_loop().create_task(self.readers.close())
+        if self.readers is not None:
+            asyncio.get_running_loop().create_task(self.readers.close())
+
+    def _stream_readers(self) -> StreamReaders:
+        """The event streams' readers, made at the first stream served: an ingress that
+        serves none opens no LISTEN connection (and, behind a pooler with no direct URL,
+        warns of none)."""
+        if self.readers is None:
+            assert self.database is not None
+            waits = ResultWaits(self.database.listen_url, parameters=self.database.client_parameters)
+            self.readers = StreamReaders(self.database, waits)
+        return self.readers
 
     def _presence(self) -> Presence:
         """This process's entry in the fleet's registry (each uvicorn worker is one)."""
@@ -337,8 +347,7 @@ class Ingress:
             return self._failed(exc, instance_id=instance_id)
         if found is None:
             return responses.error(404, f"no workflow instance {instance_id!r}", "not_found")
-        assert self.readers is not None
-        body = events(self.readers, instance_id, key, offset, self.stopping)
+        body = events(self._stream_readers(), instance_id, key, offset, self.stopping)
         return StreamingResponse(body, media_type="text/event-stream", headers=HEADERS)
 
     async def healthz(self, request: Request) -> Response:

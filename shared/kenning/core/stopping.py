@@ -15,8 +15,10 @@ from types import FrameType
 
 
 def _stop(_signum: int, _frame: FrameType | None) -> None:
-    # raised where the main thread is: the import unwinds, nothing has started yet
-    raise SystemExit(0)
+    # Nothing has started yet: no work to drain, nothing written to flush. Exit here rather
+    # than raise SystemExit where the main thread happens to be: raised inside a finalizer
+    # or a callback the import was running, it was printed as a traceback and ignored.
+    os._exit(0)
 
 
 def _is_the_kenning_command() -> bool:
