@@ -19,6 +19,12 @@ async def save_document(ctx: WorkflowContext, document_id: str, version: int) ->
     return {"document_id": document_id, "version": version}
 
 
+# a burst two CLI starts join however slowly this machine starts each command
+@workflow(debounce=Debounce(key="document_id", period=60, max_wait=120))
+async def save_draft(ctx: WorkflowContext, document_id: str, version: int) -> dict[str, Any]:
+    return {"document_id": document_id, "version": version}
+
+
 @workflow(name="doc.edited", event_handler=True, debounce=Debounce(key=lambda d: d["doc"], period=BURST_PERIOD))
 async def doc_edited(ctx: WorkflowContext, doc: str, n: int) -> dict[str, Any]:
     return {"doc": doc, "n": n}

@@ -150,7 +150,7 @@ async def test_kenning_start_joins_a_burst_and_kenning_why_says_what_it_waits_fo
     def start(version: int) -> dict[str, Any]:
         done = kenning_command(
             "start",
-            "save_document",
+            "save_draft",
             "--app",
             APP,
             "--json",
