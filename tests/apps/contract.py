@@ -288,3 +288,21 @@ async def streamer(ctx: WorkflowContext, words: list[str]) -> int:
     await write_stream(ctx, "open", "until the end")
     await wait_timer(ctx, 30)
     return spoken
+
+
+@activity
+async def tally(ctx: WorkflowContext, n: int) -> int:
+    return n + 1
+
+
+@workflow
+async def refused_after_a_step(ctx: WorkflowContext) -> int:
+    """An activity, then a write to a closed stream from workflow code: the activity's
+    record, held back for the write's commit, is kept when the write is refused."""
+    await close_stream(ctx, "shut")
+    counted = await tally(ctx, 1)
+    try:
+        await write_stream(ctx, "shut", counted)
+    except StreamClosedError:
+        counted = await tally(ctx, counted)
+    return counted

@@ -225,6 +225,14 @@ async def streams(env: WorkflowEnvironment) -> None:
     assert await handle.stream_closed("open")  # the end closed it
 
 
+async def stream_refused_after_a_step(env: WorkflowEnvironment) -> None:
+    """A step's record held back for the next commit survives the write it rode with
+    being refused (a closed stream): the history keeps it before the refusal."""
+    handle = await env.start(contract.refused_after_a_step, instance_id="refused")
+    state = await handle.state()
+    assert (state.status, state.result) == ("completed", {"result": 3}), state
+
+
 SCENARIOS: dict[str, Scenario] = {
     "order_saga_paths": order_saga_paths,
     "match_and_since": match_and_since,
@@ -243,6 +251,7 @@ SCENARIOS: dict[str, Scenario] = {
     "long_running_together": long_running_together,
     "start_attributes": start_attributes,
     "streams": streams,
+    "stream_refused_after_a_step": stream_refused_after_a_step,
 }
 
 

@@ -2,16 +2,18 @@
 Pydantic AI agent on a model that answers at once, calling the ``step`` tool ``TOOL_CALLS``
 times before its text answer, so a run is ``2 * TOOL_CALLS + 1`` steps (model requests and
 tool calls). Run durably (``bench_agent``: with its event stream, ``bench_agent_quiet``:
-without) and bare (``bare_run``), the difference per step is Kenning's own time."""
+without) and bare (``bare_run``, with an event handler and without), the difference per
+step is Kenning's own time."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import AgentStreamEvent, ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.tools import RunContext
 
 from kenning import WorkflowContext, workflow
 from kenning.ai import KenningAgent
@@ -62,6 +64,15 @@ async def bench_agent_quiet(ctx: WorkflowContext) -> str:
     return (await quiet.run(ctx, "go")).output
 
 
-async def bare_run() -> str:
-    """The same agent without Kenning."""
+async def _take_events(ctx: RunContext[object], events: AsyncIterable[AgentStreamEvent]) -> None:
+    async for _ in events:
+        pass
+
+
+async def bare_run(events: bool = False) -> str:
+    """The same agent without Kenning; ``events``: with an event stream handler (which
+    takes the events and does nothing with them), as ``bench_agent`` runs it: Pydantic
+    AI then streams each model response, which costs it more than a plain request."""
+    if events:
+        return (await agent.run("go", event_stream_handler=_take_events)).output
     return (await agent.run("go")).output

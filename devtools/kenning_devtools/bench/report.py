@@ -191,9 +191,24 @@ def _agent(report: dict[str, Any]) -> list[str]:
     return [
         "",
         f"agent ({section['steps_per_run']} steps a run, one run at a time, {bare['samples']} runs each): "
-        f"bare p50 {bare['p50_ms']} ms; durable p50 {events['p50_ms']} ms with its event stream, "
+        f"bare p50 {bare['p50_ms']} ms, {section.get('bare_with_events', {}).get('p50_ms')} ms with an event "
+        f"handler; durable p50 {events['p50_ms']} ms with its event stream, "
         f"{quiet['p50_ms']} ms without; Kenning's own time per step {section['kenning_ms_per_step_with_events']} ms "
         f"with events, {section['kenning_ms_per_step_without_events']} ms without",
+        *_agent_floor(section),
+    ]
+
+
+def _agent_floor(section: dict[str, Any]) -> list[str]:
+    """What a step costs beside the floor of the same run: one commit (older reports lack it)."""
+    if "commit" not in section:
+        return []
+    return [
+        f"  a commit on its own (the floor of a step) p50 {section['commit']['p50_ms']} ms; per step "
+        f"{section['per_step_over_commit_with_events']} / {section['per_step_over_commit_without_events']} "
+        f"commits' time, {section['commits_per_step_with_events']} / {section['commits_per_step_without_events']} "
+        f"commits, Kenning's CPU {section['kenning_cpu_ms_per_step_with_events']} / "
+        f"{section['kenning_cpu_ms_per_step_without_events']} ms (with / without events)",
     ]
 
 

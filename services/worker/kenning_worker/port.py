@@ -257,7 +257,7 @@ class PgInstancePort:
             return await write
         except Exception as error:
             if is_unavailable(error):
-                raise StorageUnavailable(f"database unavailable while writing {self.instance_id}") from error
+                raise self._unavailable() from error
             if is_data_error(error):
                 self.discard()
                 reason = str(getattr(error, "orig", None) or error).strip().splitlines()
@@ -265,6 +265,9 @@ class PgInstancePort:
                     f"{what} cannot be stored: {reason[0] if reason else type(error).__name__}"
                 ) from error
             raise
+
+    def _unavailable(self) -> StorageUnavailable:
+        return StorageUnavailable(f"database unavailable while writing {self.instance_id}")
 
     async def _autocommit(self, statement: Callable[[Executor], Awaitable[T]], what: str = "a write") -> T:
         async def run() -> T:
@@ -381,17 +384,41 @@ class PgInstancePort:
             return await self._autocommit(statement, what)
 
     async def _write_with_record(self, write: Callable[[Executor], Awaitable[T]], record: StepRecord) -> T:
-        """``write``'s statements in one transaction, after the deferred record: a step
-        whose row (a message, a reply, a value) and record commit together; ``write``
-        writes the record (``_write_record``, whose LeaseLostError rolls the row back)."""
+        """``write``'s statements in one transaction: a step whose row (a message, a reply,
+        a value, a stream entry) and record commit together; ``write`` writes the record
+        (``_write_record``, whose LeaseLostError rolls the row back). The deferred record
+        (the step just before) goes first in the same transaction: one commit for both, as
+        a suspend folds it in (an agent's model response and the tool-call event after it
+        were two commits a step). Should the database refuse a value there, the two are
+        written again one after the other, so the refusal is the step's whose value it is
+        and a refused deferred record is dropped, as ``_storage`` has it."""
 
-        async def run() -> T:
+        async def run(held: StepRecord | None) -> T:
             async with self.database.transaction() as conn:
+                if held is not None:
+                    await self._write_record(conn, held)
                 return await write(conn)
 
         async with self._lock:
-            await self._flush_locked()
-            return await self._storage(run(), f"step {record.step_id}")
+            held = self._pending
+            if held is not None:
+                self._pending = None
+                unsaved = list(self._unsaved)
+                try:
+                    return await run(held)
+                except Exception as error:
+                    # rolled back: the record is held back again, with the compensations it
+                    # took (a refused write, a closed stream, leaves the step before it to
+                    # the next commit, as it found it)
+                    still = {id(c) for c in self._unsaved}
+                    self._unsaved = [c for c in unsaved if id(c) not in still] + self._unsaved
+                    self._pending = held
+                    if not is_data_error(error):
+                        if is_unavailable(error):
+                            raise self._unavailable() from error
+                        raise
+                    await self._flush_locked()
+            return await self._storage(run(None), f"step {record.step_id}")
 
     async def count_attempt(self, command: CountAttempt) -> AttemptCounted:
         outcome = await self._write_now(

@@ -66,7 +66,9 @@ async def write_stream(run: WorkflowRun, key: str, value: Any, publish: bool) ->
             raise serialization.decode_error(recorded.payload)
         return int(recorded.payload["offset"])
     stored = storable_entry(key, value)
-    await run.before_new_step(step_id, step_name)
+    # the step recorded just before commits with the entry (the port folds it in): an
+    # agent's model response and the tool-call event after it are one commit, not two
+    await run.before_new_step(step_id, step_name, flush=False)
     record = StepRecord(step_id, STREAM_WRITTEN, step_name, {"key": key})
     try:
         entry = await run.port.write_stream(WriteStream(key, stored, record, publish=publish))
@@ -90,6 +92,6 @@ async def close_stream(run: WorkflowRun, key: str) -> None:
     step_id = run.cursor.next_step_id(CLOSE_STREAM_STEP)
     if run.cursor.take(step_id, step_name) is not None:
         return
-    await run.before_new_step(step_id, step_name)
+    await run.before_new_step(step_id, step_name, flush=False)  # folded in, as a write's
     await run.port.close_stream(CloseStream(key, StepRecord(step_id, STREAM_CLOSED, step_name, {"key": key})))
     run.log.debug("stream.closed", step=step_id, key=key)
