@@ -43,7 +43,7 @@ from kenning.errors import (
     WorkflowTimeoutError,
 )
 from kenning.events import ReceivedEvent, wait_event
-from kenning.flow import Batch, Debounce
+from kenning.flow import Batch, Debounce, RateLimit
 from kenning.hooks import HooksBase, WorkflowHooks
 from kenning.messages import (
     PublishedStatus,
@@ -58,7 +58,6 @@ from kenning.messages import (
 from kenning.observability.logs import library_defaults as _library_defaults
 from kenning.outbox import send_event_transactional
 from kenning.queues import Queue
-from kenning.ratelimits import RateLimit
 from kenning.retry import RetryPolicy
 from kenning.streams import StreamEntry, close_stream, write_stream
 from kenning.timers import sleep, sleep_until, wait_timer, wait_until

@@ -1,4 +1,4 @@
-"""Flow control per key for keyed bursts of starts: ``Debounce`` and ``Batch``.
+"""Flow control per key for keyed bursts of starts: ``Debounce``, ``Batch`` and ``RateLimit``.
 
 - ``@workflow(debounce=Debounce(key="document_id", period=5, max_wait=60))``: starts of the
   workflow with the same key arriving within ``period`` seconds of each other become one
@@ -9,6 +9,16 @@
   CloudEvents of the workflow's type are gathered per key; one instance per batch receives
   their data as its ``events`` parameter, a list in arrival order, and runs once the batch
   is full or ``max_wait`` after its first event.
+
+- ``Queue("emails", partition_rate_limit=RateLimit(limit=10, period=60, key="customer"))``:
+  at most ``limit`` starts per ``period`` seconds for each partition key of a queue. Each key
+  gets its own window, which the queued claim enforces in the database
+  (``kenning/storage/claims.py``) the way it enforces the queue's own ``rate_limit``. A
+  start counts when it is first claimed (``started_at``), so a key's instances over its
+  limit wait durably in the queue (they do not fail): the claim moves their due time to
+  when the key's window frees, and serves the other keys meanwhile. ``key`` names an input
+  field whose value is the start's partition key when the start gives none
+  (``partition_key=`` wins); without ``key``, the partition key alone says.
 
 A key is a field of the input (a start's arguments, an event's data) or a function of it.
 The accepted start or event and its place in a burst or batch commit in one transaction
@@ -127,3 +137,22 @@ class BatchedEvent:
     max_wait: float
     seq: int  # its inbox row's id: the batch's events are ordered by it (arrival order)
     data: Any
+
+
+# The largest value an integer column holds.
+_MAX_INT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    limit: int
+    period: float
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.limit) is not int or not 0 < self.limit <= _MAX_INT:
+            raise ConfigurationError(f"RateLimit: limit= must be a positive int, got {self.limit!r}")
+        if not isinstance(self.period, int | float) or not math.isfinite(self.period) or self.period <= 0:
+            raise ConfigurationError(f"RateLimit: period= must be a positive number of seconds, got {self.period!r}")
+        if self.key is not None and (not isinstance(self.key, str) or not self.key):
+            raise ConfigurationError(f"RateLimit: key= must name an input field, got {self.key!r}")

@@ -21,7 +21,7 @@ worker declared creates it bare (no limits) until one does.
   instance instead (``created=False``). For these, an instance holds its key from its start
   to its end (waiting for an event or a timer included), not only while leased;
 - ``partition_rate_limit=RateLimit(limit, period, key=...)``: at most ``limit`` starts per
-  ``period`` seconds for each partition key (``kenning/ratelimits.py``).
+  ``period`` seconds for each partition key (``kenning/flow.py``).
 
 "Held" means leased: running in a worker now. An instance waiting for an event or a timer
 holds no slot (it needs no worker); its lease expiring (a crashed worker) frees its slot.
@@ -35,7 +35,7 @@ from typing import Literal, get_args
 
 from kenning.core.limits import MAX_ID_LENGTH
 from kenning.errors import ConfigurationError
-from kenning.ratelimits import RateLimit
+from kenning.flow import RateLimit
 
 # The largest value an integer column holds: limits and priorities beyond are refused here.
 _MAX_INT = 2**31 - 1

@@ -74,7 +74,6 @@ SDK_MODULES = {
     "kenning.streams",
     "kenning.outbox",
     "kenning.queues",
-    "kenning.ratelimits",
     "kenning.registry",
     "kenning.retry",
     "kenning.schedules",
@@ -224,7 +223,9 @@ def test_a_planted_arrow_fails() -> None:
 
 def test_the_top_of_the_package_is_the_sdk() -> None:
     top = sorted(p.stem for p in (SHARED / "kenning").glob("*.py"))
-    assert len(top) <= 22, top
+    # one module per concept users import; 23 since flow control per key (Debounce, Batch,
+    # RateLimit in one module): a new concept goes into a subpackage or an existing module
+    assert len(top) <= 23, top
     assert {f"kenning.{name}" for name in top} - {"kenning.__init__", "kenning.__main__", "kenning.client"} <= (
         SDK_MODULES | CORE_MODULES
     )
