@@ -7,6 +7,7 @@ moves every row to a new key, and a wrong or malformed key is one line naming it
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 from collections.abc import Iterator
 
@@ -74,6 +75,17 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
     before = dump(database_url)
     assert tables_holding(before, MARKER) == set(), "plaintext of an encrypted payload in the database"
     assert '"$enc": "k1"' in before
+
+    # the CLI opens payloads with the key and shows "encrypted" without it
+    show = ["instances", "show", paid.instance_id, "--json"]
+    with_key = run_kenning(show, {"KENNING_DATABASE_URL": database_url, codecs.KEYS_VARIABLE: K1})
+    assert with_key.returncode == 0, with_key.stderr
+    assert json.loads(with_key.stdout)["input"] == {"card": MARKER}
+    without = run_kenning(show, {"KENNING_DATABASE_URL": database_url})
+    assert without.returncode == 0, without.stderr
+    shown = json.loads(without.stdout)
+    assert shown["input"] == "encrypted" and shown["result"] == {"result": "encrypted"}
+    assert MARKER not in without.stdout
 
     # rotate to k2 (k1 kept to read the old rows), then read everything with k2 alone
     rotated = run_kenning(

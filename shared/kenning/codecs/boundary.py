@@ -127,11 +127,18 @@ def unseal(stored_json: Any) -> Any:
 
 
 def shown(stored_json: Any) -> Any:
-    """``unseal`` for display: ``"encrypted"`` in place of a payload this process has no key for."""
-    try:
-        return unseal(stored_json)
-    except PayloadEncryptedError:
-        return ENCRYPTED
+    """``unseal`` for display: ``"encrypted"`` in place of each payload this process has
+    no key for, the plain parts around it (an error's type, an event's source) kept."""
+    if isinstance(stored_json, dict):
+        if is_sealed(stored_json):
+            try:
+                return unseal(_open(stored_json))
+            except PayloadEncryptedError:
+                return ENCRYPTED
+        return {key: shown(item) for key, item in stored_json.items()}
+    if isinstance(stored_json, list):
+        return [shown(item) for item in stored_json]
+    return stored_json
 
 
 def _open(envelope: dict[str, Any]) -> Any:
