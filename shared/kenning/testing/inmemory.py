@@ -225,7 +225,9 @@ class MemoryBackend:
 
     async def outbox(self) -> list[OutgoingEvent]:
         return [
-            OutgoingEvent(e.event_type, e.source, None if e.data_json is None else json.loads(e.data_json), i.id)
+            OutgoingEvent(
+                e.event_type, e.source, None if e.data_json is None else codecs.unseal(json.loads(e.data_json)), i.id
+            )
             for i in self.instances.values()
             for e in i.outbox
         ]
