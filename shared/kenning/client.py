@@ -227,7 +227,7 @@ class Client:
             raise ResultTimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
         if row.status != "completed":
             raise WorkflowFailedError(instance_id, row.status, codecs.unseal(row.error))
-        value = (row.result or {}).get("result")
+        value = codecs.unseal((row.result or {}).get("result"))  # also of a workflow this process does not know
         wf = REGISTRY.workflows.get(row.workflow_name)
         if wf is not None:
             value = serialization.from_json(

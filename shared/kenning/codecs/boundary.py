@@ -152,7 +152,7 @@ def _open(envelope: dict[str, Any]) -> Any:
         raw = base64.b64decode(envelope["v"], validate=True)
     except (binascii.Error, ValueError):
         raise CodecError("a stored payload envelope is not valid base64 (damaged row)") from None
-    return json.loads(codecs.decode(raw))
+    return unseal(json.loads(codecs.decode(raw)))  # a value sealed around envelopes (a list of sealed results)
 
 
 def sealed_key_id(envelope: dict[str, Any]) -> str:
