@@ -13,9 +13,10 @@ import base64
 import binascii
 import os
 import re
+from typing import TYPE_CHECKING
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from kenning.codecs.errors import CodecError, EncryptionKeyError
 from kenning.errors import ConfigurationError
@@ -66,8 +67,11 @@ class AesGcmCodec:
     def __init__(self, keys: dict[str, bytes]) -> None:
         if not keys:
             raise ConfigurationError(f"{KEYS_VARIABLE}: no key given")
+        # imported here: a process without keys never loads the cipher library
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self.key_id = next(iter(keys))
-        self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
+        self._ciphers: dict[str, AESGCM] = {key_id: AESGCM(key) for key_id, key in keys.items()}
 
     @property
     def key_ids(self) -> tuple[str, ...]:
@@ -87,6 +91,8 @@ class AesGcmCodec:
             raise EncryptionKeyError(
                 f"a payload is encrypted with key {key_id!r}, which {KEYS_VARIABLE} does not hold: add that key"
             )
+        from cryptography.exceptions import InvalidTag
+
         header_end = 2 + value[1]
         nonce = value[header_end : header_end + _NONCE_BYTES]
         try:
