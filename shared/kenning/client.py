@@ -15,7 +15,7 @@ from typing import Any, overload
 
 from typing_extensions import ParamSpec, TypeVar
 
-from kenning import serialization
+from kenning import codecs, serialization
 from kenning.app import database_url_of_apps, warn_unloaded_hooks
 from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.clients.starts import Starter
@@ -227,8 +227,8 @@ class Client:
         if row.status not in TERMINAL_STATUSES:
             raise ResultTimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
         if row.status != "completed":
-            raise WorkflowFailedError(instance_id, row.status, row.error)
-        value = (row.result or {}).get("result")
+            raise WorkflowFailedError(instance_id, row.status, codecs.unseal(row.error))
+        value = codecs.unseal((row.result or {}).get("result"))  # also of a workflow this process does not know
         wf = REGISTRY.workflows.get(row.workflow_name)
         if wf is not None:
             value = serialization.from_json(

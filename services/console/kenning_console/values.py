@@ -24,6 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from kenning import codecs
 from kenning.storage.console import Bounds
 from kenning.storage.console_values import SOURCES, value_chunks
 from kenning_console.pages import BadRequestError
@@ -61,7 +62,9 @@ def shown(row: Any, name: str, instance_id: str, of: str, key: object = "") -> S
     size = getattr(row, f"{name}_size", None)
     if size is None:
         return None
-    return Shown(getattr(row, name), int(size), getattr(row, f"{name}_preview"), value_url(instance_id, of, key))
+    # a sealed value is opened with this process's key, and reads "encrypted" without one
+    value = codecs.shown(getattr(row, name))
+    return Shown(value, int(size), getattr(row, f"{name}_preview"), value_url(instance_id, of, key))
 
 
 def large(row: Any, name: str, instance_id: str, of: str, key: object = "") -> Shown | None:

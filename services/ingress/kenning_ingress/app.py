@@ -27,6 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from kenning import codecs
 from kenning.clients.results import ResultWaits
 from kenning.clients.streams import StreamReaders
 from kenning.core.streams import sse_start_offset
@@ -317,9 +318,10 @@ class Ingress:
             "finished_at": _iso(row.finished_at),
         }
         if row.status == "completed":
-            body["result"] = (row.result or {}).get("result")
+            # opened with this process's key; "encrypted" without it
+            body["result"] = codecs.shown((row.result or {}).get("result"))
         if row.error:
-            message = row.error.get("message")
+            message = codecs.shown(row.error.get("message"))
             body["error"] = {
                 "type": row.error.get("type"),
                 # a database error's text carries its statement and parameters (a lease token)

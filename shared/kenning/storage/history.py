@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from kenning import codecs
 from kenning.core.records import CompensationRecord, HistoryRecord
 from kenning.db import Executor, statement
 from kenning.storage.fencing import LEASE_FENCE, SAVE_COMPENSATIONS, insert_steps, step_json
@@ -27,8 +28,12 @@ _HISTORY_LOAD = statement(
 )
 
 
-async def history_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str, list[HistoryRecord]]:
-    """History of many instances in one round trip, oldest step first."""
+async def history_load(
+    conn: Executor, instance_ids: Sequence[str], *, shown: bool = False
+) -> dict[str, list[HistoryRecord]]:
+    """History of many instances in one round trip, oldest step first, payloads opened
+    (``shown``: for display, "encrypted" in place of a payload without its key)."""
+    opened = codecs.shown if shown else codecs.unseal
     loaded: dict[str, list[HistoryRecord]] = defaultdict(list)
     if not instance_ids:
         return loaded
@@ -38,7 +43,7 @@ async def history_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str,
                 step_id=row.step_id,
                 kind=row.kind,
                 step_name=row.step_name,
-                payload=row.payload,
+                payload=opened(row.payload),
                 payload_bytes=row.payload_bytes,
                 created_at=row.created_at,
             )
@@ -141,7 +146,7 @@ async def history_shown(conn: Executor, instance_id: str) -> list[dict[str, Any]
             "step_id": row.step_id,
             "kind": row.kind,
             "step_name": row.step_name,
-            "payload": row.payload,
+            "payload": codecs.shown(row.payload),  # operators without the key see "encrypted"
             "payload_bytes": row.payload_bytes,
             "created_at": row.created_at,
             "attempts": row.attempts,

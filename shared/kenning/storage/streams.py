@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kenning import codecs
 from kenning.core.records import TERMINAL_STATUSES
 from kenning.core.streams import WORKFLOW_ATTEMPT, StreamEntry
 from kenning.db import Executor, statement
@@ -228,7 +229,14 @@ class StreamRead:
 
 
 async def stream_read(
-    conn: Executor, instance_id: str, key: str, *, offset: int, limit: int, max_bytes: int = UNBOUNDED
+    conn: Executor,
+    instance_id: str,
+    key: str,
+    *,
+    offset: int,
+    limit: int,
+    max_bytes: int = UNBOUNDED,
+    shown: bool = False,
 ) -> StreamRead | None:
     """The entries of ``key`` from ``offset`` on, in order, at most ``limit`` and, past
     the first, while under ``max_bytes`` of JSON; None when there is no such instance."""
@@ -238,8 +246,16 @@ async def stream_read(
         return None
     first = rows[0]
     found = [row for row in rows if row.entry_offset is not None]
+    opened = codecs.shown if shown else codecs.unseal  # shown: "encrypted" without the key
     entries = [
-        StreamEntry(int(row.entry_offset), int(row.attempt), row.value, row.written_at, row.step_id) for row in found
+        StreamEntry(
+            int(row.entry_offset),
+            int(row.attempt),
+            opened(row.value),
+            row.written_at,
+            row.step_id,
+        )
+        for row in found
     ]
     more = limit > 0 and bool(found) and (len(found) == limit or int(found[-1].through) >= max_bytes)
     closed = first.closed_at is not None or first.status in TERMINAL_STATUSES
