@@ -36,6 +36,7 @@ from kenning.errors import (
     WorkflowFailedError,
     WorkflowNotFoundError,
 )
+from kenning.objects import restored
 from kenning.registry import REGISTRY
 from kenning.starting import InvalidInputError as InvalidInputError  # re-exported: kenning.client's API
 from kenning.starting import StartedInstance as StartedInstance  # re-exported
@@ -227,7 +228,7 @@ class Client:
             raise ResultTimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
         if row.status != "completed":
             raise WorkflowFailedError(instance_id, row.status, row.error)
-        value = (row.result or {}).get("result")
+        value = await restored((row.result or {}).get("result"))  # a large value: from the object store
         wf = REGISTRY.workflows.get(row.workflow_name)
         if wf is not None:
             value = serialization.from_json(

@@ -1,0 +1,70 @@
+"""Large values in an object store (issue 36, item 2), against a real S3 server (SeaweedFS)
+and real worker processes: a value above ``--offload-bytes`` leaves its row for the store,
+the row keeping a reference; the replay, ``Client.result`` and the CLI read it back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from kenning import Client
+from kenning.db import Database
+from tests.apps.offload import blob
+from tests.objects_support import S3Server, seaweedfs
+from tests.support import ProcessPool, eventually
+
+APP = "tests.apps.offload"
+Sql = psycopg.Connection[tuple[object, ...]]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with seaweedfs(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture
+def store_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)  # the test's own client reads the store as the processes do
+    return {**s3.env, "KENNING_OBJECT_STORE": s3.url, "KENNING_OFFLOAD_BYTES": "65536"}
+
+
+async def _worker(processes: ProcessPool, database_url: str, env: dict[str, str]) -> None:
+    worker = processes.worker(database_url, APP, env=env)
+    await eventually(lambda: '"worker.started"' in processes.log_of(worker), timeout=60, message="worker up")
+
+
+def _row_json(sql: Sql, query: str, instance_id: str) -> list[object]:
+    return [row[0] for row in sql.execute(query, (instance_id,)).fetchall()]
+
+
+async def test_large_step_and_workflow_results_live_in_the_store_and_are_read_back(
+    database: Database, database_url: str, processes: ProcessPool, sql: Sql, s3: S3Server, store_env: dict[str, str]
+) -> None:
+    await _worker(processes, database_url, store_env)
+    size = 3 * 1024 * 1024
+    async with Client(database=database) as client:
+        started = await client.start("large_values", size=size, seed="one")
+        result = await client.result(started.instance_id, timeout=120)
+    text = blob(size, "one")
+    assert result == {"text": text, "digest": hashlib.sha256(text.encode()).hexdigest()}
+    # the rows keep references, the values are objects under the instance's prefix
+    steps = _row_json(
+        sql, "SELECT payload FROM kenning_history WHERE instance_id = %s ORDER BY seq", started.instance_id
+    )
+    (stored_result,) = _row_json(sql, "SELECT result FROM kenning_instances WHERE id = %s", started.instance_id)
+    large_step = steps[0]
+    assert isinstance(large_step, dict) and set(large_step["result"]) == {"$ref", "size", "sha256"}
+    assert isinstance(stored_result, dict) and set(stored_result["result"]) == {"$ref", "size", "sha256"}
+    small_step = steps[1]
+    assert isinstance(small_step, dict) and small_step["result"] == result["digest"]  # small: in its row
+    keys = s3.keys(f"kenning/{started.instance_id}/")
+    assert sorted(f"s3://{s3.bucket}/{key}" for key in keys) == sorted(
+        {large_step["result"]["$ref"], stored_result["result"]["$ref"]}
+    )
+    assert len(json.dumps(stored_result)) < 300  # the row holds the reference, not the value
