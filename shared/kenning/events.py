@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from kenning import serialization
+from kenning import codecs, serialization
 from kenning.context import WorkflowContext
 from kenning.core.names import EVENT_RECEIVED, EVENT_TIMEOUT
 from kenning.core.records import StoredEvent
@@ -101,12 +101,12 @@ def event_history_payload(event: ReceivedEvent) -> tuple[dict[str, Any], bytes |
     }
     if isinstance(event.data, bytes | bytearray | memoryview):
         return payload, bytes(event.data)
-    payload["data"] = serialization.to_json(event.data)
+    payload["data"] = codecs.seal(serialization.to_json(event.data))  # type, source and id stay plain
     return payload, None
 
 
 def event_from_history(payload: dict[str, Any], payload_bytes: bytes | None, model: Any = None) -> ReceivedEvent:
-    data: Any = payload_bytes if payload_bytes is not None else payload.get("data")
+    data: Any = payload_bytes if payload_bytes is not None else codecs.unseal(payload.get("data"))
     if model is not None and not isinstance(data, bytes):
         data = serialization.from_json(data, model)
     return ReceivedEvent(

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from kenning import serialization
+from kenning import codecs, serialization
 from kenning.context import WorkflowContext, current_step
 from kenning.core.records import OutboxEvent
 from kenning.observability import tracing
@@ -103,7 +103,7 @@ def _encode_data(event_data: Any, content_type: str | None) -> tuple[str | None,
             "send_event_transactional: event data contains a NUL character, which PostgreSQL jsonb cannot "
             "store; send it as bytes instead"
         )
-    return json.dumps(value), None, content_type or JSON_CONTENT_TYPE
+    return json.dumps(codecs.seal(value)), None, content_type or JSON_CONTENT_TYPE
 
 
 async def send_event_transactional(

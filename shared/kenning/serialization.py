@@ -21,6 +21,7 @@ from typing import Any
 import pydantic
 import pydantic_core
 
+from kenning import codecs
 from kenning.errors import ReplayedActivityError, UnstorableValueError
 
 # PostgreSQL's jsonb holds at most 255 MiB (and a field 1 GiB).
@@ -36,11 +37,13 @@ def to_json(value: Any) -> Any:
 
 
 def storable_json(value: Any, what: str) -> Any:
-    """``to_json(value)``, checked before any write: a value PostgreSQL would refuse raises
+    """``to_json(value)``, checked before any write and sealed (``kenning.codecs.seal``:
+    encrypted when keys are set): a value PostgreSQL would refuse raises
     ``UnstorableValueError`` (a ``TerminalError``) saying ``what`` and why.
 
     A write refused by the database fails again on every replay; deciding here makes the
-    value the step's error instead, once.
+    value the step's error instead, once. The check is on the plain value: an envelope is
+    always storable.
     """
     try:
         jsonable = to_json(value)
@@ -49,7 +52,7 @@ def storable_json(value: Any, what: str) -> Any:
     reason = unstorable_reason(jsonable)
     if reason is not None:
         raise UnstorableValueError(f"{what} cannot be stored: {reason}")
-    return jsonable
+    return codecs.seal(jsonable)
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,9 @@ def _adapter(annotation: Any) -> pydantic.TypeAdapter[Any]:
 
 
 def from_json(value: Any, annotation: Any) -> Any:
-    """Rebuild ``value`` as ``annotation``; unannotated (``Any``) values stay plain JSON."""
+    """Rebuild ``value`` (opened if sealed) as ``annotation``; unannotated (``Any``) values
+    stay plain JSON."""
+    value = codecs.unseal(value)
     if annotation is inspect.Parameter.empty or annotation is Any or annotation is None:
         return value
     try:
@@ -176,6 +181,7 @@ def bind_arguments(func: Callable[..., Any], data: dict[str, Any]) -> dict[str, 
     pydantic model, whose name is not a key of ``data``, receives the whole of ``data`` as
     that model — the shape of a CloudEvent's data.
     """
+    data = codecs.unseal(data)
     hints = type_hints(func)
     params = [
         p for p in list(signature(func).parameters.values())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
@@ -203,9 +209,10 @@ def encode_error(error: BaseException) -> dict[str, Any]:
         args = None  # rebuilt from the (escaped) message instead
     encoded: dict[str, Any] = {
         "type": f"{cls.__module__}.{cls.__qualname__}",
-        "message": storable_text(str(error)),
-        "args": args,
-        "traceback": storable_text("".join(traceback.format_exception(error))[-8000:]),
+        # the message, arguments and traceback carry user data: sealed; the type stays plain
+        "message": codecs.seal(storable_text(str(error))),
+        "args": codecs.seal(args),
+        "traceback": codecs.seal(storable_text("".join(traceback.format_exception(error))[-8000:])),
     }
     if error.__cause__ is not None:
         encoded["cause"] = encode_error(error.__cause__)
@@ -234,6 +241,7 @@ def decode_error(encoded: dict[str, Any]) -> BaseException:
 
     Fixes Edda 0.1.0, which re-raised every replayed failure as a plain ``Exception``.
     """
+    encoded = codecs.unseal(encoded)
     dotted = str(encoded.get("type", "Exception"))
     message = str(encoded.get("message", ""))
     cls = _load_class(dotted)

@@ -16,7 +16,7 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kenning import serialization
+from kenning import codecs, serialization
 from kenning.compensation import ON_FAILURE_PREFIX, CompensationFailedError, bind_on_failure
 from kenning.context import StepScope
 from kenning.core.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED
@@ -201,12 +201,13 @@ def _arguments(func: Any, comp: CompensationRecord) -> tuple[list[Any], dict[str
     """
     hints = serialization.type_hints(func)
     params = list(serialization.signature(func).parameters.values())[1:]
-    stored_kwargs = comp.kwargs
-    if comp.comp_id.startswith(ON_FAILURE_PREFIX) and not comp.args:
-        stored_kwargs = bind_on_failure(func, comp.kwargs)
+    stored_args: list[Any] = codecs.unseal(comp.args)
+    stored_kwargs: dict[str, Any] = codecs.unseal(comp.kwargs)
+    if comp.comp_id.startswith(ON_FAILURE_PREFIX) and not stored_args:
+        stored_kwargs = bind_on_failure(func, stored_kwargs)
     args = [
         serialization.from_json(value, hints.get(params[i].name, Any)) if i < len(params) else value
-        for i, value in enumerate(comp.args)
+        for i, value in enumerate(stored_args)
     ]
     kwargs = {k: serialization.from_json(v, hints.get(k, Any)) for k, v in stored_kwargs.items()}
     try:

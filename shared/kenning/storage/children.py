@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kenning import codecs
 from kenning.core.names import (
     CHANNEL_INBOX,
     CHANNEL_INSTANCES,
@@ -176,7 +177,7 @@ async def child_start_and_record(
                 "child_id": child.instance_id,
                 "workflow": child.workflow_name,
                 "hash": child.source_hash,
-                "input": json.dumps(child.input_json),
+                "input": json.dumps(codecs.seal(child.input_json)),
                 "trace": None if child.trace_context is None else json.dumps(child.trace_context),
                 "step_id": step_id,
                 "step_name": step_name,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kenning import codecs
 from kenning.core.records import ClaimedInstance, ParkedInstance
 from kenning.db import Executor, Statement, statement
 from kenning.storage.clock import NOW, seconds_or_none
@@ -267,7 +268,7 @@ def claimed_row(claim: Claim, row: Any) -> None:
             id=row.id,
             workflow_name=row.workflow_name,
             status=row.status,
-            input=row.input,
+            input=codecs.unseal(row.input),
             trace_context=row.trace_context,
             cancel_requested=row.cancel_requested,
             lease_token=row.lease_token,

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from kenning import codecs
 from kenning.core.records import CompensationRecord, HistoryRecord
 from kenning.db import Executor, statement
 from kenning.storage.fencing import LEASE_FENCE, SAVE_COMPENSATIONS, insert_steps, step_json
@@ -38,7 +39,7 @@ async def history_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str,
                 step_id=row.step_id,
                 kind=row.kind,
                 step_name=row.step_name,
-                payload=row.payload,
+                payload=codecs.unseal(row.payload),
                 payload_bytes=row.payload_bytes,
                 created_at=row.created_at,
             )
@@ -141,7 +142,7 @@ async def history_shown(conn: Executor, instance_id: str) -> list[dict[str, Any]
             "step_id": row.step_id,
             "kind": row.kind,
             "step_name": row.step_name,
-            "payload": row.payload,
+            "payload": codecs.shown(row.payload),  # operators without the key see "encrypted"
             "payload_bytes": row.payload_bytes,
             "created_at": row.created_at,
             "attempts": row.attempts,

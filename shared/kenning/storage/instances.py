@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from kenning import codecs
 from kenning.core.names import (
     ACTIVITY_FAILED,
     CHANNEL_INSTANCES,
@@ -99,7 +100,7 @@ async def instances_start(conn: Executor, starts: Sequence[NewInstance], *, noti
             "id": start.instance_id,
             "name": start.workflow_name,
             "hash": start.source_hash,
-            "input": start.input_json,
+            "input": codecs.seal(start.input_json),
             "key": start.idempotency_key,
             "not_before": None if start.not_before is None else start.not_before.isoformat(),
             "trace": start.trace_context,

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kenning import codecs
 from kenning.core.names import CHANNEL_INSTANCES, CHANNEL_TIMERS, MESSAGE_RECEIVED, MESSAGE_TIMEOUT
 from kenning.core.records import FoldedWrites, HistoryRecord, SuspendOutcome
 from kenning.db import Executor, statement
@@ -359,7 +360,7 @@ async def messages_of(conn: Executor, instance_id: str) -> list[StoredMessage]:
             instance_id=row.instance_id,
             topic=row.topic,
             message_id=row.message_id,
-            data=row.data,
+            data=codecs.shown(row.data),
             sender_instance_id=row.sender_instance_id,
             sent_at=row.sent_at,
             consumed_step_id=row.consumed_step_id,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from kenning import codecs
 from kenning.core.names import CHANNEL_OUTBOX
 from kenning.db import Executor, statement
 from kenning.storage.clock import NOW, seconds_or_none
@@ -60,6 +61,7 @@ def _row(row: Any) -> OutboxRow:
     if values["data_bytes"] is not None:
         values["data_bytes"] = bytes(values["data_bytes"])
     values["extensions"] = dict(values["extensions"] or {})
+    values["data"] = codecs.unseal(values["data"])  # the relayer publishes the plain event
     return OutboxRow(**values)
 
 

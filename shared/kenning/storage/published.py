@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kenning import codecs
 from kenning.core.names import STATUS_VALUE_KEY
 from kenning.core.published import search_text
 from kenning.core.records import InstanceRow
@@ -131,7 +132,7 @@ async def value_get(conn: Executor, instance_id: str, key: str) -> ValueRead | N
     row = (await conn.execute(_VALUE_GET, {"instance_id": instance_id, "key": key})).first()
     if row is None:
         return None
-    value = None if row.key is None else PublishedValue(row.key, row.value, row.updated_at)
+    value = None if row.key is None else PublishedValue(row.key, codecs.unseal(row.value), row.updated_at)
     return ValueRead(str(row.status), value)
 
 
@@ -145,7 +146,7 @@ _VALUES_OF = statement(
 async def values_of(conn: Executor, instance_id: str) -> list[PublishedValue]:
     """Every value the instance published, by key."""
     rows = await conn.execute(_VALUES_OF, {"instance_id": instance_id})
-    return [PublishedValue(row.key, row.value, row.updated_at) for row in rows]
+    return [PublishedValue(row.key, codecs.shown(row.value), row.updated_at) for row in rows]
 
 
 _SEARCH_ATTRIBUTES_OF = statement(
@@ -269,7 +270,8 @@ async def values_shown(conn: Executor, instance_id: str, *, limit: int, bound: i
     """The instance's first ``limit`` values by key, each bounded (the console's page)."""
     params = {"instance_id": instance_id, "limit": limit, "bound": bound, "preview": preview}
     return [
-        ShownValue(row.key, row.value, row.preview, int(row.size), row.updated_at)
+        # a sealed value is small (its envelope): shown whole, opened when this process has the key
+        ShownValue(row.key, codecs.shown(row.value), row.preview, int(row.size), row.updated_at)
         for row in await conn.execute(_VALUES_SHOWN, params)
     ]
 
@@ -289,6 +291,8 @@ async def status_texts(conn: Executor, instance_ids: list[str]) -> dict[str, str
     rows = await conn.execute(_STATUS_TEXTS, {"ids": instance_ids, "key": STATUS_VALUE_KEY})
     texts: dict[str, str] = {}
     for row in rows:
+        if row.text is None and row.progress is None:
+            continue  # sealed (encrypted): the list shows no status rather than an envelope
         try:
             progress = "" if row.progress is None else f" ({float(row.progress):.0%})"
         except ValueError:

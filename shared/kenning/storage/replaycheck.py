@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kenning import codecs
 from kenning.core.records import TERMINAL_STATUSES
 from kenning.db import Executor, statement
 
@@ -76,5 +77,9 @@ async def replay_recent_finished(conn: Executor, *, workflows: Sequence[str], li
 
 def _candidate(row: Any) -> ReplayCandidate:
     return ReplayCandidate(
-        id=row.id, workflow_name=row.workflow_name, status=row.status, input=row.input, run_count=row.run_count
+        id=row.id,
+        workflow_name=row.workflow_name,
+        status=row.status,
+        input=codecs.unseal(row.input),
+        run_count=row.run_count,
     )

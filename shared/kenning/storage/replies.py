@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from kenning import codecs
 from kenning.db import Executor, statement
 from kenning.storage.names import notify_results
 
@@ -70,7 +71,7 @@ async def request_state(conn: Executor, *, instance_id: str, message_id: str) ->
     row = (await conn.execute(_REQUEST_STATE, {"instance_id": instance_id, "message_id": message_id})).first()
     if row is None:
         return None
-    return RequestState(status=row.status, replied=bool(row.replied), value=row.value, error=row.error)
+    return RequestState(status=row.status, replied=bool(row.replied), value=codecs.unseal(row.value), error=row.error)
 
 
 @dataclass(frozen=True)
@@ -90,4 +91,4 @@ _REPLIES_OF = statement(
 async def replies_of(conn: Executor, instance_id: str) -> list[StoredReply]:
     """Every reply ``instance_id`` made, oldest first."""
     rows = await conn.execute(_REPLIES_OF, {"id": instance_id})
-    return [StoredReply(message_id=row.message_id, value=row.value, error=row.error) for row in rows]
+    return [StoredReply(message_id=row.message_id, value=codecs.shown(row.value), error=row.error) for row in rows]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kenning import codecs
 from kenning.core.records import TERMINAL_STATUSES
 from kenning.core.streams import WORKFLOW_ATTEMPT, StreamEntry
 from kenning.db import Executor, statement
@@ -239,7 +240,8 @@ async def stream_read(
     first = rows[0]
     found = [row for row in rows if row.entry_offset is not None]
     entries = [
-        StreamEntry(int(row.entry_offset), int(row.attempt), row.value, row.written_at, row.step_id) for row in found
+        StreamEntry(int(row.entry_offset), int(row.attempt), codecs.unseal(row.value), row.written_at, row.step_id)
+        for row in found
     ]
     more = limit > 0 and bool(found) and (len(found) == limit or int(found[-1].through) >= max_bytes)
     closed = first.closed_at is not None or first.status in TERMINAL_STATUSES
