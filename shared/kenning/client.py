@@ -15,7 +15,7 @@ from typing import Any, overload
 
 from typing_extensions import ParamSpec, TypeVar
 
-from kenning import serialization
+from kenning import codecs, serialization
 from kenning.app import database_url_of_apps, warn_unloaded_hooks
 from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.clients.starts import Starter
@@ -228,7 +228,8 @@ class Client:
             raise ResultTimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
         if row.status != "completed":
             raise WorkflowFailedError(instance_id, row.status, row.error)
-        value = await restored((row.result or {}).get("result"))  # a large value: from the object store
+        # a large value from the object store, then opened (the object holds it sealed)
+        value = codecs.unseal(await restored((row.result or {}).get("result")))
         wf = REGISTRY.workflows.get(row.workflow_name)
         if wf is not None:
             value = serialization.from_json(

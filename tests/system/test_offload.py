@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from kenning import Client
+from kenning import Client, codecs
 from kenning.db import Database
 from tests.apps.offload import blob
+from tests.logguard import expect_log
 from tests.objects_support import S3Server, seaweedfs
 from tests.support import ProcessPool, eventually
 
@@ -68,3 +70,64 @@ async def test_large_step_and_workflow_results_live_in_the_store_and_are_read_ba
         {large_step["result"]["$ref"], stored_result["result"]["$ref"]}
     )
     assert len(json.dumps(stored_result)) < 300  # the row holds the reference, not the value
+
+
+async def test_with_encryption_the_object_holds_ciphertext(
+    database: Database,
+    database_url: str,
+    processes: ProcessPool,
+    sql: Sql,
+    s3: S3Server,
+    store_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Offload comes after encryption on the way out: the store never sees the value."""
+    keys = codecs.new_key_text("k1")
+    monkeypatch.setenv(codecs.KEYS_VARIABLE, keys)
+    codecs.reset()
+    try:
+        await _worker(processes, database_url, {**store_env, codecs.KEYS_VARIABLE: keys})
+        size = 512 * 1024
+        async with Client(database=database) as client:
+            started = await client.start("large_values", size=size, seed="secret")
+            result = await client.result(started.instance_id, timeout=120)
+        assert result["text"] == blob(size, "secret")
+        keys_stored = s3.keys(f"kenning/{started.instance_id}/")
+        assert len(keys_stored) == 2
+        marker = blob(64, "secret").encode()
+        for key in keys_stored:
+            body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
+            assert marker not in body and b'"$enc"' in body  # a sealed envelope, ciphertext inside
+    finally:
+        codecs.reset()
+
+
+async def test_a_missing_bucket_is_one_line_naming_it_and_the_instance_finishes_once_it_exists(
+    database: Database,
+    database_url: str,
+    processes: ProcessPool,
+    s3: S3Server,
+    store_env: dict[str, str],
+) -> None:
+    bucket = f"kenning-missing-{uuid.uuid4().hex[:8]}"
+    expect_log("worker.object_store_unavailable")
+    expect_log("instance.object_store_unavailable")
+    await _worker(processes, database_url, {**store_env, "KENNING_OBJECT_STORE": f"s3://{bucket}/kenning"})
+    async with Client(database=database) as client:
+        started = await client.start("large_values", size=300_000, seed="late")
+        log = processes.procs[-1][1]
+        line = await eventually(
+            lambda: next(
+                (json.loads(x) for x in log.read_text().splitlines() if '"instance.object_store_unavailable"' in x),
+                None,
+            ),
+            timeout=60,
+            message="the store's error logged",
+        )
+        assert f"bucket {bucket!r} does not exist" in line["error"] and "KENNING_OBJECT_STORE" in line["error"]
+        assert "\n" not in line["error"] and "Traceback" not in log.read_text()
+        status = await client.status(started.instance_id)
+        assert status.status not in ("failed", "compensating", "cancelled")  # nothing lost: it waits
+        s3.client().create_bucket(Bucket=bucket)  # the operator fixes it
+        result = await client.result(started.instance_id, timeout=120)
+    assert result["text"] == blob(300_000, "late")

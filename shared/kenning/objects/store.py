@@ -137,7 +137,16 @@ class ObjectStore:
         try:
             return getattr(_client(), method)(Bucket=self.bucket, **arguments)
         except Exception as error:
-            raise describe(error, what, self.bucket) from error
+            described = describe(error, what, self.bucket)
+            if "refused the credentials" in str(described) and method != "head_bucket":
+                # some stores (SeaweedFS) refuse a write to a bucket that does not exist
+                # as AccessDenied: the bucket's own answer tells which it is
+                try:
+                    self._call(what, "head_bucket")
+                except ObjectStoreError as bucket_error:
+                    if "does not exist" in str(bucket_error):
+                        raise bucket_error from error
+            raise described from error
 
     async def check(self) -> None:
         """Raise unless the bucket answers (a process's start: bad configuration said at once)."""
