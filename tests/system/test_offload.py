@@ -14,10 +14,11 @@ import pytest
 
 from kenning import Client, codecs
 from kenning.db import Database
+from kenning.errors import ObjectStoreError
 from tests.apps.offload import blob
 from tests.logguard import expect_log
 from tests.objects_support import S3Server, seaweedfs
-from tests.support import ProcessPool, eventually
+from tests.support import ProcessPool, eventually, run_kenning
 
 APP = "tests.apps.offload"
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -131,3 +132,37 @@ async def test_a_missing_bucket_is_one_line_naming_it_and_the_instance_finishes_
         s3.client().create_bucket(Bucket=bucket)  # the operator fixes it
         result = await client.result(started.instance_id, timeout=120)
     assert result["text"] == blob(300_000, "late")
+
+
+async def test_the_cli_reads_a_large_result_and_names_an_unreadable_object_in_one_line(
+    database: Database,
+    database_url: str,
+    processes: ProcessPool,
+    sql: Sql,
+    s3: S3Server,
+    store_env: dict[str, str],
+) -> None:
+    await _worker(processes, database_url, store_env)
+    env = {"PATH": "/usr/bin:/bin", "KENNING_DATABASE_URL": database_url, **s3.env}  # a reader: no KENNING_OBJECT_STORE
+    size = 200_000
+    started = run_kenning(
+        ["start", "large_values", "--input", json.dumps({"size": size, "seed": "cli"}), "--wait", "120", "--json"],
+        env,
+        timeout=150,
+    )
+    assert started.returncode == 0, started.stderr
+    outcome = json.loads(started.stdout)
+    assert outcome["result"]["text"] == blob(size, "cli")
+    instance_id = outcome["instance_id"]
+    (stored,) = _row_json(sql, "SELECT result FROM kenning_instances WHERE id = %s", instance_id)
+    assert isinstance(stored, dict)
+    key = stored["result"]["$ref"].removeprefix(f"s3://{s3.bucket}/")
+    s3.client().delete_object(Bucket=s3.bucket, Key=key)  # lost outside Kenning
+    async with Client(database=database) as client:
+        with pytest.raises(ObjectStoreError) as raised:
+            await client.result(instance_id, timeout=5)
+    assert "the object is missing" in str(raised.value) and key in str(raised.value)
+    again = run_kenning(["start", "large_values", "--instance-id", instance_id, "--wait", "5"], env)
+    assert again.returncode == 2
+    (line,) = again.stderr.strip().splitlines()
+    assert "the object is missing" in line and key in line, line
