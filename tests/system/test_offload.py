@@ -17,6 +17,7 @@ from kenning.db import Database
 from kenning.errors import ObjectStoreError
 from tests.apps.offload import blob
 from tests.logguard import expect_log
+from tests.scheduler_support import spawn_scheduler
 from tests.objects_support import S3Server, seaweedfs
 from tests.support import ProcessPool, eventually, run_kenning
 
@@ -166,3 +167,44 @@ async def test_the_cli_reads_a_large_result_and_names_an_unreadable_object_in_on
     assert again.returncode == 2
     (line,) = again.stderr.strip().splitlines()
     assert "the object is missing" in line and key in line, line
+
+
+async def test_the_scheduler_sweeps_orphans_and_retention_deletes_an_instances_objects(
+    database: Database,
+    database_url: str,
+    processes: ProcessPool,
+    sql: Sql,
+    s3: S3Server,
+    store_env: dict[str, str],
+) -> None:
+    await _worker(processes, database_url, store_env)
+    async with Client(database=database) as client:
+        started = await client.start("large_values", size=300_000, seed="kept")
+        await client.result(started.instance_id, timeout=120)
+    instance_id = started.instance_id
+    referenced = s3.keys(f"kenning/{instance_id}/")
+    assert len(referenced) == 2
+    # what a failed commit leaves: an object of the instance no row names, one of an
+    # instance whose start never committed
+    orphans = [f"kenning/{instance_id}/{'0' * 64}", f"kenning/never-started/{'1' * 64}"]
+    for key in orphans:
+        s3.client().put_object(Bucket=s3.bucket, Key=key, Body=b'"lost"')
+    scheduler_env = {
+        **store_env,
+        "KENNING_OBJECT_SWEEP_GRACE": "1",
+        "KENNING_OBJECT_SWEEP_INTERVAL": "0.5",
+        "KENNING_RETENTION_INTERVAL": "0.5",
+    }
+    scheduler = spawn_scheduler(processes, database_url, env=scheduler_env)
+    await eventually(lambda: not any(key in s3.keys() for key in orphans), timeout=60, message="the orphans swept")
+    assert s3.keys(f"kenning/{instance_id}/") == referenced  # what rows reference stays
+    assert '"objects.swept"' in processes.log_of(scheduler)
+    async with Client(database=database) as client:  # and is still read back
+        assert (await client.result(instance_id, timeout=5))["text"] == blob(300_000, "kept")
+
+    # retention: the instance expires, its objects with it
+    sql.execute("UPDATE kenning_workflow_definitions SET retention_seconds = 60 WHERE workflow_name = 'large_values'")
+    sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '1 day' WHERE id = %s", (instance_id,))
+    await eventually(lambda: s3.keys(f"kenning/{instance_id}/") == [], timeout=60, message="its objects deleted")
+    assert not _row_json(sql, "SELECT id FROM kenning_instances WHERE id = %s", instance_id)
+    assert '"retention.objects_deleted"' in processes.log_of(scheduler)
