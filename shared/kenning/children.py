@@ -26,7 +26,7 @@ from typing import Any, Generic, overload
 
 from typing_extensions import ParamSpec, TypeVar
 
-from kenning import serialization
+from kenning import codecs, serialization
 from kenning.context import ChildOptions, WorkflowContext
 from kenning.core.names import ON_PARENT_CANCEL
 from kenning.errors import ChildStartRefused, ChildWorkflowFailed
@@ -55,7 +55,7 @@ class ChildHandle(Generic[T]):
         """The child's result once it completed; raises ``ChildWorkflowFailed`` if it
         failed or was cancelled."""
         record = await self.ctx.runtime.wait_child(self.step_id, self.child_id, self.workflow.name)
-        data = (record.payload or {}).get("data") or {}
+        data = codecs.unseal((record.payload or {}).get("data")) or {}
         status = str(data.get("status"))
         if status != "completed":
             # the child's traceback stays on the child: the parent's error has its own

@@ -227,7 +227,7 @@ class Client:
         if row.status not in TERMINAL_STATUSES:
             raise ResultTimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
         if row.status != "completed":
-            raise WorkflowFailedError(instance_id, row.status, row.error)
+            raise WorkflowFailedError(instance_id, row.status, codecs.unseal(row.error))
         # a large value from the object store, then opened (the object holds it sealed)
         value = codecs.unseal(await restored((row.result or {}).get("result")))
         wf = REGISTRY.workflows.get(row.workflow_name)

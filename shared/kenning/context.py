@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
+from kenning import codecs
 from kenning.core.records import HistoryRecord, OutboxEvent
 
 if TYPE_CHECKING:
@@ -287,7 +288,7 @@ class WorkflowContext:
         heartbeat = current_heartbeat.get()
         if heartbeat is None:
             raise RuntimeError("ctx.heartbeat_details is only available inside an activity")
-        return heartbeat.previous_details
+        return codecs.unseal(heartbeat.previous_details)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:

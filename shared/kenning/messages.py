@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kenning import serialization
+from kenning import codecs, serialization
 from kenning.context import WorkflowContext
 from kenning.core.names import MESSAGE_TIMEOUT, STATUS_VALUE_KEY
 from kenning.core.published import PublishedStatus
@@ -105,7 +105,7 @@ async def receive(
     if record.kind == MESSAGE_TIMEOUT:
         raise EventTimeoutError(f"no message on {topic!r} within {timeout_seconds} s (step {record.step_id})")
     payload = record.payload or {}
-    data = payload.get("data")
+    data = codecs.unseal(payload.get("data"))
     if model is not None:
         data = serialization.from_json(data, model)
     sent_at = payload.get("sent_at")

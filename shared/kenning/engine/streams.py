@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from kenning import serialization
+from kenning import codecs, serialization
 from kenning.context import current_attempt, current_step
 from kenning.core.limits import MAX_STREAM_ENTRY_CHARS
 from kenning.core.names import ACTIVITY_FAILED, STREAM_CLOSED, STREAM_WRITTEN
@@ -33,7 +33,7 @@ CLOSE_STREAM_STEP = "close_stream"
 def storable_entry(key: str, value: Any) -> Any:
     """The value as JSON, checked storable and at most ``MAX_STREAM_ENTRY_CHARS`` of JSON."""
     stored = serialization.storable_json(value, f"stream {key!r} entry")
-    size = len(json.dumps(stored))
+    size = len(json.dumps(codecs.unseal(stored)))  # the bound is on the plain entry, not its envelope
     if size > MAX_STREAM_ENTRY_CHARS:
         raise UnstorableValueError(
             f"stream {key!r} entry cannot be stored: {size} characters of JSON, more than {MAX_STREAM_ENTRY_CHARS}"

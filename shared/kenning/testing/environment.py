@@ -23,7 +23,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 import structlog
 
-from kenning import serialization
+from kenning import codecs, serialization
 from kenning.activity import Activity
 from kenning.app import App
 from kenning.client import named_arguments, search_where
@@ -79,7 +79,7 @@ class WorkflowHandle(Generic[R]):
         and nothing is due."""
         state = await self.env.run_until(self.instance_id)
         if state.status != "completed":
-            raise WorkflowFailedError(state.instance_id, state.status, state.error)
+            raise WorkflowFailedError(state.instance_id, state.status, codecs.unseal(state.error))
         value = (state.result or {}).get("result")
         wf = self.env.app.registry.workflows.get(state.workflow_name)
         if wf is not None:

@@ -12,6 +12,7 @@ waiting instance runnable to be compensated, a child's end wakes its parent.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from kenning import codecs
 from kenning.core.records import TERMINAL_STATUSES
 from kenning.engine.commands import SuspendOnEvent
 from kenning.engine.memory import MemoryEvent, MemoryInstance, child_end_payload, run_once, stamp
@@ -167,7 +169,7 @@ class MemoryBackend:
         reply = instance.replies.get(request_id)
         if reply is None:
             return RequestState(status=instance.status, replied=False, value=None, error=None)
-        return RequestState(status=instance.status, replied=True, value=reply[0], error=reply[1])
+        return RequestState(status=instance.status, replied=True, value=codecs.unseal(reply[0]), error=reply[1])
 
     async def publish(self, channel: str, data: Any, message_id: str) -> int:
         reached = 0
@@ -201,14 +203,20 @@ class MemoryBackend:
             instance_id=instance.id,
             workflow_name=instance.workflow_name,
             status=instance.status,
-            result=instance.result,
-            error=instance.error,
+            # opened as the database backend's readers open them ("encrypted" without the key)
+            result=codecs.shown(instance.result),
+            error=codecs.shown(instance.error),
             cancel_requested=instance.cancel_requested,
-            history=tuple(HistoryEntry(r.step_id, r.kind, r.step_name, r.payload) for r in instance.history),
-            values=dict(instance.values),
+            history=tuple(
+                HistoryEntry(r.step_id, r.kind, r.step_name, codecs.shown(r.payload)) for r in instance.history
+            ),
+            values={key: codecs.shown(value) for key, value in instance.values.items()},
             search_attributes=dict(instance.search_attributes),
             run=instance.run,
-            streams={key: tuple(stream.entries) for key, stream in instance.streams.items()},
+            streams={
+                key: tuple(dataclasses.replace(e, value=codecs.shown(e.value)) for e in stream.entries)
+                for key, stream in instance.streams.items()
+            },
             closed_streams=frozenset(key for key in instance.streams if instance.stream_closed(key)),
         )
 
