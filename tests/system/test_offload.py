@@ -17,8 +17,8 @@ from kenning.db import Database
 from kenning.errors import ObjectStoreError
 from tests.apps.offload import blob
 from tests.logguard import expect_log
-from tests.scheduler_support import spawn_scheduler
 from tests.objects_support import S3Server, seaweedfs
+from tests.scheduler_support import spawn_scheduler
 from tests.support import ProcessPool, eventually, run_kenning
 
 APP = "tests.apps.offload"
@@ -67,7 +67,7 @@ async def test_large_step_and_workflow_results_live_in_the_store_and_are_read_ba
     assert isinstance(stored_result, dict) and set(stored_result["result"]) == {"$ref", "size", "sha256"}
     small_step = steps[1]
     assert isinstance(small_step, dict) and small_step["result"] == result["digest"]  # small: in its row
-    keys = s3.keys(f"kenning/{started.instance_id}/")
+    keys = s3.object_keys(f"kenning/{started.instance_id}/")
     assert sorted(f"s3://{s3.bucket}/{key}" for key in keys) == sorted(
         {large_step["result"]["$ref"], stored_result["result"]["$ref"]}
     )
@@ -94,7 +94,7 @@ async def test_with_encryption_the_object_holds_ciphertext(
             started = await client.start("large_values", size=size, seed="secret")
             result = await client.result(started.instance_id, timeout=120)
         assert result["text"] == blob(size, "secret")
-        keys_stored = s3.keys(f"kenning/{started.instance_id}/")
+        keys_stored = s3.object_keys(f"kenning/{started.instance_id}/")
         assert len(keys_stored) == 2
         marker = blob(64, "secret").encode()
         for key in keys_stored:
@@ -182,7 +182,7 @@ async def test_the_scheduler_sweeps_orphans_and_retention_deletes_an_instances_o
         started = await client.start("large_values", size=300_000, seed="kept")
         await client.result(started.instance_id, timeout=120)
     instance_id = started.instance_id
-    referenced = s3.keys(f"kenning/{instance_id}/")
+    referenced = s3.object_keys(f"kenning/{instance_id}/")
     assert len(referenced) == 2
     # what a failed commit leaves: an object of the instance no row names, one of an
     # instance whose start never committed
@@ -196,8 +196,10 @@ async def test_the_scheduler_sweeps_orphans_and_retention_deletes_an_instances_o
         "KENNING_RETENTION_INTERVAL": "0.5",
     }
     scheduler = spawn_scheduler(processes, database_url, env=scheduler_env)
-    await eventually(lambda: not any(key in s3.keys() for key in orphans), timeout=60, message="the orphans swept")
-    assert s3.keys(f"kenning/{instance_id}/") == referenced  # what rows reference stays
+    await eventually(
+        lambda: not any(key in s3.object_keys() for key in orphans), timeout=60, message="the orphans swept"
+    )
+    assert s3.object_keys(f"kenning/{instance_id}/") == referenced  # what rows reference stays
     assert '"objects.swept"' in processes.log_of(scheduler)
     async with Client(database=database) as client:  # and is still read back
         assert (await client.result(instance_id, timeout=5))["text"] == blob(300_000, "kept")
@@ -205,6 +207,6 @@ async def test_the_scheduler_sweeps_orphans_and_retention_deletes_an_instances_o
     # retention: the instance expires, its objects with it
     sql.execute("UPDATE kenning_workflow_definitions SET retention_seconds = 60 WHERE workflow_name = 'large_values'")
     sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '1 day' WHERE id = %s", (instance_id,))
-    await eventually(lambda: s3.keys(f"kenning/{instance_id}/") == [], timeout=60, message="its objects deleted")
+    await eventually(lambda: s3.object_keys(f"kenning/{instance_id}/") == [], timeout=60, message="its objects deleted")
     assert not _row_json(sql, "SELECT id FROM kenning_instances WHERE id = %s", instance_id)
     assert '"retention.objects_deleted"' in processes.log_of(scheduler)
