@@ -9,6 +9,7 @@ import json
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import psycopg
 import pytest
 
@@ -16,6 +17,7 @@ from kenning import Client, codecs
 from kenning.db import Database
 from kenning.errors import ObjectStoreError
 from tests.apps.offload import blob
+from tests.console_support import console_ready, spawn_console
 from tests.logguard import expect_log
 from tests.objects_support import S3Server, seaweedfs
 from tests.scheduler_support import spawn_scheduler
@@ -210,3 +212,37 @@ async def test_the_scheduler_sweeps_orphans_and_retention_deletes_an_instances_o
     await eventually(lambda: s3.object_keys(f"kenning/{instance_id}/") == [], timeout=60, message="its objects deleted")
     assert not _row_json(sql, "SELECT id FROM kenning_instances WHERE id = %s", instance_id)
     assert '"retention.objects_deleted"' in processes.log_of(scheduler)
+
+
+async def test_the_console_previews_a_stored_value_and_streams_its_download(
+    database: Database,
+    database_url: str,
+    processes: ProcessPool,
+    sql: Sql,
+    s3: S3Server,
+    store_env: dict[str, str],
+) -> None:
+    await _worker(processes, database_url, store_env)
+    url, console = spawn_console(processes, database_url, env=s3.env)
+    size = 2 * 1024 * 1024
+    async with Client(database=database) as client:
+        started = await client.start("large_values", size=size, seed="shown")
+        result = await client.result(started.instance_id, timeout=120)
+    await console_ready(url, console)
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        page = await http.get(f"/instances/{started.instance_id}")
+        assert page.status_code == 200
+        assert blob(200, "shown") in page.text  # the preview: the value's first bytes, read from the store
+        assert blob(20_000, "shown") not in page.text  # and no more
+        download = await http.get(f"/values/{started.instance_id}", params={"of": "result"})
+        assert download.status_code == 200
+        assert json.loads(download.content) == {"result": result}
+        assert int(download.headers["content-length"]) == len(download.content)
+        # an object lost outside Kenning: one line, no traceback
+        expect_log("console.http_error", status=502)
+        (stored,) = _row_json(sql, "SELECT result FROM kenning_instances WHERE id = %s", started.instance_id)
+        assert isinstance(stored, dict)
+        s3.client().delete_object(Bucket=s3.bucket, Key=stored["result"]["$ref"].removeprefix(f"s3://{s3.bucket}/"))
+        lost = await http.get(f"/values/{started.instance_id}", params={"of": "result"})
+        assert lost.status_code == 502 and "the object is missing" in lost.text
+        assert "cannot be read" in (await http.get(f"/instances/{started.instance_id}")).text

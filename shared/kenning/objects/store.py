@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -77,7 +77,7 @@ def _endpoint() -> str:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "the AWS S3 endpoint"
 
 
-def describe(error: BaseException, what: str, bucket: str) -> ObjectStoreError:
+def describe(error: BaseException, what: str, bucket: str, *, reading: bool = False) -> ObjectStoreError:
     """A boto3 error as one line naming what to fix."""
     from botocore import exceptions
 
@@ -92,7 +92,7 @@ def describe(error: BaseException, what: str, bucket: str) -> ObjectStoreError:
         )
     if isinstance(error, exceptions.ClientError):
         code = str(error.response.get("Error", {}).get("Code", ""))
-        if code in ("NoSuchBucket",) or (code == "404" and "Key" not in what):
+        if code == "NoSuchBucket" or (code == "404" and not reading):
             return ObjectStoreError(
                 f"{what}: bucket {bucket!r} does not exist at {_endpoint()}: create it or fix KENNING_OBJECT_STORE"
             )
@@ -137,7 +137,7 @@ class ObjectStore:
         try:
             return getattr(_client(), method)(Bucket=self.bucket, **arguments)
         except Exception as error:
-            described = describe(error, what, self.bucket)
+            described = describe(error, what, self.bucket, reading=method == "get_object")
             if "refused the credentials" in str(described) and method != "head_bucket":
                 # some stores (SeaweedFS) refuse a write to a bucket that does not exist
                 # as AccessDenied: the bucket's own answer tells which it is
@@ -159,7 +159,7 @@ class ObjectStore:
         """The object's bytes, read from the response in pieces into one buffer."""
 
         def read() -> bytes:
-            what = f"reading Key s3://{self.bucket}/{key}"
+            what = f"reading s3://{self.bucket}/{key}"
             response = self._call(what, "get_object", Key=key)
             try:
                 buffer = bytearray()
@@ -167,14 +167,14 @@ class ObjectStore:
                     buffer += chunk
                 return bytes(buffer)
             except Exception as error:
-                raise describe(error, what, self.bucket) from error
+                raise describe(error, what, self.bucket, reading=True) from error
 
         return await asyncio.to_thread(read)
 
-    async def stream(self, key: str, *, limit: int | None = None) -> AsyncIterator[bytes]:
+    async def stream(self, key: str, *, limit: int | None = None) -> AsyncGenerator[bytes, None]:
         """The object's bytes in pieces of ``CHUNK_BYTES`` (the first ``limit`` only, if
         given): a download never holds the whole value."""
-        what = f"reading Key s3://{self.bucket}/{key}"
+        what = f"reading s3://{self.bucket}/{key}"
         extra = {"Range": f"bytes=0-{limit - 1}"} if limit else {}
         response = await asyncio.to_thread(self._call, what, "get_object", Key=key, **extra)
         chunks: Iterator[bytes] = response["Body"].iter_chunks(CHUNK_BYTES)
@@ -183,7 +183,7 @@ class ObjectStore:
                 try:
                     chunk = await asyncio.to_thread(next, chunks, b"")
                 except Exception as error:
-                    raise describe(error, what, self.bucket) from error
+                    raise describe(error, what, self.bucket, reading=True) from error
                 if not chunk:
                     return
                 yield chunk
