@@ -26,6 +26,7 @@ from kenning_devtools.bench import (
     lateness,
     limits,
     long,
+    offload,
     queued,
     recovery,
     relay,
@@ -103,7 +104,8 @@ SECTIONS = (
 )
 # run only when named (--sections relay): a correctness count against the machine's brokers, not a speed;
 # failover: on a PostgreSQL pair of its own under pg_auto_failover, not the database benchmarked
-EXTRA_SECTIONS = ("relay", "failover")
+# offload: large values through an object store (SeaweedFS, started by the section)
+EXTRA_SECTIONS = ("relay", "failover", "offload")
 
 
 def section_list(text: str) -> list[str]:
@@ -268,6 +270,9 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
     if "failover" in sections:
         results["failover"] = await failover.run_failover()
         lap("failover")
+    if "offload" in sections:
+        results["offload"] = await offload.run_offload(url, (1,) if size is QUICK else (1, 10, 100))
+        lap("offload")
     results["section_seconds"] = seconds
     return results
 

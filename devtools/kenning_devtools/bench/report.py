@@ -173,10 +173,25 @@ def render(report: dict[str, Any]) -> str:
     lines += (
         _latencies(report) + _shapes(report) + _queued(report) + _recovery(report) + _relay(report) + _failover(report)
     )
-    lines += _agent(report)
+    lines += _agent(report) + _offload(report)
     if report.get("targets"):
         lines += _targets(report["targets"])
     return "\n".join(lines)
+
+
+def _offload(report: dict[str, Any]) -> list[str]:
+    """The offload section: a worker storing and loading values through the object store."""
+    section = report.get("offload")
+    if not section:
+        return []
+    lines = ["", "offload (a worker stores a value in the object store, its replay loads it back):"]
+    for name, run in section.items():
+        if isinstance(run, dict):
+            lines.append(
+                f"  {name:>6}: {run['seconds']} s, worker peak {run['worker_peak_mb']} MB "
+                f"(idle {run['worker_idle_mb']} MB: {run['above_idle_per_value']}x the value above idle)"
+            )
+    return lines
 
 
 def _agent(report: dict[str, Any]) -> list[str]:
