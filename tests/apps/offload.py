@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from kenning import App, WorkflowContext, activity, workflow
+from kenning import App, WorkflowContext, activity, start_child, workflow
 
 app = App("kenning-offload-tests")
 
@@ -32,3 +32,11 @@ async def large_values(ctx: WorkflowContext, size: int, seed: str = "k") -> dict
     """A large step result read by the next step, and a large workflow result."""
     text = await make_blob(ctx, size, seed)
     return {"text": text, "digest": await digest(ctx, text)}
+
+
+@workflow
+async def large_child_result(ctx: WorkflowContext, size: int, seed: str = "k") -> str:
+    """A child's large result, read by its parent through the child's reference."""
+    child = await start_child(ctx, large_values, size=size, seed=seed)
+    value = await child.result()
+    return await digest(ctx, value["text"])

@@ -246,3 +246,14 @@ async def test_the_console_previews_a_stored_value_and_streams_its_download(
         lost = await http.get(f"/values/{started.instance_id}", params={"of": "result"})
         assert lost.status_code == 502 and "the object is missing" in lost.text
         assert "cannot be read" in (await http.get(f"/instances/{started.instance_id}")).text
+
+
+async def test_a_parent_reads_its_childs_large_result_through_the_reference(
+    database: Database, database_url: str, processes: ProcessPool, s3: S3Server, store_env: dict[str, str]
+) -> None:
+    await _worker(processes, database_url, store_env)
+    size = 400_000
+    async with Client(database=database) as client:
+        started = await client.start("large_child_result", size=size, seed="child")
+        result = await client.result(started.instance_id, timeout=120)
+    assert result == hashlib.sha256(blob(size, "child").encode()).hexdigest()
