@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from kenning import codecs
 from kenning.core.published import parse_search_pair
 from kenning.core.records import INSTANCE_STATUSES
 from kenning.serialization import unstorable_reason
@@ -341,7 +342,8 @@ def _error(row: Any) -> dict[str, Any] | None:
     if row.error_size is None:
         return None
     if row.error_preview is None:
-        return row.error if isinstance(row.error, dict) else {"message": str(row.error)}
+        error = codecs.shown(row.error)
+        return error if isinstance(error, dict) else {"message": str(error)}
     return {"type": row.error_type or "error", "message": row.error_message or ""}
 
 

@@ -25,6 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from kenning import codecs
 from kenning.errors import ObjectStoreError
 from kenning.objects import Reference
 from kenning.objects.offload import has_references, store_of
@@ -66,7 +67,9 @@ def shown(row: Any, name: str, instance_id: str, of: str, key: object = "") -> S
     size = getattr(row, f"{name}_size", None)
     if size is None:
         return None
-    return Shown(getattr(row, name), int(size), getattr(row, f"{name}_preview"), value_url(instance_id, of, key))
+    # a sealed value is opened with this process's key, and reads "encrypted" without one
+    value = codecs.shown(getattr(row, name))
+    return Shown(value, int(size), getattr(row, f"{name}_preview"), value_url(instance_id, of, key))
 
 
 def large(row: Any, name: str, instance_id: str, of: str, key: object = "") -> Shown | None:
@@ -110,6 +113,10 @@ async def stored_preview(value: Shown) -> Shown:
             head += chunk
     except ObjectStoreError as error:
         return Shown(None, reference.size, f"(the value is in the object store and cannot be read: {error})", value.url)
+    if head.startswith(b'{"' + codecs.ENVELOPE_KEY.encode()):  # sealed: its first bytes say nothing
+        return Shown(
+            None, reference.size, f"({codecs.ENCRYPTED}, {reference.size} bytes in the object store)", value.url
+        )
     preview = (before + head).decode(errors="ignore")[: BOUNDS.preview]
     return Shown(None, len(before) + reference.size + len(after), preview, value.url)
 

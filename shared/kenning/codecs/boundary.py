@@ -127,11 +127,18 @@ def unseal(stored_json: Any) -> Any:
 
 
 def shown(stored_json: Any) -> Any:
-    """``unseal`` for display: ``"encrypted"`` in place of a payload this process has no key for."""
-    try:
-        return unseal(stored_json)
-    except PayloadEncryptedError:
-        return ENCRYPTED
+    """``unseal`` for display: ``"encrypted"`` in place of each payload this process has
+    no key for, the plain parts around it (an error's type, an event's source) kept."""
+    if isinstance(stored_json, dict):
+        if is_sealed(stored_json):
+            try:
+                return unseal(_open(stored_json))
+            except PayloadEncryptedError:
+                return ENCRYPTED
+        return {key: shown(item) for key, item in stored_json.items()}
+    if isinstance(stored_json, list):
+        return [shown(item) for item in stored_json]
+    return stored_json
 
 
 def _open(envelope: dict[str, Any]) -> Any:
@@ -160,13 +167,46 @@ __all__ = [
     "chain",
     "configure",
     "encrypting_key_id",
+    "is_current",
     "is_sealed",
     "key_id_of",
     "keys_text",
     "register",
+    "reseal",
     "reset",
     "seal",
     "sealed_key_id",
     "shown",
     "unseal",
 ]
+
+
+def is_current(stored_json: Any, *, whole: bool) -> bool:
+    """Whether a stored value needs no rewrite by the rotation: every envelope in it is
+    sealed under this process's encrypting key (and, for a ``whole`` column, the value is
+    an envelope at all)."""
+    key_id = encrypting_key_id()
+    if whole:
+        return is_sealed(stored_json) and stored_json[ENVELOPE_KEY] == key_id
+    if isinstance(stored_json, dict):
+        if is_sealed(stored_json):
+            return bool(stored_json[ENVELOPE_KEY] == key_id)
+        return all(is_current(item, whole=False) for item in stored_json.values())
+    if isinstance(stored_json, list):
+        return all(is_current(item, whole=False) for item in stored_json)
+    return True
+
+
+def reseal(stored_json: Any, *, whole: bool) -> Any:
+    """A stored value with every envelope sealed again under the encrypting key; a
+    ``whole`` column's plain value (written before encryption was on) is sealed."""
+    key_id = encrypting_key_id()
+    if whole:
+        return seal(unseal(stored_json)) if not is_current(stored_json, whole=True) else stored_json
+    if isinstance(stored_json, dict):
+        if is_sealed(stored_json):
+            return stored_json if stored_json[ENVELOPE_KEY] == key_id else seal(_open(stored_json))
+        return {key: reseal(item, whole=False) for key, item in stored_json.items()}
+    if isinstance(stored_json, list):
+        return [reseal(item, whole=False) for item in stored_json]
+    return stored_json

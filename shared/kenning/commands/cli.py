@@ -14,6 +14,7 @@ import structlog
 # Parsed on import: every process refuses a malformed KENNING_FAULTS (one line, exit 2)
 # before it starts anything, not only those that import a fault point early.
 import kenning.observability.faults  # noqa: F401
+from kenning import codecs
 from kenning.commands.argparsing import ArgumentParser, VersionAction, parse
 from kenning.core import stopping
 from kenning.core.texts import text_refusal
@@ -117,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(getattr(args, "log_level", "info"), getattr(args, "log_format", "auto"))
     try:
         stopping.release()  # a service takes SIGTERM over first thing; a one-shot command dies by it
+        codecs.chain()  # a malformed KENNING_ENCRYPTION_KEYS: one line, exit 2, before anything starts
         code = runners[args.command](args)
         sys.stdout.flush()  # a closed pipe shows here at the latest
         return code

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from kenning import codecs
 from kenning.commands import steering
 from kenning.commands.output import emit, emit_json, table
 from kenning.commands.steering import BATCH_SIZE
@@ -217,6 +218,8 @@ def _show(
     compensations: list[dict[str, Any]],
     children: list[ChildRow],
 ) -> None:
+    # opened with this process's key; "encrypted" in place of each payload without it
+    row = {**row, **{name: codecs.shown(row[name]) for name in ("input", "result", "error")}}
     for record in history:
         if record.get("payload_bytes") is not None:
             record["payload_bytes"] = f"<{len(record['payload_bytes'])} bytes>"

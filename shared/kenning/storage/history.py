@@ -28,8 +28,12 @@ _HISTORY_LOAD = statement(
 )
 
 
-async def history_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str, list[HistoryRecord]]:
-    """History of many instances in one round trip, oldest step first."""
+async def history_load(
+    conn: Executor, instance_ids: Sequence[str], *, shown: bool = False
+) -> dict[str, list[HistoryRecord]]:
+    """History of many instances in one round trip, oldest step first, payloads opened
+    (``shown``: for display, "encrypted" in place of a payload without its key)."""
+    opened = codecs.shown if shown else codecs.unseal
     loaded: dict[str, list[HistoryRecord]] = defaultdict(list)
     if not instance_ids:
         return loaded
@@ -39,7 +43,7 @@ async def history_load(conn: Executor, instance_ids: Sequence[str]) -> dict[str,
                 step_id=row.step_id,
                 kind=row.kind,
                 step_name=row.step_name,
-                payload=codecs.unseal(row.payload),
+                payload=opened(row.payload),
                 payload_bytes=row.payload_bytes,
                 created_at=row.created_at,
             )

@@ -229,7 +229,14 @@ class StreamRead:
 
 
 async def stream_read(
-    conn: Executor, instance_id: str, key: str, *, offset: int, limit: int, max_bytes: int = UNBOUNDED
+    conn: Executor,
+    instance_id: str,
+    key: str,
+    *,
+    offset: int,
+    limit: int,
+    max_bytes: int = UNBOUNDED,
+    shown: bool = False,
 ) -> StreamRead | None:
     """The entries of ``key`` from ``offset`` on, in order, at most ``limit`` and, past
     the first, while under ``max_bytes`` of JSON; None when there is no such instance."""
@@ -239,8 +246,15 @@ async def stream_read(
         return None
     first = rows[0]
     found = [row for row in rows if row.entry_offset is not None]
+    opened = codecs.shown if shown else codecs.unseal  # shown: "encrypted" without the key
     entries = [
-        StreamEntry(int(row.entry_offset), int(row.attempt), codecs.unseal(row.value), row.written_at, row.step_id)
+        StreamEntry(
+            int(row.entry_offset),
+            int(row.attempt),
+            opened(row.value),
+            row.written_at,
+            row.step_id,
+        )
         for row in found
     ]
     more = limit > 0 and bool(found) and (len(found) == limit or int(found[-1].through) >= max_bytes)

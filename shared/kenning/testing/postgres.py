@@ -17,6 +17,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from kenning import codecs
 from kenning.client import Client
 from kenning.clients.starts import start_on
 from kenning.core.cancelling import cancel_and_wait
@@ -174,12 +175,14 @@ class PostgresBackend:
             row = await instances_sql.instance_get(conn, instance_id)
             if row is None:
                 raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
-            history = (await history_sql.history_load(conn, [instance_id])).get(instance_id, [])
+            history = (await history_sql.history_load(conn, [instance_id], shown=True)).get(instance_id, [])
             values = {v.key: v.value for v in await published_sql.values_of(conn, instance_id)}
             search_attributes = await published_sql.search_attributes_of(conn, instance_id)
             streams, closed = {}, set()
             for stream in await streams_sql.streams_of(conn, instance_id, limit=MAX_STREAMS_READ):
-                read = await streams_sql.stream_read(conn, instance_id, stream.key, offset=0, limit=MAX_STREAM_ENTRIES)
+                read = await streams_sql.stream_read(
+                    conn, instance_id, stream.key, offset=0, limit=MAX_STREAM_ENTRIES, shown=True
+                )
                 if read is not None:
                     streams[stream.key] = tuple(read.entries)
                     if read.closed:
@@ -188,8 +191,9 @@ class PostgresBackend:
             instance_id=row.id,
             workflow_name=row.workflow_name,
             status=row.status,
-            result=row.result,
-            error=row.error,
+            # opened as kenning.testing's memory backend opens them ("encrypted" without the key)
+            result=codecs.shown(row.result),
+            error=codecs.shown(row.error),
             cancel_requested=row.cancel_requested,
             history=tuple(HistoryEntry(r.step_id, r.kind, r.step_name, r.payload) for r in history),
             values=values,

@@ -1,0 +1,62 @@
+"""A workflow that stores a marker in every kind of user payload (issue 36, item 1):
+its input, an activity's result and (on a first attempt) its error, an outbox event, a
+published value, a stream entry, a received message and its reply, a compensation's
+arguments, a timer the scheduler fires, and its result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kenning import (
+    App,
+    RetryPolicy,
+    TerminalError,
+    WorkflowContext,
+    activity,
+    compensation,
+    publish_value,
+    receive,
+    register_compensation,
+    send_event_transactional,
+    wait_timer,
+    workflow,
+    write_stream,
+)
+
+app = App("kenning-encryption-tests")
+
+
+@activity(retry_policy=RetryPolicy(initial_interval=0.01, max_attempts=3))
+async def charge(ctx: WorkflowContext, card: str) -> dict[str, Any]:
+    if ctx.heartbeat_details != "tried":  # the first attempt fails, naming the card
+        ctx.heartbeat("tried")
+        raise RuntimeError(f"declined {card}")
+    await send_event_transactional(ctx, "card.charged", "tests/encryption", {"card": card})
+    return {"receipt": f"receipt of {card}"}
+
+
+@compensation
+async def refund(ctx: WorkflowContext, card: str) -> None:
+    return None
+
+
+@activity
+async def ship(ctx: WorkflowContext, card: str) -> None:
+    raise TerminalError(f"cannot ship to {card}")
+
+
+@workflow(name="encryption.pay")
+async def pay(ctx: WorkflowContext, card: str) -> str:
+    receipt = await charge(ctx, card)
+    await publish_value(ctx, "receipt", receipt)
+    await write_stream(ctx, "log", {"charged": card})
+    note = await receive(ctx, "note")
+    await note.reply(ctx, {"noted": note.data})
+    await wait_timer(ctx, 0.2)
+    return f"paid {receipt['receipt']} after {note.data}"
+
+
+@workflow(name="encryption.fails")
+async def fails(ctx: WorkflowContext, card: str) -> None:
+    await register_compensation(ctx, refund, card)
+    await ship(ctx, card)

@@ -1,0 +1,134 @@
+"""Payload encryption through real processes (issue 36, item 1): a worker and a scheduler
+with ``KENNING_ENCRYPTION_KEYS`` run workflows that put a marker in every kind of user
+payload; a dump of the database holds no marker (but in the inbox, which stays plain:
+docs/operations.md), the client reads every value back, ``kenning encryption rotate``
+moves every row to a new key, and a wrong or malformed key is one line naming it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from kenning import Client, WorkflowFailedError, codecs
+from kenning.db import Database
+from tests.apps import encrypted
+from tests.logguard import expect_log
+from tests.scheduler_support import spawn_scheduler
+from tests.support import ProcessPool, run_kenning
+
+APP = "tests.apps.encrypted"
+MARKER = "MARKER-4111-1111-1111-1111"
+K1 = "k1:" + base64.b64encode(b"\x01" * 32).decode()
+K2 = "k2:" + base64.b64encode(b"\x02" * 32).decode()
+
+
+@pytest.fixture
+def keys(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The test process (the client) holds the key the processes hold; reset after."""
+    monkeypatch.setenv(codecs.KEYS_VARIABLE, K1)
+    codecs.reset()
+    yield
+    codecs.reset()
+
+
+def dump(database_url: str) -> str:
+    done = subprocess.run(
+        ["pg_dump", "--data-only", f"--dbname={database_url}"], capture_output=True, text=True, timeout=120, check=True
+    )
+    return done.stdout
+
+
+def tables_holding(text: str, needle: str) -> set[str]:
+    """The tables of a pg_dump whose COPY block holds ``needle``."""
+    found: set[str] = set()
+    table = ""
+    for line in text.splitlines():
+        if line.startswith("COPY "):
+            table = line.split()[1]
+        elif needle in line and table:
+            found.add(table)
+    return found
+
+
+async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
+    database: Database, database_url: str, processes: ProcessPool, keys: None
+) -> None:
+    expect_log("instance.failed", workflow="encryption.fails")
+    expect_log("activity.retrying")
+    env = {codecs.KEYS_VARIABLE: K1}
+    processes.worker(database_url, APP, env=env)
+    spawn_scheduler(processes, database_url, env=env)
+    async with Client(database=database) as client:
+        paid = await client.start(encrypted.pay, card=MARKER)
+        failing = await client.start(encrypted.fails, card=MARKER)
+        reply = await client.request(paid.instance_id, "note", f"note {MARKER}", timeout=60)
+        assert reply == {"noted": f"note {MARKER}"}
+        assert await client.result(paid, timeout=60) == f"paid receipt of {MARKER} after note {MARKER}"
+        with pytest.raises(WorkflowFailedError, match=f"cannot ship to {MARKER}"):
+            await client.result(failing, timeout=60)
+        assert await client.get_value(paid.instance_id, "receipt") == {"receipt": f"receipt of {MARKER}"}
+
+    before = dump(database_url)
+    assert tables_holding(before, MARKER) == set(), "plaintext of an encrypted payload in the database"
+    assert '"$enc": "k1"' in before
+
+    # the CLI opens payloads with the key and shows "encrypted" without it
+    show = ["instances", "show", paid.instance_id, "--json"]
+    with_key = run_kenning(show, {"KENNING_DATABASE_URL": database_url, codecs.KEYS_VARIABLE: K1})
+    assert with_key.returncode == 0, with_key.stderr
+    assert json.loads(with_key.stdout)["input"] == {"card": MARKER}
+    without = run_kenning(show, {"KENNING_DATABASE_URL": database_url})
+    assert without.returncode == 0, without.stderr
+    shown = json.loads(without.stdout)
+    assert shown["input"] == "encrypted" and shown["result"] == {"result": "encrypted"}
+    assert MARKER not in without.stdout
+
+    # rotate to k2 (k1 kept to read the old rows), then read everything with k2 alone
+    rotated = run_kenning(
+        ["encryption", "rotate", "--batch-size", "2", "--json"],
+        {"KENNING_DATABASE_URL": database_url, codecs.KEYS_VARIABLE: f"{K2},{K1}"},
+    )
+    assert rotated.returncode == 0, rotated.stderr
+    after = dump(database_url)
+    assert '"$enc": "k1"' not in after and '"$enc": "k2"' in after
+    assert tables_holding(after, MARKER) == set()
+    again = run_kenning(
+        ["encryption", "rotate", "--json"], {"KENNING_DATABASE_URL": database_url, codecs.KEYS_VARIABLE: K2}
+    )
+    assert '"rewritten": {' in again.stdout and ": 1" not in again.stdout  # idempotent: nothing left
+
+    codecs.configure(keys=K2)
+    async with Client(database=database) as client:
+        assert await client.result(paid.instance_id, timeout=10) == f"paid receipt of {MARKER} after note {MARKER}"
+        # a wrong key under the right id: one line saying so, nothing changed in the row
+        codecs.configure(keys="k2:" + base64.b64encode(b"\x09" * 32).decode())
+        with pytest.raises(codecs.EncryptionKeyError, match="does not decrypt with key 'k2'") as caught:
+            await client.result(paid.instance_id, timeout=10)
+        assert "\n" not in str(caught.value)
+        codecs.configure(keys=K2)
+        assert await client.get_value(paid.instance_id, "receipt") == {"receipt": f"receipt of {MARKER}"}
+
+
+@pytest.mark.parametrize("command", [["worker", "--app", APP], ["scheduler"], ["instances", "list"]])
+def test_a_malformed_key_setting_stops_every_process_at_start_in_one_line(
+    database_url: str, command: list[str]
+) -> None:
+    done = run_kenning(
+        [*command],
+        {"KENNING_DATABASE_URL": database_url, codecs.KEYS_VARIABLE: "k1:" + base64.b64encode(b"x").decode()},
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"kenning {command[0]}: KENNING_ENCRYPTION_KEYS: key 'k1' is 1 bytes, AES-256 needs 32 "
+        "(make one with: python -c 'import os,base64; print(base64.b64encode(os.urandom(32)).decode())')"
+    ]
+
+
+def test_new_key_prints_an_entry_the_setting_takes() -> None:
+    done = run_kenning(["encryption", "new-key", "k3"], {})
+    assert done.returncode == 0, done.stderr
+    assert list(codecs.parse_keys(done.stdout.strip())) == ["k3"]
