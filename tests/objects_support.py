@@ -86,8 +86,11 @@ def seaweedfs(directory: Path) -> Iterator[S3Server]:
         "-master.port", str(master), "-master.port.grpc", str(base + 5),
         "-volume.port", str(volume), "-volume.port.grpc", str(base + 6),
         "-filer.port", str(filer), "-filer.port.grpc", str(base + 7),
-        "-metricsPort", str(base + 8), "-volume.max", "0",
-        # the listeners it opens by default on fixed ports, off: several servers run side by side
+        "-metricsPort", str(base + 8),
+        "-volume.max", "100", "-master.volumeSizeLimitMB", "256", "-volume.preStopSeconds", "0",
+        # small volumes, many of them: each bucket is a collection that takes volumes of its
+        # own (with 30 GB volumes and the default 8, a second bucket got none and its
+        # writes failed); the listeners it opens on fixed ports by default, off
         "-s3.port.iceberg", "0", "-s3.port.lance", "0", "-iam=false",
     ]  # fmt: skip
     with open(log_path, "wb") as log:

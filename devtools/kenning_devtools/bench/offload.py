@@ -61,7 +61,8 @@ def seaweedfs() -> Iterator[str]:
         "-s3.port", str(base), "-master.port", str(base + 1), "-volume.port", str(base + 2),
         "-filer.port", str(base + 3), "-s3.port.grpc", str(base + 4), "-master.port.grpc", str(base + 5),
         "-volume.port.grpc", str(base + 6), "-filer.port.grpc", str(base + 7), "-metricsPort", str(base + 8),
-        "-volume.max", "0", "-s3.port.iceberg", "0", "-s3.port.lance", "0", "-iam=false",
+        "-volume.max", "100", "-master.volumeSizeLimitMB", "256", "-volume.preStopSeconds", "0",
+        "-s3.port.iceberg", "0", "-s3.port.lance", "0", "-iam=false",
     ]  # fmt: skip
     with open(directory / "weed.log", "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
