@@ -35,7 +35,7 @@ class Location:
     prefix: str  # no leading or trailing slash; may be empty
 
     @classmethod
-    def parse(cls, url: str, what: str = "KENNING_OBJECT_STORE") -> Location:
+    def parse(cls, url: str, what: str = "KENNING_OBJECT_STORE (--object-store)") -> Location:
         if not url.startswith(SCHEME):
             raise ConfigurationError(f"{what} must be s3://bucket[/prefix], got {url!r}")
         bucket, _, prefix = url[len(SCHEME) :].partition("/")
