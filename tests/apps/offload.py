@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from kenning import App, WorkflowContext, activity, start_child, workflow
+from kenning import App, WorkflowContext, activity, receive, start_child, workflow
 
 app = App("kenning-offload-tests")
 
@@ -40,3 +40,12 @@ async def large_child_result(ctx: WorkflowContext, size: int, seed: str = "k") -
     child = await start_child(ctx, large_values, size=size, seed=seed)
     value = await child.result()
     return await digest(ctx, value["text"])
+
+
+@workflow
+async def large_then_receive(ctx: WorkflowContext, size: int, seed: str = "k") -> str:
+    """A large step result, then a wait: the run after the message replays the step,
+    reading its value back from the store."""
+    text = await make_blob(ctx, size, seed)
+    await receive(ctx, "go")
+    return await digest(ctx, text)

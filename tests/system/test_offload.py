@@ -257,3 +257,48 @@ async def test_a_parent_reads_its_childs_large_result_through_the_reference(
         started = await client.start("large_child_result", size=size, seed="child")
         result = await client.result(started.instance_id, timeout=120)
     assert result == hashlib.sha256(blob(size, "child").encode()).hexdigest()
+
+
+async def test_an_unreadable_object_at_replay_is_one_line_and_the_instance_waits_for_it(
+    database: Database,
+    database_url: str,
+    processes: ProcessPool,
+    sql: Sql,
+    s3: S3Server,
+    store_env: dict[str, str],
+) -> None:
+    expect_log("instance.object_store_unavailable")
+    await _worker(processes, database_url, store_env)
+    size = 300_000
+    async with Client(database=database) as client:
+        started = await client.start("large_then_receive", size=size, seed="gone")
+        instance_id = started.instance_id
+        await eventually(
+            lambda: (
+                _row_json(sql, "SELECT status FROM kenning_instances WHERE id = %s", instance_id)
+                == ["waiting_for_message"]
+            ),
+            timeout=60,
+            message="waiting for its message",
+        )
+        (payload,) = _row_json(sql, "SELECT payload FROM kenning_history WHERE instance_id = %s", instance_id)
+        assert isinstance(payload, dict)
+        key = payload["result"]["$ref"].removeprefix(f"s3://{s3.bucket}/")
+        body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
+        s3.client().delete_object(Bucket=s3.bucket, Key=key)  # lost outside Kenning
+        await client.send_message(instance_id, "go")
+        log = processes.procs[-1][1]
+        line = await eventually(
+            lambda: next(
+                (json.loads(x) for x in log.read_text().splitlines() if '"instance.object_store_unavailable"' in x),
+                None,
+            ),
+            timeout=60,
+            message="the unreadable object logged",
+        )
+        assert "the object is missing" in line["error"] and key in line["error"] and line["instance_id"] == instance_id
+        # nothing lost: the instance is neither failed nor compensated; it waits for the store
+        assert (await client.status(instance_id)).status in ("pending", "running")
+        s3.client().put_object(Bucket=s3.bucket, Key=key, Body=body)  # restored from a backup
+        result = await client.result(instance_id, timeout=120)
+    assert result == hashlib.sha256(blob(size, "gone").encode()).hexdigest()
