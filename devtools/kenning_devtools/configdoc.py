@@ -35,8 +35,11 @@ several processes sets each on purpose. The shared spellings these replaced
 the new variable and exit code 2: a setting that silently stopped applying would be worse.
 `KENNING_APP` names the modules that define workflows (`module[:attribute][,module...]`);
 the `App` found there gives `db_url` (and, for the relayer, `broker_url`) as the fallback
-when no URL is configured. `kenning COMMAND --help` prints the same as this page; access
-control (the tokens) is in [operations](operations.md#access-control).
+when no URL is configured. `KENNING_ENCRYPTION_KEYS` (`id:<base64 of 32 bytes>,...`, the first
+encrypts) is read by every command from the environment only, never a flag, so keys stay out
+of process listings: [payload encryption](operations.md#payload-encryption). `kenning
+COMMAND --help` prints the same as this page; access control (the tokens) is in
+[operations](operations.md#access-control).
 
 Generated from the settings declarations by `python -m kenning_devtools.configdoc >
 docs/configuration.md`; a test keeps it current. What the settings mean in practice:

@@ -1,5 +1,6 @@
 """kenning.testing with a key set (issue 36, item 1): either backend seals what it
-stores and opens what a test reads; without the key a state shows "encrypted"."""
+stores and opens what a test reads; without the key a state shows "encrypted". And the
+rotation seals rows written before encryption was on."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from kenning import WorkflowFailedError, codecs
+from kenning import Client, WorkflowFailedError, codecs
+from kenning.commands.encryption import rotate
+from kenning.db import Database
+from kenning.storage import instances as instances_sql
 from kenning.testing import WorkflowEnvironment
 from tests.apps import encrypted
 from tests.logguard import expect_log
@@ -49,3 +53,25 @@ async def test_either_backend_round_trips_every_payload_with_a_key(
     if backend == "postgresql":
         row = sql.execute("SELECT CAST(input AS text), CAST(result AS text) FROM kenning_instances").fetchall()
         assert row and not any(MARKER in str(r) for r in row)
+
+
+async def test_rotate_seals_rows_written_before_encryption_was_on(
+    database: Database, sql: psycopg.Connection[tuple[object, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows written plain (no key yet) are sealed by the rotation, and still read."""
+    monkeypatch.delenv(codecs.KEYS_VARIABLE, raising=False)
+    codecs.reset()
+    try:
+        async with Client(database=database) as client:
+            started = await client.start(encrypted.fails, card=MARKER)
+        assert MARKER in str(sql.execute("SELECT CAST(input AS text) FROM kenning_instances").fetchone())
+        codecs.configure(keys=KEY)
+        counts = await rotate(database, batch_size=1)
+        assert counts["kenning_instances.input"] == 1
+        assert MARKER not in str(sql.execute("SELECT CAST(input AS text) FROM kenning_instances").fetchall())
+        assert (await rotate(database, batch_size=1))["kenning_instances.input"] == 0
+        async with database.connection() as conn:
+            row = await instances_sql.instance_get(conn, started.instance_id)
+        assert row is not None and codecs.unseal(row.input) == {"card": MARKER}
+    finally:
+        codecs.reset()

@@ -183,6 +183,20 @@ def test_the_stream_section_alone_measures_the_event_latency_beside_it(pg_server
     assert "beside the event latency of this run" in done.stdout
 
 
+# About 30 s: the quick throughput run twice, plaintext and with a key.
+@pytest.mark.timeout(200)
+def test_the_encryption_section_reports_its_cost_as_ratios_of_one_run(pg_server_url: str, tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    done = _bench(pg_server_url, output, ["--sections", "encryption", "--workflows", "40"], timeout=180)
+    section = json.loads(output.read_text())["encryption"]
+    assert section["off"]["workflows"] == section["on"]["workflows"] == 40
+    for name in ("worker_cpu_ms_per_workflow", "client_cpu_ms_per_workflow", "workflows_per_second"):
+        ratio = section["on_to_off"][name]
+        assert ratio is None or ratio > 0, (name, ratio)
+    assert section["seal_and_open_microseconds_per_payload"] > 0
+    assert "Encryption (40 workflows" in done.stdout
+
+
 def _bench(url: str, output: Path, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     """``kenning bench --quick`` with ``args`` on the tests' server, under the log guard."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "KENNING_LOG_FORMAT": "json"}

@@ -11,11 +11,13 @@ import json
 import subprocess
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from kenning import Client, WorkflowFailedError, codecs
 from kenning.db import Database
 from tests.apps import encrypted
+from tests.console_support import console_ready, spawn_console
 from tests.logguard import expect_log
 from tests.scheduler_support import spawn_scheduler
 from tests.support import ProcessPool, run_kenning
@@ -86,6 +88,18 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
     shown = json.loads(without.stdout)
     assert shown["input"] == "encrypted" and shown["result"] == {"result": "encrypted"}
     assert MARKER not in without.stdout
+
+    # the console, with the key and without it
+    token = "encryption-console-token-7d2e"
+    card_input = f"&#34;card&#34;: &#34;{MARKER}&#34;"  # the instance's input, as the page escapes it
+    for keys_given, expected, absent in ((K1, card_input, None), ("", "encrypted", MARKER)):
+        url, proc = spawn_console(processes, database_url, token=token, env={codecs.KEYS_VARIABLE: keys_given})
+        await console_ready(url, proc)
+        async with httpx.AsyncClient(base_url=url, timeout=10, headers={"authorization": f"Bearer {token}"}) as http:
+            page = await http.get(f"/instances/{paid.instance_id}")
+        assert page.status_code == 200 and expected in page.text
+        assert absent is None or absent not in page.text
+        proc.terminate()
 
     # rotate to k2 (k1 kept to read the old rows), then read everything with k2 alone
     rotated = run_kenning(

@@ -20,6 +20,7 @@ from kenning.runtime.config import add_logging_options, add_option, positive_flo
 from kenning.runtime.embedded import postgres_server, with_database
 from kenning_devtools.bench import (
     agent,
+    encryption,
     events,
     failover,
     ingress_load,
@@ -103,9 +104,10 @@ SECTIONS = (
     "agent",
 )
 # run only when named (--sections relay): a correctness count against the machine's brokers, not a speed;
-# failover: on a PostgreSQL pair of its own under pg_auto_failover, not the database benchmarked
+# failover: on a PostgreSQL pair of its own under pg_auto_failover, not the database benchmarked;
+# encryption: the throughput run again with payloads sealed, the cost as ratios of one run;
 # offload: large values through an object store (SeaweedFS, started by the section)
-EXTRA_SECTIONS = ("relay", "failover", "offload")
+EXTRA_SECTIONS = ("relay", "failover", "encryption", "offload")
 
 
 def section_list(text: str) -> list[str]:
@@ -139,7 +141,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=list(SECTIONS),
         help=f"comma-separated subset of: {','.join(SECTIONS)} (default: all); "
         "also relay (relayers crashing after the broker answered, counted per target) and failover (a primary "
-        "lost under pg_auto_failover: promotion to the first step on the new primary)",
+        "lost under pg_auto_failover: promotion to the first step on the new primary) and encryption (the "
+        "throughput run with and without KENNING_ENCRYPTION_KEYS: its cost per workflow as ratios)",
     )
     parser.add_argument("--relay-events", type=int, help="events per relay target (default 1000)")
     parser.add_argument(
@@ -270,6 +273,9 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
     if "failover" in sections:
         results["failover"] = await failover.run_failover()
         lap("failover")
+    if "encryption" in sections:
+        results["encryption"] = await encryption.run_encryption(url, workflows, min(workers), args.concurrency)
+        lap("encryption")
     if "offload" in sections:
         results["offload"] = await offload.run_offload(url, (1,) if size is QUICK else (1, 10, 100))
         lap("offload")

@@ -173,10 +173,27 @@ def render(report: dict[str, Any]) -> str:
     lines += (
         _latencies(report) + _shapes(report) + _queued(report) + _recovery(report) + _relay(report) + _failover(report)
     )
-    lines += _agent(report) + _offload(report)
+    lines += _agent(report) + _encryption(report) + _offload(report)
     if report.get("targets"):
         lines += _targets(report["targets"])
     return "\n".join(lines)
+
+
+def _encryption(report: dict[str, Any]) -> list[str]:
+    """The encryption section: the throughput run plaintext and sealed, the cost as ratios."""
+    section = report.get("encryption")
+    if not section:
+        return []
+    off, on, ratio = section["off"], section["on"], section["on_to_off"]
+    return [
+        "",
+        f"Encryption ({section['workflows']} workflows, {section['workers']} worker, AES-256-GCM on every payload): "
+        f"worker CPU {off['worker_cpu_ms_per_workflow']} -> {on['worker_cpu_ms_per_workflow']} ms/workflow "
+        f"(x{ratio['worker_cpu_ms_per_workflow']}), client CPU x{ratio['client_cpu_ms_per_workflow']}, "
+        f"workflows/s {off['workflows_per_second']} -> {on['workflows_per_second']} "
+        f"(x{ratio['workflows_per_second']}); seal and open one payload "
+        f"{section['seal_and_open_microseconds_per_payload']} us",
+    ]
 
 
 def _offload(report: dict[str, Any]) -> list[str]:

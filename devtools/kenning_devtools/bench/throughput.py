@@ -58,11 +58,15 @@ def _busy_share(before: Any, after: Any) -> float:
     return round(1 - idle / total, 2) if total > 0 else 0.0
 
 
-async def run_throughput(url: str, workflows: int, workers: int, concurrency: int) -> dict[str, Any]:
+async def run_throughput(
+    url: str, workflows: int, workers: int, concurrency: int, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """``env``: the workers' extra variables (the encryption section's keys)."""
     await _reset(url)
     with fleet(url) as running:
         procs = running.spawn_all(
-            [(["worker", "--app", APP, "--no-migrate", "--concurrency", str(concurrency)], "worker.started")] * workers
+            [(["worker", "--app", APP, "--no-migrate", "--concurrency", str(concurrency)], "worker.started")] * workers,
+            env,
         )
         await asyncio.sleep(0.5)  # let them connect and LISTEN
         cpu_before = running.cpu_seconds(procs)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kenning import codecs
 from kenning.core.names import (
     ACTIVITY_COMPLETED,
     ACTIVITY_FAILED,
@@ -86,7 +87,7 @@ def _counted(entry: Any) -> tuple[int | None, str]:
     if not isinstance(entry, dict):
         return None, ""
     count = entry.get("attempts")
-    return (int(count) if isinstance(count, int) else None), str(entry.get("last_error") or "")
+    return (int(count) if isinstance(count, int) else None), str(codecs.shown(entry.get("last_error")) or "")
 
 
 def _history_item(row: Any, instance: Any) -> Item:

@@ -23,6 +23,7 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
+from kenning import codecs
 from kenning.commands.output import emit, emit_json
 from kenning.db import connect
 from kenning.errors import WorkflowNotFoundError
@@ -256,7 +257,7 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
             (
                 "retrying",
                 f"{step}: {attempt.get('attempts')} attempts since {_ago(now, attempt.get('first_failed_at'))}; "
-                f"last error: {attempt.get('last_error')}",
+                f"last error: {codecs.shown(attempt.get('last_error'))}",
             )
         )
     error = info["error"] or {}

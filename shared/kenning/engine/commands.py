@@ -41,7 +41,7 @@ class CountAttempt:
 
     step_id: str
     attempt: int
-    error: str
+    error: Any  # the error's text, sealed (kenning.codecs): an envelope when keys are set
 
 
 @dataclass(frozen=True)

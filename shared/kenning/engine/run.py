@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import structlog
 
-from kenning import serialization
+from kenning import codecs, serialization
 from kenning.activity import call_attempt
 from kenning.compensation import ON_FAILURE_PREFIX, on_failure_arguments
 from kenning.context import (
@@ -421,7 +421,7 @@ class WorkflowRun:
                     await self.hook("on_activity_failed", step_id, name, error)
                 verdict: GiveUp | RetryAfter | None = before_counting(policy, error, attempt)
                 if verdict is None:
-                    count = CountAttempt(step_id, attempt, serialization.storable_text(repr(error)))
+                    count = CountAttempt(step_id, attempt, codecs.seal(serialization.storable_text(repr(error))[:2000]))
                     counted = True
                     answer = await self.port.count_attempt(count)
                     verdict = after_counting(

@@ -317,7 +317,7 @@ _INSTANCE_RECORD_ATTEMPT = statement(
             coalesce(attempts -> CAST(:step AS text), '{}') || jsonb_build_object(
             'attempts', CAST(:attempt AS integer),
             'first_failed_at', coalesce(attempts -> CAST(:step AS text) -> 'first_failed_at', to_jsonb(now())),
-            'last_error', CAST(:error AS text))),
+            'last_error', CAST(:error AS jsonb))),
         updated_at = now()
     WHERE id = :id AND lease_token = CAST(:token AS uuid)
     RETURNING extract(epoch FROM now() - CAST(attempts -> CAST(:step AS text) ->> 'first_failed_at' AS timestamptz))
@@ -328,14 +328,21 @@ _INSTANCE_RECORD_ATTEMPT = statement(
 
 
 async def instance_record_attempt(
-    conn: Executor, instance_id: str, token: str, step_id: str, attempt: int, error: str
+    conn: Executor, instance_id: str, token: str, step_id: str, attempt: int, error: Any
 ) -> tuple[float, bool] | None:
     """Count a failed attempt in the database; returns (seconds since the first failure,
-    cancel requested), or None if the lease was lost."""
+    cancel requested), or None if the lease was lost. ``error``: its text, or the text
+    sealed (``kenning.codecs``)."""
     row = (
         await conn.execute(
             _INSTANCE_RECORD_ATTEMPT,
-            {"id": instance_id, "token": token, "step": step_id, "attempt": attempt, "error": error[:2000]},
+            {
+                "id": instance_id,
+                "token": token,
+                "step": step_id,
+                "attempt": attempt,
+                "error": json.dumps(error[:2000] if isinstance(error, str) else error),
+            },
         )
     ).first()
     return None if row is None else (float(row.seconds_since_first_failure), bool(row.cancel_requested))
