@@ -36,6 +36,7 @@ from kenning.errors import (
     WorkflowFailedError,
     WorkflowNotFoundError,
 )
+from kenning.objects import restored
 from kenning.registry import REGISTRY
 from kenning.starting import InvalidInputError as InvalidInputError  # re-exported: kenning.client's API
 from kenning.starting import StartedInstance as StartedInstance  # re-exported
@@ -228,7 +229,9 @@ class Client:
             raise ResultTimeoutError(f"instance {instance_id} still {row.status} after {timeout} s")
         if row.status != "completed":
             raise WorkflowFailedError(instance_id, row.status, codecs.unseal(row.error))
-        value = codecs.unseal((row.result or {}).get("result"))  # also of a workflow this process does not know
+        # a large value from the object store, then opened (the object holds it sealed); also
+        # of a workflow this process does not know
+        value = codecs.unseal(await restored((row.result or {}).get("result")))
         wf = REGISTRY.workflows.get(row.workflow_name)
         if wf is not None:
             value = serialization.from_json(

@@ -112,6 +112,20 @@ class StorageUnavailable(ControlSignal):
     """
 
 
+class ObjectStoreUnavailable(StorageUnavailable):
+    """A worker could not write or read a large value in the object store (unreachable,
+    a missing bucket, refused credentials, an object gone or altered).
+
+    Handled as the database being away: the run ends, nothing is compensated, and the
+    instance is replayed once the store answers; the message is one line naming what to fix.
+    """
+
+
+class ObjectStoreError(KenningError):
+    """A client or command could not read a large value from the object store; the message
+    is one line naming what to fix (the store, the bucket, the credentials, the object)."""
+
+
 class ReplayedActivityError(Exception):
     """A recorded activity failure whose exception class cannot be rebuilt here.
 

@@ -128,3 +128,18 @@ def test_the_failover_section_is_run_when_named_and_reported() -> None:
     text = render({**report, "failover": run})
     assert "first step on the new primary 0.13 s after the promotion" in text and "lost 0" in text
     assert "failover skipped: no pg_autoctl" in render({**report, "failover": {"skipped": "no pg_autoctl"}})
+
+
+def test_the_offload_section_is_run_when_named_and_its_memory_target_checked() -> None:
+    from kenning_devtools.bench.report import render
+
+    assert section_list("offload") == ["offload"]
+    run = {"seconds": 10.6, "worker_peak_mb": 399.5, "worker_idle_mb": 95.2, "above_idle_per_value": 3.04}
+    section = {"100MB": run, "largest_multiple": 3.04}
+    assert targets.evaluate({"offload": section})["offload_memory_multiple"]["met"] is True
+    assert (
+        targets.evaluate({"offload": {**section, "largest_multiple": 9.0}})["offload_memory_multiple"]["met"] is False
+    )
+    assert targets.evaluate({})["offload_memory_multiple"]["met"] is None
+    report = {"configuration": "full", "duration_seconds": 60.0, "machine": {"cpus": 2}, "offload": section}
+    assert "100MB: 10.6 s, worker peak 399.5 MB" in render(report)

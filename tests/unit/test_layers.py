@@ -146,6 +146,7 @@ def layer_of(module: str) -> str | None:
         "codecs": "codecs",
         "engine": "engine",
         "db": "db",
+        "objects": "db",  # I/O beside the database: the object store of large values
         "storage": "storage",
         "runtime": "runtime",
         "migrations": "migrations",

@@ -29,6 +29,7 @@ from kenning_devtools.bench import (
     lateness,
     limits,
     long,
+    offload,
     queued,
     recovery,
     relay,
@@ -111,8 +112,9 @@ SECTIONS = (
 )
 # run only when named (--sections relay): a correctness count against the machine's brokers, not a speed;
 # failover: on a PostgreSQL pair of its own under pg_auto_failover, not the database benchmarked;
-# encryption: the throughput run again with payloads sealed, the cost as ratios of one run
-EXTRA_SECTIONS = ("relay", "failover", "encryption")
+# encryption: the throughput run again with payloads sealed, the cost as ratios of one run;
+# offload: large values through an object store (SeaweedFS, started by the section)
+EXTRA_SECTIONS = ("relay", "failover", "encryption", "offload")
 
 
 def section_list(text: str) -> list[str]:
@@ -285,6 +287,9 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
     if "encryption" in sections:
         results["encryption"] = await encryption.run_encryption(url, workflows, min(workers), args.concurrency)
         lap("encryption")
+    if "offload" in sections:
+        results["offload"] = await offload.run_offload(url, (1,) if size is QUICK else (1, 10, 100))
+        lap("offload")
     results["section_seconds"] = seconds
     return results
 

@@ -173,7 +173,7 @@ def render(report: dict[str, Any]) -> str:
     lines += (
         _latencies(report) + _shapes(report) + _queued(report) + _recovery(report) + _relay(report) + _failover(report)
     )
-    lines += _agent(report) + _encryption(report)
+    lines += _agent(report) + _encryption(report) + _offload(report)
     lines += _flow(report)
     if report.get("targets"):
         lines += _targets(report["targets"])
@@ -195,6 +195,21 @@ def _encryption(report: dict[str, Any]) -> list[str]:
         f"(x{ratio['workflows_per_second']}); seal and open one payload "
         f"{section['seal_and_open_microseconds_per_payload']} us",
     ]
+
+
+def _offload(report: dict[str, Any]) -> list[str]:
+    """The offload section: a worker storing and loading values through the object store."""
+    section = report.get("offload")
+    if not section:
+        return []
+    lines = ["", "offload (a worker stores a value in the object store, its replay loads it back):"]
+    for name, run in section.items():
+        if isinstance(run, dict):
+            lines.append(
+                f"  {name:>6}: {run['seconds']} s, worker peak {run['worker_peak_mb']} MB "
+                f"(idle {run['worker_idle_mb']} MB: {run['above_idle_per_value']}x the value above idle)"
+            )
+    return lines
 
 
 def _agent(report: dict[str, Any]) -> list[str]:

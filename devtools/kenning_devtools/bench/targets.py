@@ -26,6 +26,9 @@ MAX_RESULT_P99_MS = 20.0
 MAX_COMMITS_PER_SEQUENTIAL_WORKFLOW = 6.0  # with 2 worker processes
 # issue 34: an activity's stream entry written -> received by an SSE client of the ingress
 MAX_STREAM_P99_MS = 20.0
+# issue 36: a worker storing and loading a value through the object store, peak memory
+# above its idle size over the value's size (1, 10, 100 MB)
+MAX_OFFLOAD_MEMORY_MULTIPLE = 6.0
 MAX_AGENT_MS_PER_STEP = 2.0  # issue 34: Kenning's own time per agent step (model request or tool call)
 
 Target = dict[str, Any]
@@ -230,6 +233,19 @@ def evaluate(report: dict[str, Any]) -> dict[str, Target]:
         **_agent_targets(report),
         **_key_rate_targets(report),
         **_flow_targets(report),
+        **_offload_targets(report),
+    }
+
+
+def _offload_targets(report: dict[str, Any]) -> dict[str, Target]:
+    value = (report.get("offload") or {}).get("largest_multiple")
+    return {
+        "offload_memory_multiple": _target(
+            f"a worker storing and loading a large value peaks at <= {MAX_OFFLOAD_MEMORY_MULTIPLE:.0f}x the value "
+            "above its idle memory",
+            value,
+            None if value is None else value <= MAX_OFFLOAD_MEMORY_MULTIPLE,
+        ),
     }
 
 

@@ -37,7 +37,7 @@ from kenning_console.pages import BadRequestError, render
 from kenning_console.state import console_of
 from kenning_console.streams import SHOWN_ENTRIES, entries_url
 from kenning_console.timeline import timeline
-from kenning_console.values import BOUNDS, shown
+from kenning_console.values import BOUNDS, shown, stored_preview
 
 SCAN_LIMIT = 10_000  # rows one page of a search judges at most (kenning.storage.console)
 COUNT_CAP = 10_000  # counts by status stop here ("10,000+")
@@ -365,6 +365,8 @@ async def instance_page(request: Request) -> Response:
     items = timeline(**found)
     row = found["instance"]
     values = {name: shown(row, name, instance_id, name) for name in ("input", "result", "error")}
+    # a large value kept in the object store: a bounded preview of it, its download streamed
+    values = {name: None if v is None else await stored_preview(v) for name, v in values.items()}
     return render(
         request,
         "instance.html",

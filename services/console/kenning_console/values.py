@@ -11,6 +11,7 @@ page nor the download holds the value in the console's memory. At most
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -25,6 +26,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from kenning import codecs
+from kenning.errors import ObjectStoreError
+from kenning.objects import Reference
+from kenning.objects.offload import has_references, store_of
+from kenning.objects.store import split_url
 from kenning.storage.console import Bounds
 from kenning.storage.console_values import SOURCES, value_chunks
 from kenning_console.pages import BadRequestError
@@ -72,6 +77,63 @@ def large(row: Any, name: str, instance_id: str, of: str, key: object = "") -> S
     bounded columns, as tests make them, have none)."""
     value = shown(row, name, instance_id, of, key)
     return value if value is not None and not value.whole else None
+
+
+# in a row's JSON text, where the referenced value's bytes go (a string no value holds)
+_SPOT = "\u0000kenning-object\u0000"
+
+
+def _around_reference(value: Any) -> tuple[bytes, Reference, bytes] | None:
+    """A row's value holding a reference to the object store (``{"result": {"$ref"...}}``)
+    as the JSON text before the referenced value, the reference, and the text after it:
+    the row's value whole is ``before + object + after``. None: no reference at its top."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            reference = Reference.of(item)
+            if reference is not None:
+                text = json.dumps({**value, name: _SPOT}, separators=(",", ":"), ensure_ascii=False)
+                before, _, after = text.partition(json.dumps(_SPOT))
+                return before.encode(), reference, after.encode()
+    return None
+
+
+async def stored_preview(value: Shown) -> Shown:
+    """A value whose row holds a reference, as a bounded preview read from the object
+    store (a ranged read of its first bytes): the page never fetches the whole value."""
+    if not value.whole or not has_references(value.value):
+        return value
+    around = _around_reference(value.value)
+    if around is None:
+        return value
+    before, reference, after = around
+    bucket, key = split_url(reference.url)
+    head = b""
+    try:
+        async for chunk in store_of(bucket).stream(key, limit=BOUNDS.preview):
+            head += chunk
+    except ObjectStoreError as error:
+        return Shown(None, reference.size, f"(the value is in the object store and cannot be read: {error})", value.url)
+    if head.startswith(b'{"' + codecs.ENVELOPE_KEY.encode()):  # sealed: its first bytes say nothing
+        return Shown(
+            None, reference.size, f"({codecs.ENCRYPTED}, {reference.size} bytes in the object store)", value.url
+        )
+    preview = (before + head).decode(errors="ignore")[: BOUNDS.preview]
+    return Shown(None, len(before) + reference.size + len(after), preview, value.url)
+
+
+async def _object_chunks(reference: Reference, before: bytes, after: bytes) -> AsyncGenerator[tuple[int, bytes], None]:
+    """The row's value whole with the referenced value streamed from the object store."""
+    bucket, key = split_url(reference.url)
+    total = len(before) + reference.size + len(after)
+    stream = store_of(bucket).stream(key)
+    try:
+        first = await anext(stream, b"")  # an unreadable object fails here, before any byte is sent
+        yield total, before + first
+        async for chunk in stream:
+            yield total, chunk
+        yield total, after
+    finally:
+        await stream.aclose()
 
 
 def _filename(instance_id: str, of: str, key: str) -> str:
@@ -137,9 +199,31 @@ async def download(request: Request) -> Response:
         await chunks.aclose()
         raise
     total, head = first
+    around = _around_reference(_small_json(head)) if total == len(head) else None
+    if around is not None:  # the value is in the object store: streamed from there
+        await chunks.aclose()
+        chunks = _object_chunks(around[1], around[0], around[2])
+        try:
+            total, head = await anext(chunks)
+        except ObjectStoreError as error:
+            console.downloads -= 1
+            raise HTTPException(502, str(error)) from None
+        except BaseException:
+            console.downloads -= 1
+            raise
     _log.info("console.download", instance_id=instance_id, of=of, key=key or None, bytes=total)
     disposition = f'attachment; filename="{_filename(instance_id, of, key)}"'
     return _Download(head, chunks, console, headers={"content-length": str(total), "content-disposition": disposition})
+
+
+def _small_json(text: bytes) -> Any:
+    """A whole row value read in one chunk, parsed when it may be a reference's row."""
+    if len(text) > 4096 or b'"$ref"' not in text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def routes() -> list[BaseRoute]:

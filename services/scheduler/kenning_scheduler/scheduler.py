@@ -33,7 +33,7 @@ from kenning.storage import messages as messages_sql
 from kenning.storage import timers as timers_sql
 from kenning.storage.timers import FiredWait
 from kenning_scheduler.cron_ticks import CronTicker
-from kenning_scheduler.upkeep import Upkeep
+from kenning_scheduler.upkeep import ObjectUpkeep, Upkeep
 
 _log = structlog.get_logger("kenning.scheduler")
 # kenning_timer_lateness_seconds's kind, by what _fire logs for a fired row
@@ -71,6 +71,16 @@ class SchedulerSettings(ServiceSettings):
         help="report instances due longer than this and still not claimed (instances.overdue), per workflow",
     )
     retention: RetentionSettings = settings_group(RetentionSettings)  # noqa: RUF009
+    # the object store's upkeep (kenning.runtime.objects), with --object-store set
+    object_sweep_interval: float = setting(
+        3600.0, type=positive_float, help="seconds between sweeps of --object-store for objects no row references"
+    )
+    object_sweep_grace: float = setting(
+        3600.0,
+        type=positive_float,
+        help="an object no row references is deleted once it is this many seconds old (a write whose row's "
+        "commit failed); keep it well above the longest commit",
+    )
 
 
 class Scheduler:
@@ -90,6 +100,7 @@ class Scheduler:
             retention=self.settings.retention.policy(),
             retention_interval=self.settings.retention.retention_interval,
             log=self.log,
+            objects=ObjectUpkeep.configured(self.settings, self.log),
         )
         self.loop = PassLoop(
             self.run_once,

@@ -19,16 +19,68 @@ instances no claim takes over until the server ends that session.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from kenning.db import Database
+from kenning.errors import ObjectStoreError
+from kenning.objects import Location
 from kenning.observability import metrics
+from kenning.runtime.objects import delete_instances_objects, sweep_orphans
 from kenning.runtime.retention import RetentionPolicy, SweepResult, sweep_batch
 from kenning.storage import locks as locks_sql
 from kenning.storage import progress as progress_sql
 
 # Statement bound of the stuck check: instances repaired or marked per pass.
 _STUCK_BATCH = 100
+
+
+class ObjectUpkeep:
+    """The object store's share of the upkeep (``kenning.runtime.objects``): an expired
+    instance's objects deleted with its rows, and the orphan sweep at its own interval.
+
+    A store that fails is one error line naming what to fix; the timers go on, and what
+    was not deleted is found by the next sweep (no row references it any more)."""
+
+    def __init__(self, location: Location, *, interval: float, grace: float, log: Any) -> None:
+        self.location = location
+        self.interval = interval
+        self.grace = grace
+        self.log = log
+        self._next_sweep = 0.0  # monotonic: at the first pass
+
+    @classmethod
+    def configured(cls, settings: Any, log: Any) -> ObjectUpkeep | None:
+        if not settings.object_store:
+            return None
+        return cls(
+            Location.parse(settings.object_store),
+            interval=settings.object_sweep_interval,
+            grace=settings.object_sweep_grace,
+            log=log,
+        )
+
+    async def expired(self, instance_ids: Sequence[str]) -> None:
+        try:
+            deleted = await delete_instances_objects(self.location, instance_ids)
+        except ObjectStoreError as error:
+            self.log.error("retention.objects_failed", error=str(error), instances=len(instance_ids))
+            return
+        if deleted:
+            self.log.info("retention.objects_deleted", objects=deleted, instances=len(instance_ids))
+
+    async def run_due(self, database: Database, now: float) -> float:
+        """The orphan sweep if due; when the next one is (monotonic)."""
+        if now >= self._next_sweep:
+            self._next_sweep = now + self.interval
+            try:
+                swept = await sweep_orphans(database, self.location, grace_seconds=self.grace)
+            except ObjectStoreError as error:
+                self.log.error("objects.sweep_failed", error=str(error))
+            else:
+                if swept:
+                    self.log.info("objects.swept", objects=swept)
+        return self._next_sweep
 
 
 class Upkeep:
@@ -42,7 +94,9 @@ class Upkeep:
         retention: RetentionPolicy,
         retention_interval: float,
         log: Any,
+        objects: ObjectUpkeep | None = None,
     ) -> None:
+        self.objects = objects
         self.database = database
         self.stuck_check_interval = stuck_check_interval
         self.max_repairs = max_repairs
@@ -64,6 +118,8 @@ class Upkeep:
             self._next_check = now if full else now + self.stuck_check_interval
         if now >= self._next_sweep:
             batch = await sweep_batch(self.database, self.retention)
+            if self.objects is not None and batch.instances.ids:
+                await self.objects.expired(batch.instances.ids)
             self._swept = self._swept + batch
             if batch.more:
                 self._next_sweep = now
@@ -72,7 +128,10 @@ class Upkeep:
                 if self._swept.total:
                     self.log.info("retention.swept", **self._swept.as_dict())
                 self._swept = SweepResult()
-        return max(min(self._next_check, self._next_sweep) - time.monotonic(), 0.0)
+        due = min(self._next_check, self._next_sweep)
+        if self.objects is not None:
+            due = min(due, await self.objects.run_due(self.database, now))
+        return max(due - time.monotonic(), 0.0)
 
     async def check_progress(self) -> bool:
         """One stuck check; True if its batch was full."""

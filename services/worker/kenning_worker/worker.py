@@ -39,7 +39,9 @@ from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
-from kenning.errors import ControlSignal, LeaseLostError, StorageUnavailable
+from kenning.errors import ControlSignal, LeaseLostError, ObjectStoreError, ObjectStoreUnavailable, StorageUnavailable
+from kenning.objects import Offloader, restored
+from kenning.objects.offload import has_references
 from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
 from kenning.runtime.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
@@ -141,12 +143,24 @@ class ClaimPacer:
         return max(0.0, self.last_claim_at + self.spacing - now)
 
 
+async def restored_history(history: list[HistoryRecord]) -> list[HistoryRecord]:
+    """The records with the values their payloads reference read back from the object
+    store (``kenning.objects``); records without a reference are kept as they are."""
+    out = []
+    for record in history:
+        if has_references(record.payload):
+            record = dataclasses.replace(record, payload=await restored(record.payload))
+        out.append(record)
+    return out
+
+
 class Worker:
     def __init__(self, database: Database, app: App, settings: WorkerSettings | None = None) -> None:
         self.database = database
         self.app = app
         self.settings = settings or WorkerSettings()
         self.worker_id = self.settings.worker_id or process_id()
+        self.offloader = Offloader.configured(self.settings.object_store, self.settings.offload_bytes)
         self.workflow_names = sorted(app.registry.workflows)
         self._running: dict[str, asyncio.Task[None]] = {}  # lease token -> run
         self._claimed: dict[str, ClaimedInstance] = {}  # lease token -> what was claimed
@@ -268,12 +282,21 @@ class Worker:
         finally:
             self.log.info("worker.stopped")
 
+    async def _check_object_store(self) -> None:
+        """A store that does not answer is said at start, in one line naming what to fix;
+        the worker runs on (a value that needs the store waits for it, nothing is lost)."""
+        try:
+            await self.offloader.check()
+        except ObjectStoreError as error:
+            self.log.error("worker.object_store_unavailable", error=str(error))
+
     async def _claiming(self) -> None:
         await self.unknown.register()  # before worker.started: its workflows may be started by name
         await self.queues.declare()  # and its queues' limits hold before its first claim
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="kenning-heartbeat")
         unknown = asyncio.create_task(self.unknown.run(), name="kenning-unknown-workflows")
         inbox = asyncio.create_task(self.inbox.run(), name="kenning-inbox") if self.settings.inbox.enabled else None
+        await self._check_object_store()
         self.log.info("worker.started", workflows=self.workflow_names, concurrency=self.settings.concurrency)
         try:
             await self.loop.run()
@@ -413,19 +436,23 @@ class Worker:
         self, claimed: ClaimedInstance, history: list[HistoryRecord], compensations: list[CompensationRecord]
     ) -> None:
         log = self.log.bind(instance_id=claimed.id, workflow=claimed.workflow_name)
-        run = WorkflowRun(
-            app=self.app,
-            workflow=self.app.registry.workflow(claimed.workflow_name),
-            claimed=claimed,
-            history=history,
-            compensations=compensations,
-            port=PgInstancePort(database=self.database, claimed=claimed, writes=self.writes),
-            inline_retry_seconds=self.settings.inline_retry_seconds,
-            activity_timeout=self.settings.activity_timeout,
-        )
         started, ended = time.perf_counter(), "released"
         trace = tracing.RunTrace(claimed.id, claimed.workflow_name, claimed.run_count, claimed.trace_context)
         try:
+            # the large values its rows reference, fetched before the replay reads them
+            history = await restored_history(history)
+            run = WorkflowRun(
+                app=self.app,
+                workflow=self.app.registry.workflow(claimed.workflow_name),
+                claimed=claimed,
+                history=history,
+                compensations=compensations,
+                port=PgInstancePort(
+                    database=self.database, claimed=claimed, writes=self.writes, offloader=self.offloader
+                ),
+                inline_retry_seconds=self.settings.inline_retry_seconds,
+                activity_timeout=self.settings.activity_timeout,
+            )
             outcome = await run.run()
             while outcome is RunOutcome.CONTINUED and run.continued_input is not None:
                 # continue_as_new kept the lease: run N+1 goes on here at once, its history empty
@@ -441,7 +468,9 @@ class Worker:
                     claimed=claimed,
                     history=[],
                     compensations=[],
-                    port=PgInstancePort(database=self.database, claimed=claimed, writes=self.writes),
+                    port=PgInstancePort(
+                        database=self.database, claimed=claimed, writes=self.writes, offloader=self.offloader
+                    ),
                     inline_retry_seconds=self.settings.inline_retry_seconds,
                     activity_timeout=self.settings.activity_timeout,
                 )
@@ -450,6 +479,10 @@ class Worker:
             log.debug("instance.run_ended", outcome=outcome.value)
         except asyncio.CancelledError:
             await self._release(claimed, log)
+        except (ObjectStoreUnavailable, ObjectStoreError) as error:
+            ended = "storage_unavailable"
+            log.error("instance.object_store_unavailable", error=str(error))
+            await self._release(claimed, log, delay=5.0)
         except StorageUnavailable as error:
             ended = "storage_unavailable"
             log.warning("instance.storage_unavailable", error=repr(error.__cause__))

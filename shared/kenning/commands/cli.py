@@ -19,7 +19,7 @@ from kenning.commands.argparsing import ArgumentParser, VersionAction, parse
 from kenning.core import stopping
 from kenning.core.texts import text_refusal
 from kenning.db import errors as dberrors
-from kenning.errors import ConfigurationError, KenningError, UsageError, WorkflowNotFoundError
+from kenning.errors import ConfigurationError, KenningError, ObjectStoreError, UsageError, WorkflowNotFoundError
 from kenning.observability.logs import configure_logging
 
 # Each subcommand is a module with ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``,
@@ -53,7 +53,8 @@ def build_parser(
 
 
 # the operator's mistakes: one line, exit code 2
-USER_ERRORS = (UsageError, ConfigurationError, WorkflowNotFoundError)
+# (an object store's: its bucket, its credentials or an object to restore, each named)
+USER_ERRORS = (UsageError, ConfigurationError, WorkflowNotFoundError, ObjectStoreError)
 # no such table or column: the schema is missing or older than this code
 _SCHEMA_SQLSTATES = ("42P01", "42703")
 DEBUG_HINT = "rerun with --log-level debug for the traceback"

@@ -414,6 +414,18 @@ class ProcessSettings:
         "(readyz 503), logs database.commits_stalled and reports kenning_commit_stall_seconds",
     )
 
+    # large values (kenning.objects): the writers' store; a reader follows a row's reference
+    object_store: str = setting(
+        "",
+        help="s3://bucket[/prefix] of an S3-compatible object store for values larger than --offload-bytes "
+        "(credentials, region and AWS_ENDPOINT_URL as the AWS SDKs read them); empty: every value stays in its row",
+    )
+    offload_bytes: int = setting(
+        256 * 1024,
+        type=positive_int,
+        help="a value whose JSON is larger than this many bytes goes to --object-store, its row keeping a reference",
+    )
+
     def database_bounds(self) -> SessionBounds:
         return SessionBounds(
             idle_in_transaction=self.database_idle_in_transaction_timeout,

@@ -17,7 +17,7 @@ them for a dry run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kenning.db import Executor, statement
 
@@ -92,7 +92,9 @@ _INSTANCES_EXPIRE = statement(
            (SELECT count(*) FROM compensations) AS compensations,
            (SELECT count(*) FROM subscriptions) + (SELECT count(*) FROM timers)
                + (SELECT count(*) FROM message_waits) + (SELECT count(*) FROM mailboxes)
-               + (SELECT count(*) FROM replies) AS waits
+               + (SELECT count(*) FROM replies) AS waits,
+           -- whose large values the scheduler then deletes from the object store
+           (SELECT coalesce(array_agg(id), '{{}}') FROM instances) AS ids
     """
 )
 
@@ -105,6 +107,7 @@ class Expired:
     history: int = 0
     compensations: int = 0
     waits: int = 0  # timers, subscriptions, receive waits, mailboxes' messages and replies of finished instances
+    ids: tuple[str, ...] = field(default=(), compare=False)  # the instances deleted (not counted by a dry run)
 
     def __add__(self, other: Expired) -> Expired:
         return Expired(
@@ -121,6 +124,7 @@ def _expired(row: object) -> Expired:
         history=int(getattr(row, "history", 0)),
         compensations=int(getattr(row, "compensations", 0)),
         waits=int(getattr(row, "waits", 0)),
+        ids=tuple(str(i) for i in getattr(row, "ids", None) or ()),
     )
 
 

@@ -1,0 +1,51 @@
+"""Workflows with large values, for the object store tests (tests/system/test_offload.py):
+an activity's result and a workflow's result of ``size`` bytes, and a second step after
+the large one so a replay reads the large result back from the store."""
+
+from __future__ import annotations
+
+import hashlib
+
+from kenning import App, WorkflowContext, activity, receive, start_child, workflow
+
+app = App("kenning-offload-tests")
+
+
+def blob(size: int, seed: str = "k") -> str:
+    """``size`` characters of text (JSON of about ``size + 2`` bytes), reproducible."""
+    unit = hashlib.sha256(seed.encode()).hexdigest()
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+@activity
+async def make_blob(ctx: WorkflowContext, size: int, seed: str) -> str:
+    return blob(size, seed)
+
+
+@activity
+async def digest(ctx: WorkflowContext, text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@workflow
+async def large_values(ctx: WorkflowContext, size: int, seed: str = "k") -> dict[str, str]:
+    """A large step result read by the next step, and a large workflow result."""
+    text = await make_blob(ctx, size, seed)
+    return {"text": text, "digest": await digest(ctx, text)}
+
+
+@workflow
+async def large_child_result(ctx: WorkflowContext, size: int, seed: str = "k") -> str:
+    """A child's large result, read by its parent through the child's reference."""
+    child = await start_child(ctx, large_values, size=size, seed=seed)
+    value = await child.result()
+    return await digest(ctx, value["text"])
+
+
+@workflow
+async def large_then_receive(ctx: WorkflowContext, size: int, seed: str = "k") -> str:
+    """A large step result, then a wait: the run after the message replays the step,
+    reading its value back from the store."""
+    text = await make_blob(ctx, size, seed)
+    await receive(ctx, "go")
+    return await digest(ctx, text)
