@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import functools
 import os
-import shutil
 import socket
 import subprocess
 import uuid
@@ -27,6 +26,7 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 
+from kenning.runtime.executables import find_executable
 from tests.tcp_proxy import TcpForwarder
 
 AMQP_URL = os.environ.get("KENNING_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -93,7 +93,7 @@ def require_nats(url: str = NATS_URL) -> None:
 @functools.cache  # each call starts an Erlang VM (about a second): ask once per session
 def rabbitmqctl_available() -> bool:
     """Whether this user can manage the local RabbitMQ with ``rabbitmqctl`` (root can)."""
-    if shutil.which("rabbitmqctl") is None:
+    if find_executable("rabbitmqctl") is None:  # in /usr/sbin: not on every PATH root has
         return False
     try:
         return rabbitmqctl("status", check=False).returncode == 0
@@ -104,7 +104,11 @@ def rabbitmqctl_available() -> bool:
 def rabbitmqctl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run ``rabbitmqctl ARGS`` (quietly); raises on failure when ``check``."""
     return subprocess.run(
-        ["rabbitmqctl", "--quiet", *args], capture_output=True, text=True, timeout=_RABBITMQCTL_TIMEOUT, check=check
+        [find_executable("rabbitmqctl") or "rabbitmqctl", "--quiet", *args],
+        capture_output=True,
+        text=True,
+        timeout=_RABBITMQCTL_TIMEOUT,
+        check=check,
     )
 
 

@@ -129,7 +129,10 @@ class ProcessPool:
 
     def spawn(self, args: Sequence[str], env: dict[str, str] | None = None, name: str = "proc") -> psutil.Popen:
         log_path = Path(self.log_dir) / f"{name}-{len(self.procs)}.log"
-        full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "KENNING_LOG_FORMAT": "json", **(env or {})}
+        # PYTHONUNBUFFERED left out, as under a supervisor that does not set it: what a test
+        # reads in a process's log is there whether or not the shell that ran pytest had it
+        inherited = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+        full_env = {**inherited, "PYTHONPATH": str(REPO_ROOT), "KENNING_LOG_FORMAT": "json", **(env or {})}
         with open(log_path, "wb") as log:  # the child keeps its own descriptor
             proc = psutil.Popen(
                 [sys.executable, "-m", "kenning", *args],

@@ -13,10 +13,12 @@ reader is all in the tables below:
 - ``docker compose`` lines are skipped (no Docker engine here) after checking that the
   services they name exist in ``compose.yaml``.
 - ``kenning up`` runs as written in its own terminal, in a scratch directory whose ``.venv``
-  is this environment. The docs say it takes ports 8000 and 9000; the harness moves them
-  to free ports with ``KENNING_UP_PORT`` and ``KENNING_SINK_PORT`` (its documented variables)
-  and rewrites ``127.0.0.1:8000`` / ``localhost:8000`` / ``--port 8000`` in the commands
-  (``REWRITES``); the docs' database URL becomes the test's database.
+  is this environment. The docs say it takes ports 8000, 9000 and 8300; the harness moves
+  them to free ports with ``KENNING_UP_PORT``, ``KENNING_SINK_PORT`` and
+  ``KENNING_CONSOLE_PORT`` (its documented variables), so a reader's own ``kenning up`` on
+  the standard ports does not fail the test, and rewrites ``127.0.0.1:8000`` /
+  ``localhost:8000`` / ``--port 8000`` in the commands (``REWRITES``); the docs' database
+  URL becomes the test's database.
 - Long-running processes (``kenning scheduler`` ...) run until they report they started,
   then get SIGTERM and must exit 0; ``kenning worker ... &`` stays in the background until
   the session ends.
@@ -707,7 +709,11 @@ async def run_document(doc: str, ctx: Context, env: dict[str, str], *, preamble:
                 first_terminal.append(command)
                 if what != "up":
                     continue
-                up_env = _user_env(KENNING_UP_PORT=str(ctx.port), KENNING_SINK_PORT=str(ctx.sink_port))
+                up_env = _user_env(
+                    KENNING_UP_PORT=str(ctx.port),
+                    KENNING_SINK_PORT=str(ctx.sink_port),
+                    KENNING_CONSOLE_PORT=str(free_port()),  # the docs' commands do not name it
+                )
                 terminal = Terminal(ctx.cwd, "\n".join(first_terminal), up_env, f"kenning up ({name})")
                 await terminal.ready()
                 running = True

@@ -1,4 +1,5 @@
-"""The embedded PostgreSQL on a new machine: the first uses, side by side, agree on its user."""
+"""The embedded PostgreSQL on a new machine: the first uses, side by side, agree on its user,
+which they make with the useradd a bare PATH does not find."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 import uuid
 
 import pytest
+
+from kenning.runtime.executables import find_executable
 
 # Each process reports once it has imported everything, then waits for the go: the useradd
 # runs then start within a millisecond of each other, where the race is.
@@ -32,6 +35,8 @@ def test_first_uses_side_by_side_make_one_system_user() -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # a newcomer's PATH (env -i, cron, a container's): no /usr/sbin, where useradd is
+            env={**os.environ, "PATH": "/usr/local/bin:/usr/bin:/bin"},
         )
         for _ in range(6)
     ]
@@ -58,4 +63,6 @@ def test_first_uses_side_by_side_make_one_system_user() -> None:
             for pipe in (process.stdin, process.stdout, process.stderr):
                 if pipe is not None:
                     pipe.close()
-        subprocess.run(["userdel", name], capture_output=True, check=False)
+        userdel = find_executable("userdel")
+        assert userdel is not None
+        subprocess.run([userdel, name], capture_output=True, check=False)

@@ -33,13 +33,14 @@ from sqlalchemy.engine import make_url
 
 from kenning.client import Client
 from kenning.db import Database, connect, executor_of, statement
+from kenning.runtime.executables import find_executable
 from tests.ingress_support import cloud_event, start_ingress, structured
 from tests.relayer_support import relayer_process, start_receiver
 from tests.relayer_support import statuses as outbox_statuses
 from tests.support import ProcessPool, check_invariants, eventually, free_port
 
 Sql = psycopg.Connection[tuple[object, ...]]
-PGBOUNCER = shutil.which("pgbouncer") or next((p for p in ("/usr/sbin/pgbouncer",) if os.access(p, os.X_OK)), None)
+PGBOUNCER = find_executable("pgbouncer")  # Debian installs it in /usr/sbin
 # fewer server connections than the processes' pools hold: transactions move between them
 SERVER_CONNECTIONS = 6
 ORDERS = 12

@@ -15,7 +15,7 @@ from psycopg.rows import DictRow, dict_row
 
 from kenning.client import Client
 from kenning_devtools.bench.processes import fleet
-from kenning_devtools.bench.recoveryflows import bench_recovery
+from kenning_devtools.bench.recoveryflows import HOLD, bench_recovery
 
 APP = "kenning_devtools.bench.recoveryflows"
 DOOMED, SURVIVOR = "bench-doomed", "bench-survivor"
@@ -87,13 +87,14 @@ async def _finished(conn: Conn, ids: list[str], timeout: float) -> None:
 
 
 async def run_recovery(url: str, instances: int, activity_seconds: float, lease_seconds: float) -> dict[str, Any]:
-    """Worker A runs ``instances`` instances of an activity of ``activity_seconds``; once A
+    """Worker A runs ``instances`` instances of an activity that lasts until A dies; once A
     holds all their leases and one heartbeat has renewed them together (how a worker's
     leases stand between heartbeats, but for the instances claimed since the last one),
-    worker B starts idle and A is killed with SIGKILL. Measured from the kill to the last
-    completion; the claims' own timestamps say how many B took over in one pass."""
+    worker B starts idle and A is killed with SIGKILL. B runs each for ``activity_seconds``.
+    Measured from the kill to the last completion; the claims' own timestamps say how many
+    B took over in one pass."""
     with fleet(url) as running:
-        doomed = running.spawn(*_worker(DOOMED, instances, lease_seconds))
+        doomed = running.spawn(*_worker(DOOMED, instances, lease_seconds), env={HOLD: "1"})
         async with Client(url) as client:
             started = await asyncio.gather(
                 *(client.start(bench_recovery, seconds=activity_seconds) for _ in range(instances))

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import gc
 import importlib
+import io
+import sys
 from dataclasses import replace
 
 import structlog
@@ -65,8 +67,19 @@ def _settle_heap() -> None:
     gc.freeze()
 
 
+def _line_buffered_stdout() -> None:
+    """The app's prints reach the worker's log a line at a time, in order with its log lines
+    (stderr, line-buffered). Written to a file or a pipe (``kenning up``'s logs, a
+    supervisor's, a container's without ``PYTHONUNBUFFERED``), Python's stdout holds them in
+    an 8 KiB block: an activity's print showed up minutes late, after log lines written after
+    it, or never when the worker was killed."""
+    if isinstance(sys.stdout, io.TextIOWrapper) and not sys.stdout.line_buffering:
+        sys.stdout.reconfigure(line_buffering=True)
+
+
 def run(args: argparse.Namespace) -> int:
     starting = Starting.catch()  # a stop while it loads the app, migrates or connects: exit code 0
+    _line_buffered_stdout()  # before the app's import, which may print too
     settings = settings_from_args(WorkerSettings, args)
     app = load_app(settings.app)
     settings = replace(settings, database_url=database_url(settings.database_url, app))  # else the App's db_url

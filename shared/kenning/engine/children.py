@@ -18,6 +18,7 @@ from kenning.core.records import HistoryRecord
 from kenning.engine.commands import StartChild, WaitChild
 from kenning.errors import ChildStartRefused
 from kenning.observability import tracing
+from kenning.starting import prepare_start  # the one start path
 
 if TYPE_CHECKING:
     from kenning.engine.run import WorkflowRun
@@ -36,8 +37,6 @@ async def start_child(
     run: WorkflowRun, workflow: Workflow[Any], arguments: dict[str, Any], options: ChildOptions
 ) -> tuple[str, str]:
     """(child id, start step id): the recorded ones on replay, else a new child's."""
-    from kenning.starting import prepare_start  # the one start path; imported late (it imports storage)
-
     step_name = f"{START_STEP}:{workflow.name}"
     step_id = run.cursor.next_step_id(step_name)
     record = run.cursor.take(step_id, step_name)

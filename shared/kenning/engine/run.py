@@ -74,6 +74,7 @@ from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
 from kenning.registry import qualified_name
 from kenning.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from kenning.starting import prepare_start
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -337,8 +338,6 @@ class WorkflowRun:
         (checked as a start's) to the next one; ``run()`` makes it (``_continue``)."""
         if current_step.get() is not None:
             raise RuntimeError("continue_as_new belongs in workflow code, not in an activity or compensation")
-        from kenning.starting import prepare_start  # the one input check; imported late (it imports storage)
-
         # history fully replayed (else the code diverged), no cancel requested (it wins)
         await self.barrier.wait(lambda: self.cursor.new_step_error("continue_as_new", "continue_as_new"))
         self.raise_if_cancelled()

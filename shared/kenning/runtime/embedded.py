@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import pwd
 import socket
+import subprocess
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,6 +25,7 @@ from sqlalchemy.engine import make_url
 
 from kenning.errors import ConfigurationError
 from kenning.runtime import pgwatchdog
+from kenning.runtime.executables import find_executable
 
 _log = structlog.get_logger("kenning.embedded")
 
@@ -100,7 +103,26 @@ def ensure_system_user(name: str = WHEEL_SYSTEM_USER) -> None:
     lock_path = Path(tempfile.gettempdir()) / "kenning-system-user.lock"
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        _add_user(name)
         wheel.utils.ensure_user_exists(name)
+
+
+def _add_user(name: str) -> None:
+    """``useradd`` ``name`` unless it exists. The wheel runs a bare ``useradd``, which a
+    ``PATH`` without ``/usr/sbin`` (``env -i``, cron, a container's) does not find; found here
+    in the ``sbin`` folders too, the wheel then finds the user made."""
+    try:
+        pwd.getpwnam(name)
+        return
+    except KeyError:
+        pass
+    useradd = find_executable("useradd")
+    if useradd is None:
+        raise ConfigurationError(
+            f"the embedded PostgreSQL runs as system user {name!r} when started by root, and useradd "
+            "was found neither on PATH nor in /usr/sbin or /sbin: make the user, or set KENNING_DATABASE_URL"
+        )
+    subprocess.run([useradd, "-s", "/bin/bash", name], check=True, capture_output=True, text=True)
 
 
 @contextlib.contextmanager
