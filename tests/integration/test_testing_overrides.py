@@ -168,3 +168,23 @@ async def test_a_faked_activity_keeps_its_retry_policy_unless_the_fake_declares_
     once = await env.start(checkout, amount=6)
     assert await once.status() == "failed"
     assert len(attempts) == 1  # the fake's own policy: no retry
+
+
+async def test_a_faked_compensation_is_called_as_the_real_one_would_be(env: WorkflowEnvironment) -> None:
+    RELEASED.clear()
+    faked: list[dict[str, Any]] = []
+    expect_log("instance.failed")
+
+    async def fake_hold(ctx: WorkflowContext, amount: int) -> dict[str, str]:
+        return {"reference": "held"}
+
+    async def fake_refund(ctx, **named):  # type: ignore[no-untyped-def]  # takes what the real one takes
+        faked.append(named)
+
+    env.override(hold, fake_hold)
+    env.override(refund, fake_refund)
+    handle = await env.start(held, amount=4)
+    await env.send_event("override.go", {})
+    assert await handle.status() == "failed"
+    assert faked == [{"amount": 4, "reference": "held"}]  # the real refund's parameters, no more
+    assert RELEASED == []
