@@ -207,7 +207,40 @@ async def test_a_cancelled_parent_cancels_its_children_and_abandons_the_others(
         assert undone[f"undo:child{_n(sql, str(child_id))} {child_id}"] == (1 if policy == "cancel" else 0), child_id
         assert (status == "cancelled") == (policy == "cancel")
     await _inbox_drained(sql)
+    # the cancelled children's ends reached a parent that no longer waits: no false alarm
+    assert _child_ends_without_receiver(sql, parent) == []
     check_invariants(sql)
+
+
+def _child_ends_without_receiver(sql: Sql, parent_id: str) -> list[tuple[object, ...]]:
+    """The ends of ``parent_id``'s children the inbox marked "no receiver" (counted in
+    kenning_events_no_receiver_total and logged as a warning with them)."""
+    return sql.execute(
+        "SELECT x.event_id, x.status FROM kenning_inbox AS x JOIN kenning_instances AS c ON c.id = x.event_id "
+        "WHERE x.source = 'kenning.children' AND x.event_type = 'kenning.child.finished' AND c.parent_id = %s "
+        "AND x.no_receiver",
+        (parent_id,),
+    ).fetchall()
+
+
+async def test_children_ending_before_their_parent_waits_are_no_events_without_a_receiver(
+    shared: Shared, shared_database: Database, shared_sql: Sql
+) -> None:
+    # fan-out: the parent waits for its first child while the others end; it takes each
+    # later child's end when it comes to it (after that child finished), and none of those
+    # ends is the "no receiver" meant to catch a misspelled event type (issue 38, item 3)
+    async with Client(database=shared_database) as client:
+        parent = (await client.start("fan_out_children", count=8)).instance_id
+        assert await client.result(parent, timeout=60) == sum(n * n for n in range(1, 9))
+    await _inbox_drained(shared_sql)
+    told = shared_sql.execute(
+        "SELECT count(*) FROM kenning_inbox AS x JOIN kenning_instances AS c ON c.id = x.event_id "
+        "WHERE x.source = 'kenning.children' AND c.parent_id = %s AND x.status = 'processed'",
+        (parent,),
+    ).fetchone()
+    assert told is not None and told[0] == 8  # every child's end was told, and processed
+    assert _child_ends_without_receiver(shared_sql, parent) == []
+    check_invariants(shared_sql)
 
 
 def _n(sql: Sql, instance_id: str) -> int:

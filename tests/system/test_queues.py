@@ -10,6 +10,7 @@ import asyncio
 import inspect
 import json
 import time
+from pathlib import Path
 
 import psutil
 import psycopg
@@ -24,7 +25,15 @@ from kenning.storage import instances as instances_sql
 from kenning.storage import progress as progress_sql
 from kenning.storage import queues as queues_sql
 from tests.invariants import queue_concurrency, queue_rate
-from tests.support import ProcessPool, check_invariants, eventually, kenning_command, running_worker, workers_started
+from tests.support import (
+    ProcessPool,
+    check_invariants,
+    eventually,
+    executions,
+    kenning_command,
+    running_worker,
+    workers_started,
+)
 
 APP = "tests.apps.queues"
 Sql = psycopg.Connection[tuple[object, ...]]
@@ -164,6 +173,72 @@ async def test_a_paused_queue_is_not_claimed_until_resumed_and_listed(
     assert unknown.returncode == 2 and unknown.stderr.strip().count("\n") == 0
     assert "no queue 'no-such-queue'" in unknown.stderr
     check_invariants(sql)
+
+
+async def test_a_cancel_on_a_full_queue_runs_its_compensations_without_waiting_for_a_slot(
+    database: Database,
+    database_url: str,
+    sql: Sql,
+    processes: ProcessPool,
+    side_channel: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # issue 38, item 4: the queue's one slot is held by an occupant that runs until the
+    # test lets it go; the instance cancelled meanwhile is compensated before that, outside
+    # the limit, and the occupant then finishes as it would have
+    gate = tmp_path / "gate"
+    gate.touch()
+    monkeypatch.setenv("QUEUE_TEST_GATE", str(gate))
+    workers = _workers(processes, database_url, side_channel, 1)
+    await workers_started(processes, workers)
+    async with Client(database=database) as client:
+        waiting = (await client.start(queues_app.reserve_then_wait, n=1)).instance_id
+        await eventually(
+            lambda: _status(sql, waiting) == "waiting_for_event", timeout=30, message="reserved and waiting"
+        )
+        occupant = (await client.start(queues_app.occupant)).instance_id
+        await eventually(
+            lambda: executions(side_channel)[f"occupy start {occupant}"] == 1, timeout=30, message="slot taken"
+        )
+        assert await client.cancel(waiting)
+        await eventually(lambda: _status(sql, waiting) == "cancelled", timeout=30, message="cancel compensated")
+        # the queue was full the whole time: its one slot is still the occupant's
+        assert _status(sql, occupant) == "running"
+        assert executions(side_channel)[f"occupy end {occupant}"] == 0
+        assert executions(side_channel)[f"unreserve {waiting} gate=True"] == 1
+        gate.unlink()
+        assert await asyncio.wait_for(client.result(occupant), 30) == "done"
+    kinds = [
+        str(row[0])
+        for row in sql.execute("SELECT kind FROM kenning_history WHERE instance_id = %s ORDER BY seq", (waiting,))
+    ]
+    assert kinds[-1] == "CompensationExecuted", kinds
+    check_invariants(sql)
+
+
+def _status(sql: Sql, instance_id: str) -> object:
+    row = sql.execute("SELECT status FROM kenning_instances WHERE id = %s", (instance_id,)).fetchone()
+    return None if row is None else row[0]
+
+
+def test_the_claim_finds_cancelled_queued_instances_without_reading_a_backlog(sql: Sql) -> None:
+    sql.execute(
+        "INSERT INTO kenning_instances (id, workflow_name, source_hash, input, available_at, queue_name, "
+        "partition_key) SELECT 'q-' || g, 'wf', 'h', '{}', now(), 'backlog', 'k' || (g % 100) "
+        "FROM generate_series(1, 5000) AS g"
+    )
+    sql.execute("UPDATE kenning_instances SET cancel_requested = true WHERE id = 'q-7'")
+    sql.execute("ANALYZE kenning_instances")
+    statement = claims_sql._claim_statement(claims_sql.DEFAULT_MAX_RUNS, True)
+    params = {"owner": "w", "names": ["wf"], "limit": 10, "lease_seconds": 30, "now": None}
+    with psycopg.ClientCursor(sql) as cursor:
+        cursor.execute("EXPLAIN " + statement.sql, params)
+        plan = "\n".join(str(row[0]) for row in cursor.fetchall())
+    assert "kenning_instances_queued_cancelled" in plan, plan
+    assert "kenning_instances_queued " not in plan, plan
+    claimed = sql.execute(statement.sql, params).fetchall()
+    assert [row[0] for row in claimed if row[0] is not None] == ["q-7"]  # outside the queue's claim
 
 
 def test_a_workflow_parameter_named_like_a_start_option_is_refused_at_decoration() -> None:

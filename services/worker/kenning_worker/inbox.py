@@ -33,6 +33,8 @@ import structlog
 
 from kenning.app import App
 from kenning.clients.starts import start_on
+from kenning.core.names import CHILD_EVENT_SOURCE, CHILD_EVENT_TYPE
+from kenning.core.records import StoredEvent
 from kenning.db import Database, Executor, executor_of
 from kenning.db.errors import sqlstate
 from kenning.errors import TerminalError
@@ -147,6 +149,15 @@ def batched_start(wf: Workflow[Any], batch: Batch, event_data: Any, data: dict[s
         raise InvalidInputError(str(error)) from None
     start = prepare_start(wf, {BATCH_PARAMETER: [event_data]}, own_ids=True)
     return dataclasses.replace(start, batch=BatchedEvent(key, batch.max_size, batch.max_wait, seq, event_data))
+
+
+def _is_child_end(stored: StoredEvent) -> bool:
+    """A child's end told to its parent (kenning/storage/children.py::tell_parents). Its
+    receiver is the parent, which takes it from the inbox if it waits for that child, else
+    from the child's row when it comes to wait (child_wait_or_suspend); a parent that waits
+    for another child first (fan-out) or has ended takes nothing now, and that is no
+    "no receiver": that signal is for events of a type nothing declares (a misspelling)."""
+    return stored.event_type == CHILD_EVENT_TYPE and stored.source == CHILD_EVENT_SOURCE
 
 
 def _takes_session(handler: Callable[..., Any]) -> bool:
@@ -462,7 +473,7 @@ class InboxProcessor:
             )
         received.extend(_Received(d.instance_id, stored.event_type, event.data) for d in deliveries)
         log.debug("event.processed", handlers=len(handlers), delivered=len(deliveries), attempts=row.attempts)
-        return bool(handlers or self.starters.get(stored.event_type) or deliveries)
+        return bool(handlers or self.starters.get(stored.event_type) or deliveries or _is_child_end(stored))
 
     async def _call_handler(
         self, user: AsyncConnection | None, handler: Callable[..., Any], event: ReceivedEvent

@@ -14,7 +14,10 @@ end, and is told of it; a parent's end cancels the children it leaves unfinished
   invariant 3): no row of another instance is locked by the finishing statement, so a
   group commit ending a child never waits for, or deadlocks with, its parent's writes.
   For an ended parent it inserts a cancellation request for each unfinished child whose
-  policy is ``cancel``.
+  policy is ``cancel``. The event is inserted whether or not the parent waits for that
+  child now (reading that would lock or race the parent's rows); one that reaches no
+  waiting parent is not "no receiver" (the worker's inbox loop leaves it unmarked): the
+  parent takes the child's end from its row when it comes to wait.
 """
 
 from __future__ import annotations

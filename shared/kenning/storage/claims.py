@@ -155,15 +155,25 @@ def claim_parts(max_runs: int, take_suspect: bool) -> ClaimParts:
     return ClaimParts(chosen, lease_filter, park, set_clause, returning)
 
 
+# Queued instances asked to cancel (index kenning_instances_queued_cancelled, migration
+# 0028): the plain claim takes them, outside their queue's limits.
+_QUEUED_CANCELLED = """status IN ('pending', 'running', 'compensating') AND queue_name IS NOT NULL
+          AND cancel_requested"""
+
+
 @functools.cache
 def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
     """The claim of instances in no queue: ``claim_parts`` around the claimable index's
-    range, which leaves queued instances out (their queue's claim takes them)."""
+    range, which leaves queued instances out (their queue's claim takes them), and the
+    queued instances asked to cancel: their compensations run outside the queue's limits
+    (no slot, no rate, no pause), so a cancel never waits for a full queue to drain
+    (docs/architecture.md, Queues). They are rare: a second, small index range."""
     parts = claim_parts(max_runs, take_suspect)
+    columns = f"id, {takeover_columns('kenning_instances')}, runs_without_progress, claimed_at, available_at"
     return statement(
         f"""
-    WITH candidates AS (
-        SELECT id, {takeover_columns("kenning_instances")}, runs_without_progress, claimed_at, available_at
+    WITH plain AS (
+        SELECT {columns}
         FROM kenning_instances
         WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
           AND available_at <= {NOW}
@@ -172,6 +182,21 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
         ORDER BY available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
+    ), cancelled AS (
+        SELECT {columns}
+        FROM kenning_instances
+        WHERE {_QUEUED_CANCELLED}
+          AND available_at <= {NOW}
+          AND workflow_name = ANY(:names)
+          {parts.lease_filter}
+        ORDER BY available_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ), candidates AS (
+        -- a cancel first: it is what an operator waits for; the claim's limit holds for both
+        SELECT * FROM (SELECT *, 0 AS turn FROM cancelled UNION ALL SELECT *, 1 AS turn FROM plain) AS both_ranges
+        ORDER BY turn, available_at
+        LIMIT :limit
     ), chosen AS MATERIALIZED (
         -- materialized: each row's count is computed once, not once per column using it
         {parts.chosen}
@@ -197,10 +222,15 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
            NULL AS lease_token, NULL AS run_count, NULL AS attempts, NULL AS suspect, NULL AS taken_over,
            NULL AS park,
            NULL AS runs_without_progress, NULL AS trace_context,
-           (SELECT CAST(extract(epoch FROM min(available_at) - {NOW}) AS float8)
-            FROM kenning_instances
-            WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
-              AND workflow_name = ANY(:names) AND id NOT IN (SELECT c.id FROM claimed AS c))
+           (SELECT CAST(extract(epoch FROM least(
+                (SELECT min(available_at) FROM kenning_instances
+                 WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
+                   AND workflow_name = ANY(:names) AND id NOT IN (SELECT c.id FROM claimed AS c)),
+                -- a cancelled instance's compensation retried after a back-off
+                (SELECT min(available_at) FROM kenning_instances
+                 WHERE {_QUEUED_CANCELLED}
+                   AND workflow_name = ANY(:names) AND id NOT IN (SELECT c.id FROM claimed AS c)))
+                - {NOW}) AS float8))
                AS seconds_until_next
     """
     )
