@@ -109,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the step to run again from: its number or step id as `kenning instances show` lists them",
     )
     fork.add_argument(
-        "--input", type=json_object, help="keyword arguments as a JSON object: replace the input the replay sees"
+        "--input", metavar="JSON", help="keyword arguments as a JSON object: replace the input the replay sees"
     )
     add_option(
         fork,
@@ -222,10 +222,16 @@ async def _run(args: argparse.Namespace) -> int:
 async def _fork(conn: Executor, args: argparse.Namespace, row: InstanceRow) -> int:
     """``fork``: the fork's id and what it kept; a step it does not have or an input its
     workflow refuses is the operator's mistake (exit 2)."""
-    if args.input is not None and args.app.strip():
-        load_app(args.app)  # its workflows register themselves: the input is checked against them
+    arguments = None
+    if args.input is not None:  # read here, not by argparse: a mistake is one line, not the usage
+        try:
+            arguments = json_object(args.input)
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"--input: {error}") from None
+        if args.app.strip():
+            load_app(args.app)  # its workflows register themselves: the input is checked against them
     try:
-        forked = await steering.fork(conn, row, steering.cli_who(), args.from_step, args.input, args.reason)
+        forked = await steering.fork(conn, row, steering.cli_who(), args.from_step, arguments, args.reason)
     except (ForkStepError, InvalidInputError) as error:
         raise UsageError(f"cannot fork {row.id}: {error}") from None
     if args.json:

@@ -170,3 +170,31 @@ _FORKS_OF = statement(
 async def forks_of(conn: Executor, instance_id: str, *, limit: int = 100) -> list[ForkRow]:
     """The forks made of an instance, oldest first (index ``kenning_instances_forked_from``)."""
     return [ForkRow(**row._asdict()) for row in await conn.execute(_FORKS_OF, {"id": instance_id, "limit": limit})]
+
+
+@dataclass(frozen=True)
+class ForkPoint:
+    """A record of an instance's history, numbered as ``kenning instances show`` numbers it."""
+
+    number: int
+    step_id: str
+    kind: str
+    step_name: str
+
+
+_FORK_POINTS = statement(
+    """
+    SELECT row_number() OVER (ORDER BY seq) AS number, step_id, kind, step_name
+    FROM kenning_history
+    WHERE instance_id = :id
+    ORDER BY seq
+    LIMIT :limit
+    """
+)
+
+
+async def fork_points(conn: Executor, instance_id: str, *, limit: int) -> list[ForkPoint]:
+    """The first ``limit`` records of an instance's history with their numbers, without
+    their payloads (the console's fork form offers them)."""
+    rows = await conn.execute(_FORK_POINTS, {"id": instance_id, "limit": limit})
+    return [ForkPoint(int(r.number), r.step_id, r.kind, r.step_name) for r in rows]
