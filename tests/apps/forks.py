@@ -21,6 +21,7 @@ from kenning import (
     on_failure,
     publish_value,
     receive,
+    subscribe,
     workflow,
     write_stream,
 )
@@ -83,3 +84,17 @@ async def rich(ctx: WorkflowContext, order: str, amount: int) -> dict[str, objec
     await write_stream(ctx, "log", f"charged {charged}")
     shipped = await ship(ctx, order)
     return {"paid": paid.data, "charged": charged, "shipped": shipped}
+
+
+@activity
+async def note(ctx: WorkflowContext, text: str) -> str:
+    record_execution(f"note {ctx.instance_id}")
+    return text
+
+
+@workflow(name="forks.listener")
+async def listener(ctx: WorkflowContext, channel: str) -> object:
+    """1 subscribe, 2 note, then the channel's first broadcast."""
+    await subscribe(ctx, channel)
+    await note(ctx, "subscribed")
+    return (await receive(ctx, channel)).data

@@ -166,3 +166,16 @@ async def test_a_step_it_does_not_have_or_an_input_its_workflow_refuses_makes_no
             await client.fork("no-such-instance", 1)
         assert _count(sql, "SELECT count(*) FROM kenning_instances WHERE forked_from = %s", original) == 0
         assert _count(sql, "SELECT count(*) FROM kenning_operator_actions WHERE target = %s", original) == 0
+
+
+async def test_a_fork_keeps_the_channel_subscriptions_of_its_kept_steps(database: Database, side_channel: str) -> None:
+    async with Client(database=database) as client, running_worker(database, forks.app):
+        original = (await client.start(forks.listener, channel="news")).instance_id
+        await _status_is(client, original, "waiting_for_message")
+        fork = await client.fork(original, 2)  # keeps the subscribe, runs note again
+        await _status_is(client, fork.fork_id, "waiting_for_message")
+        assert await client.publish("news", {"headline": "forked"}) == 2  # both are subscribed
+        assert await client.result(fork.fork_id, timeout=15) == {"headline": "forked"}
+        assert await client.result(original, timeout=15) == {"headline": "forked"}
+    ran = executions(side_channel)
+    assert ran[f"note {fork.fork_id}"] == 1 and ran[f"note {original}"] == 1

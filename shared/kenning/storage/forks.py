@@ -8,7 +8,8 @@ compensations those kept steps registered, the stream entries they wrote, and th
 drops is documented in docs/operations.md ("Forking an instance"); in short it keeps the
 workflow body's records before the step (a replay returns them, so those steps do not run
 again) and drops everything that belongs to the original's run rather than to its
-history: its waits, its mailbox, its published values, its compensation records.
+history: its waits, its mailbox, its published values, its compensation records. A kept
+``subscribe`` step subscribes the fork to its channel too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from kenning import codecs
 from kenning.core.names import (
     CHANNEL_INSTANCES,
+    CHANNEL_SUBSCRIBED,
     COMPENSATION_EXECUTED,
     COMPENSATION_FAILED,
     COMPENSATION_SKIPPED,
@@ -76,6 +78,14 @@ _INSTANCE_FORK = statement(
           AND (CASE WHEN starts_with(c.comp_id, :on_failure) THEN substr(c.comp_id, length(:on_failure) + 1)
                     ELSE c.comp_id END) IN (SELECT step_id FROM kept)
         RETURNING comp_id
+    ), subscribed AS (
+        -- a kept subscribe is not run again: the fork is subscribed as it would have been
+        INSERT INTO kenning_channel_subscriptions (channel, instance_id)
+        SELECT DISTINCT k.payload ->> 'channel', f.id
+        FROM kept AS k CROSS JOIN inserted AS f
+        WHERE k.kind = '{CHANNEL_SUBSCRIBED}' AND k.payload ->> 'channel' IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING 1
     ), cut AS (
         -- when the first record not kept was written: an entry or a close from workflow
         -- code (no step id) committed in an earlier transaction than it, so before it on
