@@ -21,6 +21,7 @@ from kenning import (
     on_failure,
     publish_value,
     receive,
+    start_child,
     subscribe,
     workflow,
     write_stream,
@@ -98,3 +99,17 @@ async def listener(ctx: WorkflowContext, channel: str) -> object:
     await subscribe(ctx, channel)
     await note(ctx, "subscribed")
     return (await receive(ctx, channel)).data
+
+
+@workflow(name="forks.child")
+async def child(ctx: WorkflowContext, n: int) -> int:
+    await note(ctx, f"child {n}")
+    return n * 10
+
+
+@workflow(name="forks.parent")
+async def parent(ctx: WorkflowContext, n: int) -> str:
+    """1 a child started, 2 its result, 3 ship (which fails until the fix)."""
+    handle = await start_child(ctx, child, n=n)
+    value = await handle.result()
+    return f"{value} {await ship(ctx, str(n))}"

@@ -21,6 +21,7 @@ from kenning.clients.forks import ForkStepError
 from kenning.db import Database
 from kenning.storage import actions as actions_sql
 from kenning.storage import history as history_sql
+from tests import invariants
 from tests.apps import forks
 from tests.logguard import expect_log
 from tests.sidechannel import executions
@@ -179,3 +180,31 @@ async def test_a_fork_keeps_the_channel_subscriptions_of_its_kept_steps(database
         assert await client.result(original, timeout=15) == {"headline": "forked"}
     ran = executions(side_channel)
     assert ran[f"note {fork.fork_id}"] == 1 and ran[f"note {original}"] == 1
+
+
+async def test_a_fork_keeps_the_children_its_kept_steps_started_without_starting_them_again(
+    database: Database, sql: Sql, side_channel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expect_log("instance.failed", workflow="forks.parent")
+    async with Client(database=database) as client:
+        async with running_worker(database, forks.app):
+            original = (await client.start(forks.parent, n=4)).instance_id
+            await _status_is(client, original, "failed")
+        (child_id,) = [
+            str(r[0]) for r in sql.execute("SELECT id FROM kenning_instances WHERE parent_id = %s", (original,))
+        ]
+        monkeypatch.setenv(forks.FIXED, "1")
+        # from step 2, the child's result: the ChildStarted record is kept, the child has
+        # ended, so the fork takes its result at once; from step 3, the result record too
+        from_result = await client.fork(original, 2)
+        from_ship = await client.fork(original, 3)
+        async with running_worker(database, forks.app):
+            assert await client.result(from_result.fork_id, timeout=15) == "40 shipped 4"
+            assert await client.result(from_ship.fork_id, timeout=15) == "40 shipped 4"
+        # no child started again: the one child is still the original's
+        children = sql.execute(
+            "SELECT id, parent_id FROM kenning_instances WHERE workflow_name = 'forks.child'"
+        ).fetchall()
+        assert [(str(c), str(p)) for c, p in children] == [(child_id, original)]
+        assert executions(side_channel)[f"note {child_id}"] == 1
+        invariants.children_once_per_step(sql)  # a fork's kept start names its original's child
