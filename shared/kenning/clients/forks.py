@@ -22,8 +22,8 @@ from kenning.errors import KenningError, WorkflowNotFoundError
 from kenning.registry import REGISTRY, Registry
 from kenning.starting import prepare_start, time_ordered_hex
 from kenning.storage import forks as forks_sql
-from kenning.storage import history as history_sql
 from kenning.storage.actions import OperatorAction
+from kenning.storage.forks import ForkPoint
 
 # a compensation's history record (kenning.engine.history's kinds and step ids, which this
 # floor does not import): the original's rollback, never kept
@@ -59,9 +59,9 @@ class Fork:
         return text
 
 
-def resolve_step(history: Sequence[Mapping[str, Any]], step: str | int) -> int:
+def resolve_step(history: Sequence[ForkPoint], step: str | int) -> int:
     """The number (from 1) of ``step``, a number or a step id, in ``history`` (oldest
-    first, as ``history_sql.history_shown`` reads it). ``ForkStepError`` names the problem."""
+    first, as ``forks_sql.fork_points`` reads it). ``ForkStepError`` names the problem."""
     count = len(history)
     if isinstance(step, int) or str(step).strip().isdigit():
         number = int(step)
@@ -69,26 +69,26 @@ def resolve_step(history: Sequence[Mapping[str, Any]], step: str | int) -> int:
             shown = f"1 to {count}" if count else "none: nothing is recorded yet"
             raise ForkStepError(f"step {number} is out of range: its history's steps are {shown}")
     else:
-        ids = [str(h["step_id"]) for h in history]
+        ids = [h.step_id for h in history]
         if step not in ids:
             raise ForkStepError(f"no step {step!r} in its history (kenning instances show lists them)")
         number = ids.index(str(step)) + 1
     record = history[number - 1]
-    if record["kind"] in _COMPENSATION_KINDS:
+    if record.kind in _COMPENSATION_KINDS:
         raise ForkStepError(
-            f"step {number} is a compensation's record ({record['step_id']}): fork from a step of the workflow body"
+            f"step {number} is a compensation's record ({record.step_id}): fork from a step of the workflow body"
         )
     return number
 
 
-def _undone(history: Sequence[Mapping[str, Any]], number: int) -> int:
+def _undone(history: Sequence[ForkPoint], number: int) -> int:
     """How many of the steps kept at ``number`` a compensation of the original undid."""
-    kept = {str(h["step_id"]) for h in history[: number - 1]}
+    kept = {h.step_id for h in history[: number - 1]}
     undone = 0
     for record in history:
-        if record["kind"] in (COMPENSATION_EXECUTED, COMPENSATION_SKIPPED):
-            comp_id = str(record["step_id"]).removeprefix(_COMPENSATION_STEP_PREFIX)
-            undone += comp_id.removeprefix(ON_FAILURE_PREFIX) in kept and record["kind"] == COMPENSATION_EXECUTED
+        if record.kind == COMPENSATION_EXECUTED:
+            comp_id = record.step_id.removeprefix(_COMPENSATION_STEP_PREFIX)
+            undone += comp_id.removeprefix(ON_FAILURE_PREFIX) in kept
     return undone
 
 
@@ -103,7 +103,7 @@ async def fork_instance(
     """Fork ``row`` at ``step``; ``arguments`` (keyword arguments) replace the input its
     replay sees, checked against the workflow's signature when this process knows it
     (``InvalidInputError``, as a start's). Call it in a transaction."""
-    history = await history_sql.history_shown(conn, row.id)
+    history = await forks_sql.fork_points(conn, row.id)  # numbers, ids and kinds: no payloads
     number = resolve_step(history, step)
     wf = registry.workflows.get(row.workflow_name)
     fork_id, input_json = f"{row.workflow_name}-{time_ordered_hex()}", None
@@ -124,7 +124,7 @@ async def fork_instance(
         fork_id=forked.fork_id,
         original_id=row.id,
         step=number,
-        step_id=str(history[number - 1]["step_id"]),
+        step_id=history[number - 1].step_id,
         kept=forked.steps,
         undone=_undone(history, number),
     )

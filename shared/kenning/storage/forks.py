@@ -203,8 +203,9 @@ _FORK_POINTS = statement(
 )
 
 
-async def fork_points(conn: Executor, instance_id: str, *, limit: int) -> list[ForkPoint]:
-    """The first ``limit`` records of an instance's history with their numbers, without
-    their payloads (the console's fork form offers them)."""
+async def fork_points(conn: Executor, instance_id: str, *, limit: int | None = None) -> list[ForkPoint]:
+    """The first ``limit`` records (None: all) of an instance's history with their
+    numbers, without their payloads: what a fork's step is resolved against, and what the
+    console's fork form offers."""
     rows = await conn.execute(_FORK_POINTS, {"id": instance_id, "limit": limit})
     return [ForkPoint(int(r.number), r.step_id, r.kind, r.step_name) for r in rows]
