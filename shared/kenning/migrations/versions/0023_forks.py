@@ -18,7 +18,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0023"
-down_revision = "0021"
+down_revision = "0028"
 branch_labels = None
 depends_on = None
 
