@@ -178,13 +178,21 @@ def mailboxes_consistent(sql: Sql) -> None:
 
 def children_once_per_step(sql: Sql) -> None:
     """Each ``start_child`` step names one child, whose row names that parent and step, and
-    every child is named by its parent's step (docs/architecture.md invariant 2)."""
+    every child is named by its parent's step (docs/architecture.md invariant 2). A fork
+    keeps its original's records, so a fork's kept step names a child of the instance it
+    was forked from (or of that one's original...): the child was not started again."""
     _fail_if(
         _rows(
             sql,
+            "WITH RECURSIVE lineage (id, ancestor) AS ("
+            "  SELECT id, id FROM kenning_instances"
+            "  UNION SELECT l.id, i.forked_from FROM lineage AS l JOIN kenning_instances AS i ON i.id = l.ancestor"
+            "  WHERE i.forked_from IS NOT NULL"
+            ") "
             "SELECT h.instance_id, h.step_id, h.payload ->> 'child_id' FROM kenning_history AS h "
             "LEFT JOIN kenning_instances AS c ON c.id = h.payload ->> 'child_id' "
-            "WHERE h.kind = 'ChildStarted' AND (c.id IS NULL OR c.parent_id IS DISTINCT FROM h.instance_id)",
+            "WHERE h.kind = 'ChildStarted' AND (c.id IS NULL OR NOT EXISTS ("
+            "  SELECT FROM lineage AS l WHERE l.id = h.instance_id AND l.ancestor = c.parent_id))",
         ),
         "start_child steps whose child is missing or not theirs (parent, step, child)",
     )

@@ -17,6 +17,7 @@ from typing_extensions import ParamSpec, TypeVar
 
 from kenning import codecs, serialization
 from kenning.app import database_url_of_apps, warn_unloaded_hooks
+from kenning.clients.forks import Fork, fork_action, fork_instance
 from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
 from kenning.clients.starts import Starter
 from kenning.clients.streams import StreamReaders
@@ -41,6 +42,8 @@ from kenning.registry import REGISTRY
 from kenning.starting import InvalidInputError as InvalidInputError  # re-exported: kenning.client's API
 from kenning.starting import StartedInstance as StartedInstance  # re-exported
 from kenning.starting import prepare_start
+from kenning.storage import actions as actions_sql
+from kenning.storage import forks as forks_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import messages as messages_sql
 from kenning.storage import published as published_sql
@@ -253,6 +256,43 @@ class Client:
         if outcome is None:
             raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
         return outcome[1]
+
+    async def fork(
+        self,
+        instance_id: str,
+        from_step: int | str,
+        *,
+        input: Mapping[str, Any] | None = None,
+        actor: str = "",
+    ) -> Fork:
+        """Fork an instance: a new instance whose history is this one's before
+        ``from_step`` (a step number as ``kenning instances show`` numbers its history, or
+        a step id), which then runs the workers' code from that step; the steps before it
+        do not run again. ``input`` (keyword arguments, checked as a start's when this
+        process knows the workflow) replaces the input the replay sees. The original is
+        left as it is; the two link to each other (``forked_from``, ``forks``). Recorded
+        in the operator action log (origin ``api``). Raises ``WorkflowNotFoundError``,
+        ``ForkStepError`` (no such step) or ``InvalidInputError``. Not retried while the
+        database is unavailable: a second attempt would make a second fork."""
+        checked_text("instance id", instance_id)
+        async with self.database.transaction() as conn:
+            row = await instances_sql.instance_get(conn, instance_id)
+            if row is None:
+                raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
+            forked = await fork_instance(conn, row, from_step, input)
+            await actions_sql.action_record(conn, fork_action(row, forked, "api", actor))
+        return forked
+
+    async def forks(self, instance_id: str) -> list[forks_sql.ForkRow]:
+        """The forks made of an instance, oldest first (its own ``forked_from`` says what
+        it was forked from)."""
+        checked_text("instance id", instance_id)
+
+        async def read() -> list[forks_sql.ForkRow]:
+            async with self.database.connection() as conn:
+                return await forks_sql.forks_of(conn, instance_id)
+
+        return await retried(read, "forks", retry_seconds=self.retry_seconds)
 
     async def send_message(self, instance_id: str, topic: str, data: Any = None, message_id: str | None = None) -> str:
         """Put ``data`` (JSON, or a pydantic model) into ``instance_id``'s ``topic`` mailbox,

@@ -18,6 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from kenning import serialization
+
+# ON_FAILURE_PREFIX: the comp_id prefix of compensations ``@on_failure`` registers (the
+# engine sets it): their stored kwargs are the activity's named arguments and result,
+# bound by name. Defined in core: a fork's statement reads it too (kenning/storage/forks.py).
+from kenning.core.names import ON_FAILURE_PREFIX as ON_FAILURE_PREFIX
 from kenning.errors import ConfigurationError, KenningError
 from kenning.registry import REGISTRY, qualified_name
 
@@ -27,10 +32,6 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 log = structlog.get_logger("kenning.compensation")
-
-# The comp_id prefix of compensations ``@on_failure`` registers (the engine sets it):
-# their stored kwargs are the activity's named arguments and result, bound by name.
-ON_FAILURE_PREFIX = "on_failure:"
 
 
 class CompensationFailedError(KenningError):

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import psutil
@@ -54,11 +54,13 @@ import psycopg
 import pytest
 import yaml
 
+from kenning import Client
 from kenning.db import Database
 from tests import logguard
+from tests.apps import forks
 from tests.logguard import expect_log
 from tests.relayer_support import insert_events
-from tests.support import REPO_ROOT, check_invariants, eventually, free_port
+from tests.support import REPO_ROOT, check_invariants, eventually, free_port, running_worker
 
 Sql = psycopg.Connection[tuple[object, ...]]
 DOCS = (
@@ -341,7 +343,15 @@ STEPS: dict[str, list[Step]] = {
     "docs/architecture.md": [],  # no commands: the design, read not run
     "docs/scaling.md": [],  # no commands: settings and figures
     "docs/mcp.md": [],  # no shell commands: an assistant's configuration, as JSON
-    "docs/operations.md": [],  # no shell commands: metrics, sweeps, deploy steps as yaml and text
+    "docs/operations.md": [
+        # ORDER-7: a forks.saga failed at its third step (seeded by the test below), no worker
+        Step("kenning instances show ORDER-7", shows(r"^3\s.*ActivityFailed\s+ship:1\s", r"^status\s+failed$")),
+        Step(
+            "kenning instances fork ORDER-7 --from-step 3",
+            shows(r"^ORDER-7: forked as forks\.saga-[0-9a-f]{32} from step 3 \(ship:1\): 2 earlier record\(s\) kept"),
+        ),
+        Step("kenning instances show ORDER-7", shows(r"^forked to forks\.saga-[0-9a-f]{32} at step 3 \(pending\)$")),
+    ],
     "docs/performance.md": [],  # no commands: the benchmark's figures and what they show
     "docs/amqp.md": [],  # no commands: URL forms, the binding, guarantees
     "docs/nats.md": [],  # no commands: URL forms, the binding, guarantees
@@ -804,6 +814,22 @@ async def test_the_console_page_runs_as_written(database_url: str, tmp_path: Pat
     ctx = Context(_scratch(tmp_path), database_url=database_url)
     env = _user_env(KENNING_DATABASE_URL=database_url, KENNING_CONSOLE_PORT=str(free_port()))
     await run_document("docs/console.md", ctx, env, preamble="source .venv/bin/activate")
+
+
+async def test_the_operations_page_runs_as_written(database: Database, database_url: str, tmp_path: Path) -> None:
+    """docs/operations.md's fork: ORDER-7, a saga failed at its third step on the code with
+    the bug (an in-process worker), shown, forked from step 3 and shown again."""
+    expect_log("instance.failed", workflow="forks.saga")
+    async with Client(database=database) as client, running_worker(database, forks.app):
+        await client.start(forks.saga, instance_id="ORDER-7", order="o-7", amount=40)
+
+        async def failed() -> bool:
+            return (await client.status("ORDER-7")).status == "failed"
+
+        await eventually(cast(Any, failed), timeout=20, message="ORDER-7 failed")
+    ctx = Context(_scratch(tmp_path), database_url=database_url)
+    env = _user_env(KENNING_DATABASE_URL=database_url)
+    await run_document("docs/operations.md", ctx, env, preamble="source .venv/bin/activate")
 
 
 async def test_the_relayer_page_runs_as_written(database: Database, database_url: str, tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ TOOLS = {
     "retry_instance",
     "terminate_instance",
     "skip_compensation",
+    "fork_instance",
     "bulk_action",
     "pause_schedule",
     "resume_schedule",
@@ -202,6 +203,7 @@ async def test_read_only_over_stdio_every_read_tool_and_refusals(
             ("retry_instance", {"instance_id": ids["failed"]}),
             ("terminate_instance", {"instance_id": ids["sleeping"], "reason": "no"}),
             ("skip_compensation", {"instance_id": ids["failed"], "reason": "no"}),
+            ("fork_instance", {"instance_id": ids["done"], "from_step": "2"}),
             ("bulk_action", {"action": "cancel", "workflow": "sleeper"}),
             ("pause_schedule", {"name": "nightly"}),
             ("resume_schedule", {"name": "nightly"}),
@@ -255,6 +257,17 @@ async def test_actions_over_stdio_are_logged_with_the_os_user(
         reused = {"action": "retry", "workflow": "saga", "dry_run": False, "confirm_token": dry["confirm_token"]}
         assert "unknown or expired" in await refused(session, "bulk_action", **reused)
 
+        # a fork of the completed three steps from its second: one record kept, runnable
+        assert "out of range" in await refused(session, "fork_instance", instance_id=ids["done"], from_step="9")
+        forked = await ok(session, "fork_instance", instance_id=ids["done"], from_step="step_two:1")
+        assert (forked["step"], forked["kept"], forked["instance_id"]) == (2, 1, ids["done"])
+        assert sql.execute(
+            "SELECT status, forked_from FROM kenning_instances WHERE id = %s", (forked["fork_id"],)
+        ).fetchone() == (
+            "pending",
+            ids["done"],
+        )
+
         assert (await ok(session, "pause_schedule", name="nightly", reason="freeze"))["paused"] is True
         assert (await ok(session, "resume_schedule", name="nightly"))["paused"] is False
         triggered = await ok(session, "trigger_schedule", name="nightly")
@@ -269,6 +282,7 @@ async def test_actions_over_stdio_are_logged_with_the_os_user(
         "skip-compensation",
         "terminate",
         "retry",
+        "fork",
         "schedule-pause",
         "schedule-resume",
         "schedule-trigger",

@@ -26,6 +26,7 @@ from kenning.core.records import INSTANCE_STATUSES
 from kenning.serialization import unstorable_reason
 from kenning.storage import console as console_sql
 from kenning.storage import flow as flow_sql
+from kenning.storage import forks as forks_sql
 from kenning.storage import published as published_sql
 from kenning.storage import runs as runs_sql
 from kenning.storage import streams as streams_sql
@@ -337,6 +338,7 @@ async def _read_page(conn: Any, instance_id: str, after: int | None) -> dict[str
             conn, instance_id, limit=SIDE_ROWS, bound=BOUNDS.bound, preview=BOUNDS.preview
         ),
         "streams": await streams_sql.streams_of(conn, instance_id, limit=SIDE_ROWS),
+        "forks": await forks_sql.forks_of(conn, instance_id, limit=SIDE_ROWS),  # kenning instances fork
     }
 
 
@@ -362,6 +364,7 @@ async def instance_page(request: Request) -> Response:
     streams = found.pop("streams")  # write_stream: shown live by the page's script
     runs = found.pop("runs")
     burst = found.pop("burst")
+    forks = found.pop("forks")
     items = timeline(**found)
     row = found["instance"]
     values = {name: shown(row, name, instance_id, name) for name in ("input", "result", "error")}
@@ -374,6 +377,7 @@ async def instance_page(request: Request) -> Response:
             "section": "instances",
             **found,
             "burst": burst,
+            "forks": forks,
             "timeline": items,
             "diagram": steps_svg(items),
             "error": _error(row),

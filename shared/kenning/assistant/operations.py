@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kenning.app import App
+from kenning.clients.forks import ForkStepError
 from kenning.commands import replay_check, steering, why
 from kenning.commands import schedules as schedules_command
 from kenning.commands.steering import Who
@@ -29,6 +30,7 @@ from kenning.core.published import check_key, search_text
 from kenning.core.records import INSTANCE_STATUSES, InstanceRow
 from kenning.db import Database, Executor
 from kenning.errors import UsageError, WorkflowNotFoundError
+from kenning.starting import InvalidInputError
 from kenning.storage import actions as actions_sql
 from kenning.storage import console as console_sql
 from kenning.storage import instances as instances_sql
@@ -283,6 +285,20 @@ class Operations:
             else:
                 outcome = await steering.skip_compensation(conn, row, who, str(reason), compensation or None)
         return {"instance_id": instance_id, "action": action, "done": outcome.done, "message": outcome.message}
+
+    async def fork(
+        self, instance_id: str, from_step: str, who: Who, *, arguments: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``kenning instances fork``: a new instance with this one's history before
+        ``from_step`` (a number or a step id), running today's code from it; recorded."""
+        self._allowed()
+        async with self.database.transaction() as conn:  # the fork and its record commit together
+            row = await self._instance(conn, instance_id)
+            try:
+                forked = await steering.fork(conn, row, who, from_step, arguments)
+            except (ForkStepError, InvalidInputError) as error:
+                raise UsageError(f"cannot fork {instance_id}: {error}") from None
+        return {**asdict(forked), "instance_id": instance_id, "message": forked.said()}
 
     async def bulk(
         self,

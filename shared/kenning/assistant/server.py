@@ -36,9 +36,9 @@ INSTRUCTIONS = (
     "(by status, workflow, search attributes in `where`, creation time), show_instance (history, waits, "
     "published values, streams, and `why`: what will move it on), list_workers, list_queues, list_schedules, "
     "list_actions (the operator action log) and replay_check. The action tools (cancel, retry, terminate, "
-    "skip a compensation, bulk actions, schedule pause/resume/trigger) work only when the server was started "
-    "with --allow-actions; a bulk action needs its dry run's confirm_token. Answers are JSON, bounded: a "
-    "`truncated` note says how to ask for the rest."
+    "skip a compensation, fork from a step, bulk actions, schedule pause/resume/trigger) work only when the "
+    "server was started with --allow-actions; a bulk action needs its dry run's confirm_token. Answers are "
+    "JSON, bounded: a `truncated` note says how to ask for the rest."
 )
 _READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _ACT = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
@@ -237,6 +237,26 @@ def build_server(ops: Operations, *, guarded: bool = False) -> MCPServer[Any]:
     ) -> dict[str, Any]:
         """Record a failing compensation as skipped so the saga goes on. Needs --allow-actions."""
         return await ops.act("skip-compensation", instance_id, who(ctx), reason=reason, compensation=compensation)
+
+    @server.tool(annotations=_ACT, structured_output=False)
+    @_tool("fork_instance")
+    async def fork_instance(
+        instance_id: InstanceId,
+        from_step: Annotated[
+            str,
+            Field(
+                min_length=1,
+                description="the step to run again from: its number in show_instance's history, or its step id",
+            ),
+        ],
+        ctx: Context[Any, Any],
+        input: Annotated[
+            dict[str, Any] | None, Field(description="keyword arguments in place of the original's input")
+        ] = None,
+    ) -> dict[str, Any]:
+        """A new instance with this one's history before from_step, running today's code from it: the
+        steps before it are not run again; the original is left as it is. Needs --allow-actions."""
+        return await ops.fork(instance_id, from_step, who(ctx), arguments=input)
 
     @server.tool(annotations=_ACT, structured_output=False)
     @_tool("bulk_action")

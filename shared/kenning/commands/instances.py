@@ -1,4 +1,4 @@
-"""``kenning instances list|show|cancel|retry``: look at and steer workflow instances."""
+"""``kenning instances list|show|cancel|retry|terminate|fork``: look at and steer workflow instances."""
 
 from __future__ import annotations
 
@@ -9,18 +9,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kenning import codecs
+from kenning.clients.forks import ForkStepError
 from kenning.commands import steering
 from kenning.commands.output import emit, emit_json, table
+from kenning.commands.start import json_object
 from kenning.commands.steering import BATCH_SIZE
 from kenning.core.names import COMPENSATION_EXECUTED, COMPENSATION_FAILED, COMPENSATION_SKIPPED
 from kenning.core.published import parse_search_pair
 from kenning.core.records import INSTANCE_STATUSES, InstanceRow
 from kenning.db import Database, Executor, connect
 from kenning.errors import UsageError, WorkflowNotFoundError
-from kenning.runtime.config import add_database_options, add_logging_options, positive_int
+from kenning.runtime.appload import load_app
+from kenning.runtime.config import add_database_options, add_logging_options, add_option, positive_int
+from kenning.starting import InvalidInputError
 from kenning.storage import children as children_sql
 from kenning.storage import claims as claims_sql
 from kenning.storage import definitions as definitions_sql
+from kenning.storage import forks as forks_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import progress as progress_sql
@@ -28,7 +33,10 @@ from kenning.storage import published as published_sql
 from kenning.storage import runs as runs_sql
 from kenning.storage.children import ChildRow
 
-HELP = "list, show, cancel, retry and terminate workflow instances, one or by filter; skip a compensation"
+HELP = (
+    "list, show, cancel, retry and terminate workflow instances, one or by filter; skip a compensation; "
+    "fork one from a step"
+)
 
 # cancel, retry and terminate: one instance by id, or every instance a filter selects
 BULK_ACTIONS = {
@@ -89,6 +97,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     skip.add_argument("--compensation", metavar="COMP_ID", help="which one (default: the one failing)")
     skip.add_argument("--reason", required=True, help="why: recorded in the history and the action log")
     subs.append(skip)
+    fork = actions.add_parser(
+        "fork",
+        help="a new instance with this one's history before STEP, running today's code from STEP",
+    )
+    fork.add_argument("instance_id")
+    fork.add_argument(
+        "--from-step",
+        required=True,
+        metavar="STEP",
+        help="the step to run again from: its number or step id as `kenning instances show` lists them",
+    )
+    fork.add_argument(
+        "--input", metavar="JSON", help="keyword arguments as a JSON object: replace the input the replay sees"
+    )
+    add_option(
+        fork,
+        "--app",
+        default="",
+        help="optional: modules defining workflows, to check --input against the workflow",
+    )
+    fork.add_argument("--reason", help="why: recorded in the action log")
+    subs.append(fork)
     for sub in subs:
         sub.add_argument("--json", action="store_true", help="machine-readable output")
         add_database_options(sub)
@@ -156,6 +186,8 @@ async def _run(args: argparse.Namespace) -> int:
             row = await instances_sql.instance_get(conn, args.instance_id)
             if row is None:
                 raise WorkflowNotFoundError(f"no workflow instance {args.instance_id!r}")
+            if args.action == "fork":
+                return await _fork(conn, args, row)
             if args.action == "show":
                 history = await history_sql.history_shown(conn, row.id)
                 compensations = (await history_sql.compensations_load(conn, [row.id])).get(row.id, [])
@@ -166,6 +198,7 @@ async def _run(args: argparse.Namespace) -> int:
                 shown["values"] = {v.key: v.value for v in await published_sql.values_of(conn, row.id)}
                 shown["parent_id"] = None if parent is None else parent[0]
                 shown["chain"] = [asdict(r) for r in await runs_sql.runs_list(conn, row.id)]
+                shown["forks"] = [asdict(f) for f in await forks_sql.forks_of(conn, row.id)]
                 _show(args, shown, history, [asdict(c) for c in compensations], children)
                 known = row.status != "pending" or await definitions_sql.definition_known(conn, row.workflow_name)
                 if not known and not args.json:
@@ -184,6 +217,28 @@ async def _run(args: argparse.Namespace) -> int:
             return 0 if outcome.done else 1
     finally:
         await database.dispose()
+
+
+async def _fork(conn: Executor, args: argparse.Namespace, row: InstanceRow) -> int:
+    """``fork``: the fork's id and what it kept; a step it does not have or an input its
+    workflow refuses is the operator's mistake (exit 2)."""
+    arguments = None
+    if args.input is not None:  # read here, not by argparse: a mistake is one line, not the usage
+        try:
+            arguments = json_object(args.input)
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"--input: {error}") from None
+        if args.app.strip():
+            load_app(args.app)  # its workflows register themselves: the input is checked against them
+    try:
+        forked = await steering.fork(conn, row, steering.cli_who(), args.from_step, arguments, args.reason)
+    except (ForkStepError, InvalidInputError) as error:
+        raise UsageError(f"cannot fork {row.id}: {error}") from None
+    if args.json:
+        emit_json({"instance_id": row.id, **asdict(forked), "message": forked.said()})
+    else:
+        emit(f"{row.id}: {forked.said()}")
+    return 0
 
 
 async def _list(conn: Executor, args: argparse.Namespace) -> list[InstanceRow]:
@@ -247,6 +302,7 @@ def _show(
                 ("finished", row["finished_at"]),
                 ("lease owner", row["lease_owner"]),
                 ("parent", row["parent_id"]),
+                ("forked from", _forked_from(row)),
             ],
         )
     )
@@ -256,10 +312,10 @@ def _show(
     emit("")
     emit(
         table(
-            ["time", "kind", "step", "name", "attempts", "took"],
+            ["#", "time", "kind", "step", "name", "attempts", "took"],
             [
-                (h["created_at"], h["kind"], h["step_id"], h["step_name"], h["attempts"], _took(h["run_seconds"]))
-                for h in history
+                (n, h["created_at"], h["kind"], h["step_id"], h["step_name"], h["attempts"], _took(h["run_seconds"]))
+                for n, h in enumerate(history, start=1)  # the numbers kenning instances fork --from-step takes
             ],
         )
         if history
@@ -284,6 +340,8 @@ def _show(
                 [(c.id, c.workflow_name, c.status, c.parent_step, c.on_parent_cancel) for c in children],
             )
         )
+    for fork in row["forks"]:  # kenning instances fork: the instances made from this one
+        emit(f"forked to {fork['id']} at step {fork['step']} ({fork['status']})")
     if compensations:
         emit("")
         emit(
@@ -296,6 +354,11 @@ def _show(
             if c["error"]:
                 said = "was" if c["outcome"] == "skipped" else "failed:"
                 emit(f"compensation #{c['position']} {c['function_name']} {said} {c['error']}")
+
+
+def _forked_from(row: dict[str, Any]) -> str | None:
+    """A fork's original and the step it was forked at."""
+    return None if row["forked_from"] is None else f"{row['forked_from']} at step {row['forked_from_step']}"
 
 
 def _took(seconds: float | None) -> str | None:

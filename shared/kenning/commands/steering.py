@@ -1,5 +1,5 @@
 """The operator's actions on instances, one place for the CLI and the console: cancel,
-retry, terminate, skip a compensation, each on one instance or by filter in batches, and
+retry, terminate, skip a compensation, fork, each on one instance or by filter in batches, and
 each recorded in the operator action log (``kenning_operator_actions``) in the
 transaction that does it, with where it came from.
 
@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from kenning.clients.forks import Fork, fork_action, fork_instance
 from kenning.core.records import InstanceRow
 from kenning.db import Database, Executor
 from kenning.errors import UsageError
@@ -200,6 +201,32 @@ async def skip_compensation(
             outcome = Outcome(True, f"compensation {chosen} skipped; the saga goes on past it")
     await _record(conn, who, "skip-compensation", row, outcome, reason=reason, compensation=chosen)
     return outcome
+
+
+async def fork(
+    conn: Executor,
+    row: InstanceRow,
+    who: Who,
+    step: str | int,
+    arguments: dict[str, Any] | None = None,
+    reason: str | None = None,
+) -> Fork:
+    """Fork one instance at ``step`` (``kenning.clients.forks``), recorded. A step it
+    does not have raises ``ForkStepError``, an input its workflow refuses
+    ``InvalidInputError``: nothing was done, so nothing is recorded."""
+    forked = await fork_instance(conn, row, step, arguments)
+    await actions_sql.action_record(conn, fork_action(row, forked, who.origin, who.actor, reason))
+    _log.info(
+        "operator.action",
+        action="fork",
+        origin=who.origin,
+        actor=who.actor,
+        instance_id=row.id,
+        fork_id=forked.fork_id,
+        step=forked.step,
+        done=True,
+    )
+    return forked
 
 
 def bulk_filter(

@@ -139,3 +139,8 @@ def env_name(flag: str, process: str = "") -> str:
     ``KENNING_RELAYER_BATCH_SIZE``."""
     name = f"{process}-{flag.lstrip('-')}" if process else flag.lstrip("-")
     return "KENNING_" + name.replace("-", "_").upper()
+
+
+# The comp_id prefix of compensations ``@on_failure`` registers (kenning/compensation.py);
+# a fork keeps those a kept activity registered (kenning/storage/forks.py).
+ON_FAILURE_PREFIX = "on_failure:"

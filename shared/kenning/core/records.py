@@ -87,6 +87,8 @@ class InstanceRow:
     idempotency_key: str | None = None
     runs_without_progress: int = 0  # consecutive runs that died without a step (crash loop)
     run: int = 1  # continue_as_new: the run of its chain in progress (or the last)
+    forked_from: str | None = None  # a fork's original (kenning instances fork)
+    forked_from_step: int | None = None  # the original's step it was forked at, numbered from 1
 
 
 # Every status an instance can have (the table's CHECK, migrations 0001 and 0005), in

@@ -74,6 +74,8 @@ instances = Table(
     Column("on_parent_cancel", Text),
     _ts("deadline_at"),  # migration 0010: when its workflow timeout runs out (storage/deadlines.py)
     Column("run", Integer, nullable=False),  # migration 0011: continue_as_new's run in progress (storage/runs.py)
+    Column("forked_from", Text),  # migration 0023: the instance it was forked from (storage/forks.py)
+    Column("forked_from_step", Integer),  # migration 0023: the original's step it was forked at
 )
 
 instance_runs = Table(
