@@ -190,11 +190,31 @@ def bind_arguments(func: Callable[..., Any], data: dict[str, Any]) -> dict[str, 
         only = params[0]
         hint = hints.get(only.name)
         if isinstance(hint, type) and issubclass(hint, pydantic.BaseModel) and only.name not in data:
-            return {only.name: hint.model_validate(data)}
+            try:
+                return {only.name: hint.model_validate(data)}
+            except pydantic.ValidationError as error:
+                raise InputValidationError(one_line(error)) from None
     bound: dict[str, Any] = {}
     for key, value in data.items():
-        bound[key] = from_json(value, hints.get(key, Any))
+        try:
+            bound[key] = from_json(value, hints.get(key, Any))
+        except pydantic.ValidationError as error:
+            raise InputValidationError(one_line(error, key)) from None
     return bound
+
+
+class InputValidationError(ValueError):
+    """Arguments that do not validate as their parameters' types, in one line naming each
+    bad field (pydantic's own message spreads them over lines a CLI's error shows the first of)."""
+
+
+def one_line(error: pydantic.ValidationError, parameter: str | None = None) -> str:
+    """``error``'s problems as ``path: message; ...``, each path led by ``parameter``."""
+    problems = []
+    for problem in error.errors(include_url=False):
+        path = ".".join(str(part) for part in ((parameter,) if parameter else ()) + tuple(problem["loc"]))
+        problems.append(f"{path or parameter or 'input'}: {problem['msg']}")
+    return "; ".join(problems)
 
 
 def encode_error(error: BaseException) -> dict[str, Any]:

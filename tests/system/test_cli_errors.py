@@ -41,6 +41,17 @@ def test_input_that_does_not_fit_the_workflow_is_one_line(database_url: str) -> 
     assert "value" in line  # names the missing argument
 
 
+def test_a_model_that_does_not_validate_names_each_bad_field_in_one_line(database_url: str) -> None:
+    """Pydantic's message is one line per field under a count ("2 validation errors for
+    Order"), of which the CLI showed the count only: every field is named on one line."""
+    data = json.dumps({"order": {"order_id": 5, "items": [{"sku": "a", "qty": "many"}]}})
+    wrong = kenning("start", "typed", "--app", APP, "--input", data, url=database_url)
+    line = one_error_line(wrong)
+    assert line.startswith("kenning start: invalid input for workflow 'typed': order.order_id: "), line
+    assert "order.items.0.qty: Input should be a valid integer" in line, line
+    assert "validation error" not in line, line
+
+
 def test_an_unexpected_error_is_one_line_with_a_hint_and_the_traceback_at_debug(
     database_url: str, tmp_path: Path
 ) -> None:

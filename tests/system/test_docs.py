@@ -759,6 +759,7 @@ async def run_document(doc: str, ctx: Context, env: dict[str, str], *, preamble:
         if terminal is not None:  # Ctrl-C in the first terminal
             assert terminal.ctrl_c() == 0, terminal.output()
             await eventually(lambda: not terminal.group(), timeout=30, message=f"{doc}: every process stopped")
+            check_up_output_shown(doc, terminal.stdout_path.read_text())
     finally:
         await shell.close()
         if terminal is not None:
@@ -766,6 +767,44 @@ async def run_document(doc: str, ctx: Context, env: dict[str, str], *, preamble:
         if ctx.sql is not None:
             ctx.sql.close()
             ctx.sql = None
+
+
+def _up_lines(text: str) -> list[tuple[str, str]]:
+    """``kenning up: LABEL  rest`` lines as (label, rest); a continued line's label is ""."""
+    found = []
+    for line in text.splitlines():
+        if line.startswith("kenning up: "):
+            body = line.removeprefix("kenning up: ")
+            label = "" if body.startswith(" ") else body.split()[0]
+            found.append((label, body[len(label) :].strip()))
+    return found
+
+
+def _said(lines: list[tuple[str, str]], pattern: str) -> list[str]:
+    return [m[1] for _, rest in lines if (m := re.search(pattern, rest))]
+
+
+def check_up_output_shown(doc: str, real: str) -> None:
+    """What ``doc`` shows ``kenning up`` printing at start and at Ctrl-C is what it printed:
+    the same lines (pids, paths and ports aside), the schema revision and the count of
+    processes. The quick start showed "revision 0001" and "6 processes" while up printed
+    the current revision and started seven (the console), and it showed no console line."""
+    shown = [_up_lines(b.body) for b in blocks(doc) if b.language == "text" and "kenning up: " in b.body]
+    started = next((lines for lines in shown if _said(lines, r"^all (\d+) processes ready")), None)
+    stopped = next((lines for lines in shown if ("stopping", "") in lines), None)
+    if started is None and stopped is None:
+        return
+    lines = _up_lines(real)
+    if started is not None:
+        first_try = next(n for n, (label, _) in enumerate(lines) if label == "try")
+        ends = first_try + 1 + sum(1 for label, _ in itertools.takewhile(lambda x: x[0] == "", lines[first_try + 1 :]))
+        real_start = lines[:ends]
+        assert sorted(label for label, _ in started) == sorted(label for label, _ in real_start), (doc, real)
+        for pattern in (r"^all (\d+) processes ready", r"^schema at revision (\w+)"):
+            assert _said(started, pattern) == _said(real_start, pattern), (doc, pattern, real)
+    if stopped is not None:
+        real_stop = lines[lines.index(("stopping", "")) :]
+        assert sorted(stopped) == sorted(real_stop), (doc, real)
 
 
 def _scratch(tmp_path: Path) -> Path:

@@ -117,3 +117,36 @@ async def test_each_process_exports_its_own_families_and_the_scheduler_the_gauge
     console_figures = figures(scraped["console"])
     assert value(console_figures, "kenning_console_requests_total", route="/instances", status="200") == 1
     assert value(console_figures, "process_cpu_seconds_total") > 0  # the process's own collectors
+
+
+async def test_a_scrape_right_after_the_start_has_each_process_series_at_zero(
+    database_url: str, processes: ProcessPool
+) -> None:
+    """Issue 38, item 5: a labelled family has no series until its first increment, so a
+    fresh process's ``/metrics`` held none of its ``kenning_`` counters until something
+    happened (and ``rate()`` had no baseline). The series whose labels each process knows at
+    its start are there, at 0, in the first scrape, before anything happens."""
+    env = {"KENNING_DATABASE_URL": database_url}
+    ports = {name: free_port() for name in ("worker", "scheduler", "relayer")}
+    owners = {
+        "worker": processes.worker(database_url, CORE, "--metrics-port", str(ports["worker"])),
+        "scheduler": processes.spawn(
+            ["scheduler", "--no-migrate", "--metrics-port", str(ports["scheduler"])], env=env, name="scheduler"
+        ),
+        "relayer": relayer_process(
+            processes, database_url, f"http://127.0.0.1:{free_port()}/", "--metrics-port", str(ports["relayer"])
+        ),
+    }
+    ingress = start_ingress(processes, database_url, "--workers", "2")
+    urls = {name: f"http://127.0.0.1:{port}/metrics" for name, port in ports.items()}
+    first = {name: figures(await text_of(url, owners[name])) for name, url in urls.items()}
+    first["ingress"] = figures(await text_of(f"{ingress.url}/metrics", ingress.process))
+    expected = {
+        "worker": ("kenning_claimed_instances_total", {"workflow": "three_steps"}),
+        "scheduler": ("kenning_timer_lateness_seconds_count", {"kind": "timer"}),
+        "relayer": ("kenning_outbox_deliveries_total", {"outcome": "dead_letter"}),
+        "ingress": ("kenning_ingress_request_duration_seconds_count", {"route": "events"}),
+    }
+    for name, (series, labels) in expected.items():
+        key = (series, frozenset(labels.items()))
+        assert first[name].get(key) == 0, f"{name}'s first scrape has no {series}{labels} at 0: {sorted(first[name])}"

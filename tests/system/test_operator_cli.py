@@ -42,6 +42,7 @@ async def test_start_list_show_and_cancel(database: Database, database_url: str)
         async with running_worker(database, core.app):
             cancelled = kenning("instances", "cancel", waiting.instance_id, url=database_url)
             assert cancelled.returncode == 0 and "cancellation requested" in cancelled.stdout
+            assert cancelled.stderr == "", "no log line after the command's own output"
             with pytest.raises(WorkflowFailedError, match="cancelled"):
                 await client.result(waiting.instance_id, timeout=10)
     # cancelling a finished instance says so and exits non-zero

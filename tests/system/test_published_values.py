@@ -87,6 +87,13 @@ async def test_values_are_read_awaited_and_searched_from_outside_the_worker(
     said = "'customer' is not KEY=VALUE: a search attribute and its value, e.g. customer=c-1"
     assert malformed.stderr.strip().splitlines()[-1].endswith(said), malformed.stderr
     assert "Traceback" not in malformed.stderr
+    # a declared key that matches nothing is an empty list; a key no instance holds (a typo,
+    # an undeclared key) is an error naming it, not an empty list and exit 0
+    none = kenning_command("instances", "list", "--where", "customer=c-9", "--json", url=database_url)
+    assert none.returncode == 0 and json.loads(none.stdout) == [], none.stderr
+    typo = kenning_command("instances", "list", "--where", "custmer=c-1", url=database_url)
+    assert typo.returncode == 2 and typo.stdout == "", typo.stdout
+    assert "no instance holds search attribute 'custmer'" in typo.stderr.strip().splitlines()[-1], typo.stderr
     shown = kenning_command("instances", "show", "o-4", "--json", url=database_url)
     assert json.loads(shown.stdout)["values"]["status"] == {"text": "awaiting payment", "progress": 0.4}
     human = kenning_command("instances", "show", "o-4", url=database_url)

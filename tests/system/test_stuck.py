@@ -132,6 +132,15 @@ def test_why_explains_a_waiting_instance_and_refuses_an_unknown_id(database_url:
     assert done["way_forward"] == "none needed: completed"
     assert "deleted 2020-01-01T01:00:00" in kenning_command("why", "done", url=database_url).stdout
 
+    # a cancel request is a promise only while the instance runs on: once it ended, why says how
+    _instance(sql, "undone", "patient", "cancelled", source_hash="h1", cancel_requested=True)
+    undone = kenning_command("why", "undone", url=database_url).stdout
+    assert "it was compensated and ended cancelled" in undone and "will be compensated" not in undone, undone
+    _instance(sql, "halfundone", "patient", "failed", source_hash="h1", cancel_requested=True)
+    halfundone = kenning_command("why", "halfundone", url=database_url).stdout
+    assert "the rollback stopped at a failed compensation: it ended failed" in halfundone, halfundone
+    assert "will end cancelled" not in halfundone, halfundone
+
     missing = kenning_command("why", "nope", url=database_url)
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines()[-1] == "kenning why: no workflow instance 'nope'"

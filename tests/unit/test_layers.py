@@ -71,6 +71,8 @@ MAY_IMPORT: dict[str, set[str]] = {
         "testing",
     },
     "face": {"core", "codecs", "observability", "sdk", "client", "face"},  # kenning/__init__.py, examples, kenning.ai
+    # kenning.compat: other engines' APIs over the SDK, reading through the client and storage
+    "compat": {"core", "codecs", "observability", "sdk", "db", "storage", "client", "compat"},
     "service": {
         "core",
         "codecs",
@@ -152,6 +154,7 @@ def layer_of(module: str) -> str | None:
         "migrations": "migrations",
         "commands": "commands",
         "assistant": "commands",  # kenning mcp's tools: on the operator commands' reads and actions
+        "compat": "compat",
         "testing": "testing",
     }.get(sub)
 

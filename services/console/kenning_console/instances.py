@@ -320,10 +320,11 @@ async def _read_page(conn: Any, instance_id: str, after: int | None) -> dict[str
         start = await console_sql.instance_history_page_start(conn, instance_id, before=before, limit=HISTORY_PAGE)
         page.previous_url = _page_url(instance_id, start)
         page.first_url = _page_url(instance_id, 0)
+    # continue_as_new: the newest runs of its chain, the current one last
+    runs = await runs_sql.runs_list(conn, instance_id, limit=RUNS_SHOWN)
     return {
         "instance": row,
-        # continue_as_new: the newest runs of its chain, the current one last
-        "runs": await runs_sql.runs_list(conn, instance_id, limit=RUNS_SHOWN),
+        "runs": runs,
         "history": history,
         "compensations": compensations[:SIDE_ROWS],
         "waits": await console_sql.instance_waits(conn, instance_id, limit=SIDE_ROWS, bounds=BOUNDS) if last else [],
@@ -332,7 +333,10 @@ async def _read_page(conn: Any, instance_id: str, after: int | None) -> dict[str
         "burst": await flow_sql.burst_get(conn, instance_id),
         "sent": sent[:SIDE_ROWS],
         "now": last,
-        "previous": position.previous_at if after else None,
+        # the first page's first step, unless measured, starts with the current run: a
+        # continued instance's started_at is its first run's, which made that step as long
+        # as every earlier run together
+        "previous": position.previous_at if after else (runs[-1].started_at if runs else None),
         "page": page,
         "published": await published_sql.values_shown(
             conn, instance_id, limit=SIDE_ROWS, bound=BOUNDS.bound, preview=BOUNDS.preview

@@ -35,7 +35,7 @@ from kenning.core.urls import hide_credentials
 from kenning.db import Database, Executor
 from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
-from kenning.observability import tracing
+from kenning.observability import metrics, tracing
 from kenning.observability.logs import configure_logging
 from kenning.runtime.config import process_id
 from kenning.runtime.presence import Presence
@@ -45,7 +45,7 @@ from kenning.storage import streams as streams_sql
 from kenning.storage.inbox import NewEvent
 from kenning_ingress import responses
 from kenning_ingress.auth import authorized, required_token
-from kenning_ingress.metrics import metrics_response, request_metrics
+from kenning_ingress.metrics import ROUTES_LABELLED, metrics_response, request_metrics
 from kenning_ingress.parsing import InvalidEventError, parse_request
 from kenning_ingress.settings import IngressSettings, settings_from_environment
 from kenning_ingress.sources import running_sources
@@ -98,6 +98,8 @@ class Ingress:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        # in each uvicorn worker: its series at 0 before the first request (multiprocess files too)
+        metrics.zero_series(metrics.INGRESS, routes=ROUTES_LABELLED)
         timeout = self.settings.database_timeout
         # Every route is one autocommit statement on the psycopg pool; SQLAlchemy's engine
         # is never built here (its sizes say so, were anything to use it).

@@ -30,6 +30,7 @@ from kenning.runtime.scrape import CONTENT_TYPE, scrape
 MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's name for it
 # the route label: the first path segment of these; any other POST is an event
 ROUTES = ("healthz", "readyz", "cancel", "instances", "metrics")
+ROUTES_LABELLED = (*ROUTES, "events", "other")  # every value route_of answers
 
 
 @contextlib.contextmanager

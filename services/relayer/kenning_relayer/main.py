@@ -55,6 +55,7 @@ async def _serve(settings: RelayerSettings, starting: Starting) -> None:
         direct_url=settings.direct_database_url,
     )
     relayer = Relayer(database, settings)
+    metrics.zero_series(metrics.RELAYER)
     async with serving_metrics(
         metrics.RELAYER,
         database,

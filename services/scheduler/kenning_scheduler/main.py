@@ -36,6 +36,7 @@ async def _serve(settings: SchedulerSettings, app: App | None, starting: Startin
         direct_url=settings.direct_database_url,
     )
     scheduler = Scheduler(database, app, settings)
+    metrics.zero_series(metrics.SCHEDULER)
     async with serving_metrics(
         metrics.SCHEDULER,
         database,

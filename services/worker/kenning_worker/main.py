@@ -41,6 +41,7 @@ async def _serve(settings: WorkerSettings, app: App, starting: Starting) -> None
         direct_url=settings.direct_database_url,
     )
     worker = Worker(database, app, settings)
+    metrics.zero_series(metrics.WORKER, workflows=worker.workflow_names)
     bound = ExitBound(settings.shutdown_grace_seconds)  # SIGTERM: exit within grace + a margin
     bound.install(asyncio.get_running_loop())
     async with serving_metrics(

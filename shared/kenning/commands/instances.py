@@ -250,9 +250,17 @@ async def _list(conn: Executor, args: argparse.Namespace) -> list[InstanceRow]:
     where = dict(args.where)
     if len(where) < len(args.where):
         raise UsageError("--where names a search attribute twice: an instance holds one value of each")
-    return await published_sql.instance_list_where(
+    rows = await published_sql.instance_list_where(
         conn, where, status=args.status, workflow_name=args.workflow, limit=args.limit
     )
+    if not rows:  # nothing found: a key no instance holds is a mistake to name, not an empty list
+        unheld = sorted(set(where) - await published_sql.search_keys_held(conn, list(where)))
+        if unheld:
+            raise UsageError(
+                f"--where: no instance holds search attribute {unheld[0]!r}; a workflow declares its keys "
+                "in @workflow(search_attributes=...) and sets them at its start or with publish_value"
+            )
+    return rows
 
 
 async def _act(conn: Executor, args: argparse.Namespace, row: InstanceRow) -> steering.Outcome:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -103,6 +104,14 @@ def refusal(action: str, row: InstanceRow) -> str | None:
     raise ValueError(f"unknown action {action!r}")
 
 
+def _announce(who: Who) -> Callable[..., Any]:
+    """How an action is logged: at info in a service's log (the console's, the MCP server's);
+    at debug from the CLI, whose own output already says what it did (and the action log
+    keeps it), so that a log line does not follow every operator command's output."""
+    log: Callable[..., Any] = _log.debug if who.origin == "cli" else _log.info
+    return log
+
+
 async def _record(conn: Executor, who: Who, action: str, row: InstanceRow, outcome: Outcome, **extra: Any) -> None:
     reason = extra.pop("reason", None)
     await actions_sql.action_record(
@@ -117,7 +126,7 @@ async def _record(conn: Executor, who: Who, action: str, row: InstanceRow, outco
             details={"workflow": row.workflow_name, "status": row.status, "message": outcome.message, **extra},
         ),
     )
-    _log.info(
+    _announce(who)(
         "operator.action", action=action, origin=who.origin, actor=who.actor, instance_id=row.id, done=outcome.done
     )
 
@@ -301,7 +310,7 @@ async def bulk(
             batches += 1
             affected = await actions_sql.action_progress(conn, action_id, done, {"batches": batches})
         after = ids[-1]
-    _log.info(
+    _announce(who)(
         "operator.bulk_action",
         action=action,
         origin=who.origin,

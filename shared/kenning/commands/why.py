@@ -289,6 +289,20 @@ def _workers(info: dict[str, Any]) -> str:
     return text + (f", {stale} stale" if stale else "") + " (kenning workers list)"
 
 
+def _cancel(status: str) -> str:
+    """What a cancel request comes to: the future only while the instance runs on."""
+    if status == "cancelled":
+        return "requested: it was compensated and ended cancelled"
+    if status == "failed":  # a compensation failed: the rollback stopped there
+        return (
+            "requested, but the rollback stopped at a failed compensation: it ended failed "
+            "(kenning instances retry runs the compensations left; skip-compensation passes one)"
+        )
+    if status == "completed":
+        return "requested too late: it ended completed"
+    return "requested: it will be compensated and end cancelled"
+
+
 def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
     now = info["db_now"]
     out = [
@@ -299,7 +313,7 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
     if info.get("burst"):
         out.append(("flow", _burst(info)))
     if info["cancel_requested"]:
-        out.append(("cancel", "requested: it will be compensated and end cancelled"))
+        out.append(("cancel", _cancel(info["status"])))
     if info["lease_owner"] or info["leased"]:
         out.append(("lease", f"{info['lease_owner'] or '?'}, expires {_ago(now, info['available_at'])}"))
     if info.get("locked_by"):

@@ -315,6 +315,34 @@ CONSOLE_REQUEST_DURATION = _exported_by(
 # ---------------------------------------------------------------- database gauges
 
 
+# Label values the code bounds, known when a process starts (kenning_scheduler's
+# _LATENESS_KIND, kenning_relayer's outcomes, kenning_ingress's routes).
+TIMER_LATENESS_KINDS = ("timer", "event_timeout", "receive_timeout")
+OUTBOX_OUTCOMES = ("published", "retry", "dead_letter")
+
+
+def zero_series(process: str, *, workflows: Iterable[str] = (), routes: Iterable[str] = ()) -> None:
+    """Make ``process``'s series whose labels are known at its start, at 0: a scrape right
+    after the start shows them, and ``rate()`` has a baseline from the first scrape on. A
+    labelled family has no series until its first increment otherwise, so a fresh process's
+    ``/metrics`` held none of its ``kenning_`` counters. ``workflows``: a worker's own
+    workflow names (bounded like any workflow label); ``routes``: the ingress's."""
+    if process == WORKER:
+        for workflow in workflows:
+            CLAIMED.labels(workflow)
+            LEASE_TAKEOVERS.labels(workflow)
+            NON_DETERMINISM_ERRORS.labels(workflow)
+    elif process == SCHEDULER:
+        for kind in TIMER_LATENESS_KINDS:
+            TIMER_LATENESS.labels(kind)
+    elif process == RELAYER:
+        for outcome in OUTBOX_OUTCOMES:
+            OUTBOX_DELIVERIES.labels(outcome)
+    elif process == INGRESS:
+        for route in routes:
+            INGRESS_REQUEST_DURATION.labels(route)
+
+
 class DatabaseGauges(Collector):
     """The gauges of one snapshot of the database (``storage.metrics.metrics_snapshot``),
     or, when the statement failed (``rows`` None), only ``kenning_database_metrics_up 0``.

@@ -11,6 +11,7 @@ the instance's end and go with it (``retention``).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -299,3 +300,19 @@ async def status_texts(conn: Executor, instance_ids: list[str]) -> dict[str, str
             progress = ""
         texts[row.instance_id] = f"{row.text or ''}{progress}"
     return texts
+
+
+# One probe per key on kenning_search_attributes_lookup (its leading column).
+_SEARCH_KEYS_HELD = statement(
+    """
+    SELECT k.key
+    FROM unnest(CAST(:keys AS text[])) AS k(key)
+    WHERE EXISTS (SELECT FROM kenning_search_attributes AS s WHERE s.key = k.key)
+    """
+)
+
+
+async def search_keys_held(conn: Executor, keys: Sequence[str]) -> set[str]:
+    """Which of ``keys`` any instance holds as a search attribute."""
+    rows = await conn.execute(_SEARCH_KEYS_HELD, {"keys": list(keys)})
+    return {str(row.key) for row in rows}

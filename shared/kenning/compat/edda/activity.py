@@ -1,0 +1,5 @@
+"""``edda.activity``: Kenning's ``activity``."""
+
+from kenning.activity import activity
+
+__all__ = ["activity"]
