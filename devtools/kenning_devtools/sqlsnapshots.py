@@ -37,7 +37,11 @@ FOLDER = Path(__file__).resolve().parents[2] / "shared" / "kenning" / "storage" 
 COMMAND = "python -m kenning_devtools.sqlsnapshots"
 GROUPS = {
     "1_fenced": "Fenced writes: guarded by a lease token; a stale holder matches no row and writes nothing",
-    "2_writes": "Other writes: starts, claims, the scheduler's and the operator's writes, upkeep",
+    "2_writes": (
+        "Other writes: starts, claims, the scheduler's, the operator's, upkeep; and a step's own row"
+        " (a message, a reply, a value) committed in the transaction of its fenced record, the fence being"
+        " the record's statement (`history.history_record_step`)"
+    ),
     "3_reads": "Reads",
 }
 
@@ -266,10 +270,13 @@ def composing_functions(modules: Iterable[ModuleType]) -> set[tuple[str, str]]:
 
 def snapshots() -> list[Snapshot]:
     """Every statement, fenced writes first, then by module and name."""
-    found = [s for module in storage_modules() for s in module_snapshots(module)]
-    for (module, _function), variants in _variants().items():
+    modules = storage_modules()
+    found = [s for module in modules for s in module_snapshots(module)]
+    users = {m.__name__.rsplit(".", 1)[-1]: _users(ast.parse(Path(str(m.__file__)).read_text())) for m in modules}
+    for (module, function), variants in _variants().items():
+        used_by = tuple(users[module].get(function, ()))
         for name, what, make in variants:
-            found.append(Snapshot(module, name, what, (), make().sql))
+            found.append(Snapshot(module, name, what, used_by, make().sql))
     return sorted(found, key=lambda s: s.path)
 
 
