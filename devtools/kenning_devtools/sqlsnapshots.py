@@ -1,81 +1,322 @@
-"""The hot statements as PostgreSQL receives them, one ``.sql`` file each under
-``shared/kenning/storage/sql/``: the claims are assembled from shared parts in Python, so a
-reviewer reads them here as one text (as procrastinate's ``queries.sql`` and River's
-``.sql`` files are read). ``python -m kenning_devtools.sqlsnapshots`` writes them;
-``tests/unit/test_sql_snapshots.py`` fails while a checked-in file differs from its statement.
+"""Every statement of ``kenning.storage`` as PostgreSQL receives it, one ``.sql`` file each
+under ``shared/kenning/storage/sql/``: statements are assembled from shared parts in Python
+(the lease fence, the claim's pieces, the NOTIFY expressions), so a reviewer reads them here
+as one text (as procrastinate's ``queries.sql`` and River's ``.sql`` files are read).
+
+Found, not listed: every module-level ``Statement`` of every storage module (a dict of them
+gives one file per key), so a statement added in a branch needs only a regeneration. A
+function that composes its statement at call time (a claim's variants, the console's
+filter shapes) has its rendered variants named in ``_VARIANTS``; one that composes a
+statement and is named nowhere fails ``tests/unit/test_sql_snapshots.py``.
+
+Fenced writes come first: ``1_fenced/`` holds the writes guarded by a lease token (a stale
+holder matches no row), ``2_writes/`` the other writes, ``3_reads/`` the rest, and
+``README.md`` indexes them in that order. ``python -m kenning_devtools.sqlsnapshots``
+writes them; the test fails while a checked-in file differs from its statement.
+
+The text is the statement as written (its authors' layout and comments, re-indented):
+no SQL formatter is among the dependencies, and a formatter would drop the comments.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib
+import pkgutil
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from kenning.db import Statement
 
 FOLDER = Path(__file__).resolve().parents[2] / "shared" / "kenning" / "storage" / "sql"
+COMMAND = "python -m kenning_devtools.sqlsnapshots"
+GROUPS = {
+    "1_fenced": "Fenced writes: guarded by a lease token; a stale holder matches no row and writes nothing",
+    "2_writes": (
+        "Other writes: starts, claims, the scheduler's, the operator's, upkeep; and a step's own row"
+        " (a message, a reply, a value) committed in the transaction of its fenced record, the fence being"
+        " the record's statement (`history.history_record_step`)"
+    ),
+    "3_reads": "Reads",
+}
 
 
-def _statements() -> dict[str, tuple[str, Callable[[], Statement]]]:
-    """file name -> (what it is, the statement), imported only when asked."""
-    from kenning.storage import claims, inbox, instances, outbox, timers, writes
+@dataclass(frozen=True)
+class Snapshot:
+    module: str  # the storage module's short name, "instances"
+    name: str  # the statement's name in it, lower case: "instance_heartbeat"
+    what: str  # the comment above it, or the variant's description
+    used_by: tuple[str, ...]  # the module's functions that run it
+    sql: str  # the text as written
 
-    return {
-        "claim.sql": (
-            "claims.instance_claim: a worker's claim of due instances in no queue (--max-runs 10)",
-            lambda: claims._claim_statement(claims.DEFAULT_MAX_RUNS, True),
-        ),
-        "claim_beside_a_suspect.sql": (
-            "claims.instance_claim of a worker already running a suspect: it takes no other",
-            lambda: claims._claim_statement(claims.DEFAULT_MAX_RUNS, False),
-        ),
-        "queue_claim.sql": (
-            "claims.queue_claim: a worker's claim from one queue under its limits (--max-runs 10)",
-            lambda: claims._queue_claim_statement(claims.DEFAULT_MAX_RUNS, True),
-        ),
-        "heartbeat.sql": (
-            "instances.instance_heartbeat: the leases a worker renews",
-            lambda: instances._INSTANCE_HEARTBEAT,
-        ),
-        "writes_apply.sql": (
-            "writes.writes_apply: the group commit of step records and completions, each fenced by its lease",
-            lambda: writes._WRITES_APPLY,
-        ),
-        "inbox_claim.sql": (
-            "inbox.inbox_claim_pending: a worker's claim of inbox rows",
-            lambda: inbox._INBOX_CLAIM_PENDING,
-        ),
-        "timers_fire.sql": ("timers.timer_fire_due: the scheduler firing due timers", lambda: timers._TIMER_FIRE_DUE),
-        "outbox_claim.sql": (
-            "outbox.outbox_claim: the relayer's claim of due outbox rows",
-            lambda: outbox._OUTBOX_CLAIM,
-        ),
-    }
+    @property
+    def group(self) -> str:
+        return group_of(self.sql)
+
+    @property
+    def path(self) -> str:
+        """Its file, relative to ``FOLDER``."""
+        return f"{self.group}/{self.module}.{self.name}.sql"
+
+    def text(self) -> str:
+        header = [f"-- kenning.storage.{self.module}: {self.name}"]
+        if self.used_by:
+            header.append(f"-- run by {', '.join(f'{f}()' for f in self.used_by)}")
+        header += [f"-- {line}" if line else "--" for line in self.what.splitlines()]
+        header.append(f"-- generated by {COMMAND}: do not edit")
+        return "\n".join(header) + "\n\n" + clean(self.sql)
 
 
-def _clean(sql: str) -> str:
+# --------------------------------------------------------------- reading a statement
+
+_COMMENT = re.compile(r"--[^\n]*")
+_WRITE = re.compile(r"\bINSERT\s+INTO\b|\bDELETE\s+FROM\b|(?<!FOR )(?<!KEY )\bUPDATE\s+\w", re.IGNORECASE)
+# a lease token compared with the holder's: ``lease_token = CAST(:token AS uuid)``, the
+# heartbeat's ``= ANY(CAST(:tokens ...))``, a batch's ``i.lease_token = w.token``
+# in a condition (after WHERE, AND or ON), not a claim's SET giving the token out
+_FENCE = re.compile(
+    r"\b(?:WHERE|AND|ON)\s+(?:\w+\.)?lease_token\s*=\s*(?:ANY\s*\()?\s*(?:CAST\s*\()?\s*(?::\w*tokens?|\w+\.\w*token)\b",
+    re.IGNORECASE,
+)
+
+
+def clean(sql: str) -> str:
     """The text as written: psycopg's %(name)s back to :name, %% back to %, trailing blanks off."""
-    import re
-
     text = re.sub(r"%\((\w+)\)s", r":\1", sql).replace("%%", "%")
     lines = [line.rstrip() for line in text.strip("\n").splitlines()]
     indent = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
     return "\n".join(line[indent:] for line in lines) + "\n"
 
 
-def rendered() -> dict[str, str]:
-    """file name -> its content."""
+def group_of(sql: str) -> str:
+    """``1_fenced``, ``2_writes`` or ``3_reads``, judged from the text without its comments."""
+    code = _COMMENT.sub("", clean(sql))
+    if not _WRITE.search(code):
+        return "3_reads"
+    return "1_fenced" if _FENCE.search(code) else "2_writes"
+
+
+# --------------------------------------------------------------- finding the statements
+
+
+def storage_modules() -> list[ModuleType]:
+    import kenning.storage
+
+    return [
+        importlib.import_module(f"kenning.storage.{info.name}")
+        for info in sorted(pkgutil.iter_modules(kenning.storage.__path__), key=lambda i: i.name)
+    ]
+
+
+def _comment_above(lines: list[str], lineno: int) -> str:
+    """The ``#`` comment lines right above line ``lineno`` (1-based), joined."""
+    found: list[str] = []
+    at = lineno - 2
+    while at >= 0 and lines[at].lstrip().startswith("#"):
+        found.insert(0, lines[at].lstrip()[1:].strip())
+        at -= 1
+    return "\n".join(found)
+
+
+def _users(tree: ast.Module) -> dict[str, list[str]]:
+    """name -> the module's public functions reading it (through private helpers too)."""
+    functions = {
+        node.name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+
+    def reaches(function: str, name: str, seen: set[str]) -> bool:
+        names = functions.get(function, set())
+        if name in names:
+            return True
+        return any(f not in seen and reaches(f, name, seen | {f}) for f in names & functions.keys())
+
+    users: dict[str, list[str]] = {}
+    for name in {n for names in functions.values() for n in names}:
+        users[name] = [f for f in functions if not f.startswith("_") and reaches(f, name, {f})]
+    return users
+
+
+def module_snapshots(module: ModuleType) -> list[Snapshot]:
+    """The module's own module-level statements (assigned in it, not imported)."""
+    path = module.__file__
+    assert path is not None
+    source = Path(path).read_text()
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    users = _users(tree)
+    short = module.__name__.rsplit(".", 1)[-1]
+    found: list[Snapshot] = []
+    for node in tree.body:
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if not isinstance(target, ast.Name):
+                continue
+            value = getattr(module, target.id, None)
+            base = target.id.lstrip("_").lower()
+            what = _comment_above(lines, node.lineno)
+            used_by = tuple(users.get(target.id, ()))
+            if isinstance(value, Statement):
+                found.append(Snapshot(short, base, what, used_by, value.sql))
+            elif isinstance(value, dict) and value and all(isinstance(v, Statement) for v in value.values()):
+                for key, each in value.items():
+                    found.append(Snapshot(short, f"{base}.{_key_name(key)}", what, used_by, each.sql))
+    return found
+
+
+def _key_name(key: object) -> str:
+    """A dict key as part of a file name (a dataclass of a table and a column: both)."""
+    parts = [str(v) for v in vars(key).values()] if hasattr(key, "__dataclass_fields__") else [str(key)]
+    return re.sub(r"[^A-Za-z0-9]+", "_", "_".join(p for p in parts if p not in ("True", "False"))).strip("_")
+
+
+# Functions composing their statement at call time, by its arguments: each variant a
+# reader should see, rendered here (module, function) -> [(name, what, statement)]
+def _variants() -> dict[tuple[str, str], list[tuple[str, str, Callable[[], Statement]]]]:
+    from kenning.storage import claims, console, console_values
+    from kenning.storage.console import InstanceFilters
+
+    every = InstanceFilters(
+        status="x", workflow="x", id_prefix="x", key_prefix="x", contains="x", text="x", where="", since=None
+    )
     return {
-        name: f"-- {what}\n-- generated by python -m kenning_devtools.sqlsnapshots: do not edit\n\n{_clean(make().sql)}"
-        for name, (what, make) in _statements().items()
+        ("claims", "_claim_statement"): [
+            (
+                "instance_claim_beside_a_suspect",
+                "instance_claim of a worker already running a suspect: it takes no other",
+                lambda: claims._claim_statement(claims.DEFAULT_MAX_RUNS, False),
+            )
+        ],
+        ("claims", "_queue_claim_statement"): [
+            (
+                "queue_claim",
+                f"a worker's claim from one queue under its limits (--max-runs {claims.DEFAULT_MAX_RUNS})",
+                lambda: claims._queue_claim_statement(claims.DEFAULT_MAX_RUNS, True),
+            ),
+            (
+                "queue_claim_beside_a_suspect",
+                "queue_claim of a worker already running a suspect: it takes no other",
+                lambda: claims._queue_claim_statement(claims.DEFAULT_MAX_RUNS, False),
+            ),
+        ],
+        ("console", "_page_statement"): [
+            (
+                "instances_page",
+                "the instances list's first page, no filter",
+                lambda: console._page_statement(console._shape(InstanceFilters()), False),
+            ),
+            (
+                "instances_page_filtered",
+                "a later page under every filter but where",
+                lambda: console._page_statement(console._shape(every), True),
+            ),
+        ],
+        ("console", "_scan_end_statement"): [
+            (
+                "instances_scan_end",
+                "where a bounded scan under every filter but where stopped",
+                lambda: console._scan_end_statement(console._shape(every), True),
+            ),
+        ],
+        ("console", "_counts_statement"): [
+            (
+                "instances_counts",
+                "the list's counts by status, no filter",
+                lambda: console._counts_statement(console._shape(InstanceFilters())),
+            ),
+        ],
+        ("console_values", "_chunks_statement"): [
+            (
+                f"value_chunks.{name}",
+                f"a {name} value in chunks",
+                functools.partial(console_values._chunks_statement, name),
+            )
+            for name in sorted(console_values.SOURCES)
+        ],
     }
 
 
+# Functions composing a statement at call time that is not worth a snapshot, and why
+EXEMPT = {
+    ("testing", "testing_create_database"): "CREATE DATABASE of the test harness, its name quoted",
+    ("testing", "testing_drop_database"): "DROP DATABASE of the test harness, its name quoted",
+    # its statements are the module-level ones it makes: timers', subscriptions', messages'
+    ("timers", "fire_due_statement"): "each call is a module-level statement, snapshotted as such",
+}
+
+
+def composing_functions(modules: Iterable[ModuleType]) -> set[tuple[str, str]]:
+    """(module, function) of every function that calls ``statement(...)`` in its body."""
+    found: set[tuple[str, str]] = set()
+    for module in modules:
+        assert module.__file__ is not None
+        tree = ast.parse(Path(module.__file__).read_text())
+        short = module.__name__.rsplit(".", 1)[-1]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                for call in ast.walk(node):
+                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "statement":
+                        found.add((short, node.name))
+    return found
+
+
+def snapshots() -> list[Snapshot]:
+    """Every statement, fenced writes first, then by module and name."""
+    modules = storage_modules()
+    found = [s for module in modules for s in module_snapshots(module)]
+    users = {m.__name__.rsplit(".", 1)[-1]: _users(ast.parse(Path(str(m.__file__)).read_text())) for m in modules}
+    for (module, function), variants in _variants().items():
+        used_by = tuple(users[module].get(function, ()))
+        for name, what, make in variants:
+            found.append(Snapshot(module, name, what, used_by, make().sql))
+    return sorted(found, key=lambda s: s.path)
+
+
+def rendered() -> dict[str, str]:
+    """file (relative to ``FOLDER``) -> its content, the index ``README.md`` among them."""
+    every = snapshots()
+    files = {s.path: s.text() for s in every}
+    index = [
+        "# The storage statements",
+        "",
+        "Every statement of `kenning.storage` as PostgreSQL receives it, one file each, the",
+        "fenced writes first (`devtools/kenning_devtools/sqlsnapshots.py` finds them).",
+        f"Generated by `{COMMAND}`: do not edit.",
+        "`tests/unit/test_sql_snapshots.py` fails while a file differs from its statement.",
+    ]
+    for group, title in GROUPS.items():
+        members = [s for s in every if s.group == group]
+        index += ["", f"## {title} ({len(members)})", ""]
+        for s in members:
+            run_by = f", run by {', '.join(f'`{f}()`' for f in s.used_by)}" if s.used_by else ""
+            what = " ".join(s.what.split())
+            index.append(f"- [`{s.module}.{s.name}`]({s.path}){run_by}" + (f": {what}" if what else ""))
+    files["README.md"] = "\n".join(index) + "\n"
+    return files
+
+
 def main() -> int:
-    FOLDER.mkdir(parents=True, exist_ok=True)
-    for name, text in rendered().items():
-        (FOLDER / name).write_text(text)
-        sys.stdout.write(f"wrote {FOLDER / name}\n")
+    files = rendered()
+    for stale in [*FOLDER.rglob("*.sql"), FOLDER / "README.md"]:
+        if str(stale.relative_to(FOLDER)) not in files:
+            stale.unlink(missing_ok=True)
+    for name, text in files.items():
+        path = FOLDER / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            sys.stdout.write(f"wrote {path}\n")
+    for folder in FOLDER.iterdir():
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
     return 0
 
 
