@@ -87,6 +87,8 @@ class InstanceRow:
     idempotency_key: str | None = None
     runs_without_progress: int = 0  # consecutive runs that died without a step (crash loop)
     run: int = 1  # continue_as_new: the run of its chain in progress (or the last)
+    # @workflow(versioning="pinned"): the code version it runs on (None: any, or not claimed yet)
+    pinned_version: str | None = None
 
 
 # Every status an instance can have (the table's CHECK, migrations 0001 and 0005), in

@@ -74,6 +74,8 @@ instances = Table(
     Column("on_parent_cancel", Text),
     _ts("deadline_at"),  # migration 0010: when its workflow timeout runs out (storage/deadlines.py)
     Column("run", Integer, nullable=False),  # migration 0011: continue_as_new's run in progress (storage/runs.py)
+    # migration 0024: the code version a pinned instance runs on (storage/claims.py), NULL: any
+    Column("pinned_version", Text),
 )
 
 instance_runs = Table(
