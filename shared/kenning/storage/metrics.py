@@ -126,7 +126,8 @@ _METRICS_SNAPSHOT = statement(
           UNION ALL
           SELECT workflow_name, pinned_version, available_at FROM kenning_instances
           WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NOT NULL) AS runnable
-    WHERE pinned_version IS NOT NULL AND available_at <= now() AND pinned_version <> ALL({LIVE_VERSIONS})
+    WHERE pinned_version IS NOT NULL AND available_at <= now()
+      AND pinned_version <> ALL(CAST({LIVE_VERSIONS} AS text[]))
     GROUP BY workflow_name, pinned_version
     """
 )

@@ -298,7 +298,7 @@ _INSTANCES_PINNED_ORPHANED = statement(
           SELECT id, workflow_name, pinned_version, available_at FROM kenning_instances
           WHERE status IN {_RUNNABLE} AND queue_name IS NOT NULL) AS runnable
     WHERE pinned_version IS NOT NULL AND available_at <= now() - make_interval(secs => :seconds)
-      AND pinned_version <> ALL({LIVE_VERSIONS})
+      AND pinned_version <> ALL(CAST({LIVE_VERSIONS} AS text[]))
     GROUP BY workflow_name, pinned_version
     ORDER BY workflow_name, pinned_version
     LIMIT :limit
