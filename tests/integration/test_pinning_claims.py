@@ -14,6 +14,7 @@ from kenning.storage import claims as claims_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import progress as progress_sql
 from kenning.storage import queues as queues_sql
+from kenning.testing import WorkflowEnvironment
 
 Sql = psycopg.Connection[tuple[object, ...]]
 
@@ -155,3 +156,17 @@ async def test_a_pinned_child_of_a_pinned_parent_starts_on_the_parents_version(d
             conn, owner="w2", workflow_names=["child_wf"], limit=5, lease_seconds=30, code_version="v2"
         )
     assert sorted(c.id for c in other.instances) == ["auto-child", "orphan-child"]
+
+
+async def test_kenning_testing_runs_pinned_workflows_on_both_backends(database_url: str, sql: Sql) -> None:
+    # one process is one code version: in memory the option changes nothing; on PostgreSQL
+    # the real worker pins each instance to its own version, its child to the parent's
+    from tests.apps import pinning_v1
+
+    async with WorkflowEnvironment(pinning_v1.app) as env:
+        assert await (await env.start(pinning_v1.pinned_parent)).result() == "v1 parent of v1 child"
+    async with WorkflowEnvironment(pinning_v1.app, database_url=database_url, migrate=False) as env:
+        handle = await env.start(pinning_v1.pinned_parent)
+        assert await handle.result() == "v1 parent of v1 child"
+    pins = [p for (p,) in sql.execute("SELECT pinned_version FROM kenning_instances").fetchall()]
+    assert len(pins) == 2 and pins[0] is not None and pins[0] == pins[1]  # the parent and its child
