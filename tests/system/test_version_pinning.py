@@ -12,10 +12,12 @@ import json
 import signal
 from typing import Any
 
+import httpx
 import psycopg
 
 from kenning import Client
 from kenning.db import Database
+from tests.console_support import console_ready, spawn_console
 from tests.metrics_support import scrape_until, value
 from tests.scheduler_support import log_events, spawn_scheduler
 from tests.support import (
@@ -68,6 +70,7 @@ async def test_pinned_instances_run_only_on_their_version_and_wait_for_it(
         "--metrics-port",
         str(metrics_port),
     )
+    console_url, console = spawn_console(processes, database_url)
     old = processes.worker(database_url, V1, env=env)
     await workers_started(processes, [old])
     v1 = await _code_version(sql, old.pid)
@@ -118,6 +121,11 @@ async def test_pinned_instances_run_only_on_their_version_and_wait_for_it(
         assert (explained["pinned_version"], explained["live_versions"]) == (v1, {v2: 1})
         show = kenning_command("instances", "show", pinned[0], url=database_url)
         assert "pinned to" in show.stdout and v1 in show.stdout
+        await console_ready(console_url, console)
+        async with httpx.AsyncClient(base_url=console_url, timeout=10) as browser:
+            page = (await browser.get(f"/instances/{pinned[0]}")).text
+            assert f'<dd data-pinned>code version <span class="mono">{v1}</span>' in page
+            assert "data-pinned" not in (await browser.get(f"/instances/{auto[0]}")).text
 
         # the stuck check reports them, per workflow and version, and the gauge counts them
         def gone() -> list[dict[str, Any]]:
