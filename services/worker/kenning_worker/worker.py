@@ -300,7 +300,13 @@ class Worker:
         unknown = asyncio.create_task(self.unknown.run(), name="kenning-unknown-workflows")
         inbox = asyncio.create_task(self.inbox.run(), name="kenning-inbox") if self.settings.inbox.enabled else None
         await self._check_object_store()
-        self.log.info("worker.started", workflows=self.workflow_names, concurrency=self.settings.concurrency)
+        self.log.info(
+            "worker.started",
+            workflows=self.workflow_names,
+            concurrency=self.settings.concurrency,
+            code_version=self.code_version,
+            pinned=self.pinned,
+        )
         try:
             await self.loop.run()
         finally:
