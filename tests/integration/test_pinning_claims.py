@@ -100,6 +100,21 @@ async def test_a_queue_claim_keeps_pinned_instances_to_their_version(database: D
     assert [c.id for c in again.instances] == ["q1"]
 
 
+async def test_a_queued_pinned_instance_asked_to_cancel_compensates_on_its_version(
+    database: Database, sql: Sql
+) -> None:
+    # the plain claim takes a queued instance asked to cancel, outside its queue's limits:
+    # its compensations replay its history, so only its version may take it
+    await _start(database, ("q", "pinned_wf"), queue="full")
+    sql.execute("UPDATE kenning_instances SET pinned_version = 'v1', cancel_requested = true")
+    claim = dict(workflow_names=["pinned_wf"], limit=5, lease_seconds=30, pinned=["pinned_wf"])
+    async with database.connection() as conn:
+        other = await claims_sql.instance_claim(conn, owner="w2", code_version="v2", **claim)  # type: ignore[arg-type]
+        assert other.instances == [] and other.seconds_until_next is None
+        (own,) = (await claims_sql.instance_claim(conn, owner="w1", code_version="v1", **claim)).instances  # type: ignore[arg-type]
+    assert own.id == "q" and own.cancel_requested
+
+
 async def test_pinned_instances_whose_version_has_no_live_worker_are_found(database: Database, sql: Sql) -> None:
     await _start(database, ("p1", "pinned_wf"), ("p2", "pinned_wf"), ("p3", "pinned_wf"))
     sql.execute("UPDATE kenning_instances SET pinned_version = CASE WHEN id = 'p3' THEN 'v2' ELSE 'v1' END")
