@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, Protocol, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, NoReturn, Protocol, cast, get_args, overload
 
 from typing_extensions import ParamSpec, TypeVar
 
@@ -42,6 +42,12 @@ R = TypeVar("R", default=Any)
 P = ParamSpec("P", default=...)
 R2 = TypeVar("R2")
 P2 = ParamSpec("P2")
+
+# Which workers may run an instance (docs/operations.md#version-pinning): ``auto_upgrade``,
+# any worker that runs the workflow (a deploy replays unfinished instances on the new code);
+# ``pinned``, only workers of the code version it started on (a worker's ``code_version``).
+Versioning = Literal["auto_upgrade", "pinned"]
+VERSIONINGS: tuple[str, ...] = get_args(Versioning)
 
 # Keyword options of the start calls (Client.start, Workflow.start, start_child): a workflow
 # parameter of one of these names would be taken by the option instead of reaching the
@@ -106,6 +112,7 @@ class Workflow(Generic[R, P]):
         search_attributes: Sequence[str] = (),
         debounce: Debounce | None = None,
         batch: Batch | None = None,
+        versioning: Versioning = "auto_upgrade",
     ) -> None:
         if not inspect.iscoroutinefunction(func):
             raise TypeError(f"workflow {func.__qualname__} must be an async function")
@@ -135,6 +142,8 @@ class Workflow(Generic[R, P]):
         self.search_attributes = _search_attribute_keys(self.name, search_attributes)
         # flow control per key (kenning/flow.py): starts folded into bursts, events into batches
         self.debounce, self.batch = _flow_control(self.name, func, event_handler, debounce, batch)
+        # which workers may run its instances: any (auto_upgrade), or its first claimer's version
+        self.versioning: Versioning = _versioning(self.name, versioning)
         # what wf.options(...) gave: the starts of this copy use them
         self.start_options = StartOptions()
         self.__name__ = func.__name__
@@ -306,6 +315,7 @@ def workflow(
     search_attributes: Sequence[str] = (),
     debounce: Debounce | None = None,
     batch: Batch | None = None,
+    versioning: Versioning = "auto_upgrade",
 ) -> WorkflowDecorator: ...
 
 
@@ -325,6 +335,7 @@ def workflow(
     search_attributes: Sequence[str] = (),
     debounce: Debounce | None = None,
     batch: Batch | None = None,
+    versioning: Versioning = "auto_upgrade",
 ) -> Workflow[Any] | WorkflowDecorator:
     """``@workflow`` or ``@workflow(event_handler=True)``: register a durable workflow.
 
@@ -345,6 +356,9 @@ def workflow(
     With ``debounce=Debounce(key="document_id", period=5)`` starts of one key in a burst are
     one instance; with ``event_handler=True, batch=Batch(max_size=100, max_wait=2)`` its
     events start one instance per batch, their data its ``events`` list (kenning/flow.py).
+    With ``versioning="pinned"`` an instance runs only on workers of the code version it
+    started on (the first worker to claim it, or its pinned parent's), so a deploy never
+    replays it on new code; ``"auto_upgrade"`` (the default) lets any worker run it.
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> Workflow[Any]:
@@ -362,6 +376,7 @@ def workflow(
             search_attributes=search_attributes,
             debounce=debounce,
             batch=batch,
+            versioning=versioning,
         )
         REGISTRY.add_workflow(wf)
         return wf
@@ -382,6 +397,15 @@ def _check_parameter_names(workflow_name: str, func: Callable[..., Any]) -> None
                 f"workflow {workflow_name!r}: parameter {parameter.name!r} is a start option's name "
                 f"({', '.join(sorted(RESERVED_PARAMETERS))}): rename it"
             )
+
+
+def _versioning(workflow_name: str, versioning: object) -> Versioning:
+    if versioning not in VERSIONINGS:
+        raise ConfigurationError(
+            f"workflow {workflow_name!r}: versioning= must be one of {', '.join(map(repr, VERSIONINGS))}, "
+            f"not {versioning!r}"
+        )
+    return cast(Versioning, versioning)
 
 
 def _timeout_seconds(workflow_name: str, timeout: float | timedelta | None) -> float | None:

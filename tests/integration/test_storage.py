@@ -151,7 +151,15 @@ def test_claim_keeps_to_the_partial_index_when_statistics_predate_a_backlog(
         "INSERT INTO kenning_instances (id, workflow_name, status, available_at) "
         "SELECT 'live' || g, 'wf', 'pending', now() - interval '1 hour' FROM generate_series(1, 20000) g"
     )
-    params = {"owner": "probe", "names": ["wf"], "limit": 10, "lease_seconds": 30.0, "now": None}
+    params = {
+        "owner": "probe",
+        "names": ["wf"],
+        "limit": 10,
+        "lease_seconds": 30.0,
+        "now": None,
+        "code_version": "v1",
+        "pinned": [],
+    }
     plan = "\n".join(str(r[0]) for r in sql.execute("EXPLAIN " + claims_sql._INSTANCE_CLAIM.sql, params))
     assert "kenning_instances_claimable" in plan, plan
     assert "_status_created" not in plan, plan

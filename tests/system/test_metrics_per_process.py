@@ -29,6 +29,7 @@ DATABASE_GAUGES = {
     "kenning_runnable_instances",
     "kenning_oldest_runnable_age_seconds",
     "kenning_stuck_instances",
+    "kenning_pinned_instances_without_worker",
     "kenning_timers",
     "kenning_timers_due",
     "kenning_inbox_backlog",

@@ -231,7 +231,15 @@ def test_the_claim_finds_cancelled_queued_instances_without_reading_a_backlog(sq
     sql.execute("UPDATE kenning_instances SET cancel_requested = true WHERE id = 'q-7'")
     sql.execute("ANALYZE kenning_instances")
     statement = claims_sql._claim_statement(claims_sql.DEFAULT_MAX_RUNS, True)
-    params = {"owner": "w", "names": ["wf"], "limit": 10, "lease_seconds": 30, "now": None}
+    params = {
+        "owner": "w",
+        "names": ["wf"],
+        "limit": 10,
+        "lease_seconds": 30,
+        "now": None,
+        "code_version": None,
+        "pinned": [],
+    }
     with psycopg.ClientCursor(sql) as cursor:
         cursor.execute("EXPLAIN " + statement.sql, params)
         plan = "\n".join(str(row[0]) for row in cursor.fetchall())

@@ -85,7 +85,15 @@ async def bare_engine_rate(url: str, clients: int, workflows: int, batch: int = 
             while True:
                 cur = await conn.execute(
                     CLAIM,
-                    {"owner": f"bare-{i}", "names": ["bench_bare"], "limit": batch, "lease_seconds": 30.0, "now": None},
+                    {
+                        "owner": f"bare-{i}",
+                        "names": ["bench_bare"],
+                        "limit": batch,
+                        "lease_seconds": 30.0,
+                        "now": None,
+                        "code_version": None,
+                        "pinned": [],
+                    },
                 )
                 claimed = [row for row in await cur.fetchall() if row["id"] is not None]  # not the "next" row
                 if not claimed:

@@ -116,7 +116,15 @@ def claim_query_ms(url: str, repeats: int = 50) -> dict[str, Any]:
             started = time.perf_counter()
             conn.execute(
                 CLAIM,
-                {"owner": "probe", "names": ["bench_three"], "limit": 10, "lease_seconds": 30.0, "now": None},
+                {
+                    "owner": "probe",
+                    "names": ["bench_three"],
+                    "limit": 10,
+                    "lease_seconds": 30.0,
+                    "now": None,
+                    "code_version": None,
+                    "pinned": [],
+                },
             ).fetchall()
             conn.rollback()
             timings.append((time.perf_counter() - started) * 1000)
@@ -124,7 +132,15 @@ def claim_query_ms(url: str, repeats: int = 50) -> dict[str, Any]:
             str(r[0])
             for r in conn.execute(
                 "EXPLAIN (ANALYZE, BUFFERS) " + CLAIM,
-                {"owner": "probe", "names": ["bench_three"], "limit": 10, "lease_seconds": 30.0, "now": None},
+                {
+                    "owner": "probe",
+                    "names": ["bench_three"],
+                    "limit": 10,
+                    "lease_seconds": 30.0,
+                    "now": None,
+                    "code_version": None,
+                    "pinned": [],
+                },
             ).fetchall()
         )
         conn.rollback()

@@ -13,7 +13,10 @@ workflow, instances that have a way forward nobody takes: due for longer than
 and each instance whose lease expired while a live transaction still locks its row
 (``instance.lease_locked``, naming the server backend that holds it; counted in
 ``kenning_leases_locked_past_expiry_total``): a process cut off mid-transaction, whose
-instances no claim takes over until the server ends that session.
+instances no claim takes over until the server ends that session. On the overdue report's
+period it also reports, per workflow and version, instances due as long and pinned to a
+code version no live worker runs (``instances.version_gone``; the gauge
+``kenning_pinned_instances_without_worker``): nothing claims them until one does.
 """
 
 from __future__ import annotations
@@ -172,6 +175,9 @@ class Upkeep:
         not claimed; repeated at most once per that period while they stay so."""
         async with self.database.connection() as conn:
             overdue = await progress_sql.instances_overdue(conn, seconds=self.overdue_seconds, limit=_STUCK_BATCH)
+            orphans = await progress_sql.instances_pinned_orphaned(
+                conn, seconds=self.overdue_seconds, limit=_STUCK_BATCH
+            )
         for late in overdue:
             self.log.warning(
                 "instances.overdue",
@@ -180,4 +186,16 @@ class Upkeep:
                 oldest_seconds=round(late.oldest_seconds, 1),
                 hint=f"due but not claimed; kenning why {late.oldest_id}",
             )
-        self._next_overdue_report = time.monotonic() + (self.overdue_seconds if overdue else 0.0)
+        for orphan in orphans:
+            live = ", ".join(orphan.live_versions) or "none"
+            self.log.warning(
+                "instances.version_gone",
+                workflow=orphan.workflow_name,
+                version=orphan.version,
+                count=orphan.count,
+                live_versions=orphan.live_versions,
+                hint=f"pinned to code version {orphan.version}, which no live worker runs (live workers run {live}): "
+                f"start a worker of that version; kenning why {orphan.oldest_id}",
+            )
+        reported = overdue or orphans
+        self._next_overdue_report = time.monotonic() + (self.overdue_seconds if reported else 0.0)

@@ -564,6 +564,7 @@ class PgInstancePort:
                     step_name=command.step_name,
                     child=child,
                     on_parent_cancel=command.on_parent_cancel,
+                    pinned=command.pinned,
                     folded=folded,
                 ),
                 f"step {command.step_id} (the child's input)",

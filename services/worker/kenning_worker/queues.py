@@ -36,6 +36,8 @@ class ClaimArgs(TypedDict):
     lease_seconds: float
     max_runs: int
     take_suspect: bool
+    code_version: str  # the worker's: it takes instances pinned to it, and pins its pinned workflows'
+    pinned: Sequence[str]
 
 
 @dataclass

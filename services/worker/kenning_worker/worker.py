@@ -162,6 +162,10 @@ class Worker:
         self.worker_id = self.settings.worker_id or process_id()
         self.offloader = Offloader.configured(self.settings.object_store, self.settings.offload_bytes)
         self.workflow_names = sorted(app.registry.workflows)
+        # its code version (the registry's fingerprint of its workflows), and the workflows
+        # whose instances it pins to it at their first claim (docs/operations.md#version-pinning)
+        self.code_version = code_version({name: wf.source_hash for name, wf in app.registry.workflows.items()})
+        self.pinned = sorted(name for name, wf in app.registry.workflows.items() if wf.versioning == "pinned")
         self._running: dict[str, asyncio.Task[None]] = {}  # lease token -> run
         self._claimed: dict[str, ClaimedInstance] = {}  # lease token -> what was claimed
         # The lease token of the suspect in flight (earlier runs died without a step), if
@@ -232,7 +236,6 @@ class Worker:
     def presence_details(self) -> dict[str, Any]:
         """What it says of itself in the fleet's registry (``kenning workers list``): its
         workflows and queues, how many instances it may run and runs now."""
-        workflows = self.app.registry.workflows
         return {
             "workflows": self.workflow_names,
             "queues": self.queues.names,
@@ -240,7 +243,7 @@ class Worker:
             "running": len(self._running),
             "inbox": self.settings.inbox.enabled,
             "app": self.settings.app,
-            "code_version": code_version({name: wf.source_hash for name, wf in workflows.items()}),
+            "code_version": self.code_version,
         }
 
     def stop(self) -> None:
@@ -297,7 +300,13 @@ class Worker:
         unknown = asyncio.create_task(self.unknown.run(), name="kenning-unknown-workflows")
         inbox = asyncio.create_task(self.inbox.run(), name="kenning-inbox") if self.settings.inbox.enabled else None
         await self._check_object_store()
-        self.log.info("worker.started", workflows=self.workflow_names, concurrency=self.settings.concurrency)
+        self.log.info(
+            "worker.started",
+            workflows=self.workflow_names,
+            concurrency=self.settings.concurrency,
+            code_version=self.code_version,
+            pinned=self.pinned,
+        )
         try:
             await self.loop.run()
         finally:
@@ -382,6 +391,8 @@ class Worker:
                     lease_seconds=self.settings.lease_seconds,
                     max_runs=self.settings.max_runs,
                     take_suspect=take_suspect,
+                    code_version=self.code_version,
+                    pinned=self.pinned,
                 )
                 if source is None:
                     started = time.perf_counter()

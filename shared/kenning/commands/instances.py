@@ -306,6 +306,7 @@ def _show(
                 ("reason", (row["error"] or {}).get("reason")),
                 ("run", row["run"]),
                 ("runs", _runs(row)),
+                ("pinned to", row["pinned_version"]),
                 ("created", row["created_at"]),
                 ("finished", row["finished_at"]),
                 ("lease owner", row["lease_owner"]),

@@ -64,6 +64,8 @@ async def explain(database: Database, instance_id: str, *, commit_stall_seconds:
         if info is not None:
             live, registered = await processes_sql.processes_workers_of(conn, info["workflow_name"])
             info["live_workers"], info["stale_workers"] = live, registered - live
+            if info["pinned_version"] is not None:  # a pinned instance waits for its own version
+                info["live_versions"] = await processes_sql.processes_versions_of(conn, info["workflow_name"])
             if info["status"] not in _TERMINAL:
                 key = await queues_sql.instance_key_state(conn, instance_id)
                 if key is not None:
@@ -157,7 +159,7 @@ def _way_forward(info: dict[str, Any]) -> str:
     if not known:
         return f"none: no process ever registered workflow {info['workflow_name']!r}; start a worker with its code"
     if status in ("pending", "running", "compensating") and not _leased_now(info):
-        idle = _no_live_worker(info)
+        idle = _no_live_worker(info) or _version_gone(info)
         if idle:  # what would move it on, and that nothing will until a worker runs
             return f"{_claimable(info)}; but {idle}"
     return _claimable(info) if status in ("pending", "running", "compensating") else _waiting(info)
@@ -282,6 +284,28 @@ def _no_live_worker(info: dict[str, Any]) -> str:
     return f"no live worker runs workflow {info['workflow_name']!r}{gone}: start a worker with its code"
 
 
+def _version_gone(info: dict[str, Any]) -> str:
+    """Why nothing takes on a pinned instance, when no live worker runs its version (else "")."""
+    pinned, live = info["pinned_version"], info.get("live_versions")
+    if pinned is None or live is None or pinned in live:
+        return ""
+    return (
+        f"it waits for a worker running version {pinned} (it is pinned); live workers run "
+        f"{_versions(live)}: start a worker of version {pinned}"
+    )
+
+
+def _versions(live: dict[str, int]) -> str:
+    return ", ".join(f"{version} ({n})" for version, n in live.items()) or "none"
+
+
+def _pinned(info: dict[str, Any]) -> str:
+    text = f"pinned to code version {info['pinned_version']}"
+    if info["status"] not in _TERMINAL and info.get("live_versions") is not None:
+        text += f"; live workers run {_versions(info['live_versions'])}"
+    return text
+
+
 def _workers(info: dict[str, Any]) -> str:
     live, stale = info.get("live_workers", 0), info.get("stale_workers", 0)
     name = info["workflow_name"]
@@ -359,6 +383,8 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
         history += f"; {info['compensations']} compensations registered"
     out.append(("history", history))
     out.append(("workflow", _workflow(info)))
+    if info["pinned_version"] is not None:
+        out.append(("version", _pinned(info)))
     if info["status"] not in _TERMINAL and "live_workers" in info:
         out.append(("workers", _workers(info)))
     if info.get("commits_stalled"):

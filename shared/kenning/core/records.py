@@ -89,6 +89,8 @@ class InstanceRow:
     run: int = 1  # continue_as_new: the run of its chain in progress (or the last)
     forked_from: str | None = None  # a fork's original (kenning instances fork)
     forked_from_step: int | None = None  # the original's step it was forked at, numbered from 1
+    # @workflow(versioning="pinned"): the code version it runs on (None: any, or not claimed yet)
+    pinned_version: str | None = None
 
 
 # Every status an instance can have (the table's CHECK, migrations 0001 and 0005), in

@@ -70,6 +70,7 @@ async def start_child(
         priority=new.priority,
         timeout_seconds=new.timeout_seconds,
         search_attributes=new.search_attributes,
+        pinned=workflow.versioning == "pinned",
     )
     started = await run.port.start_child(command)
     if started.cancel_requested:

@@ -114,6 +114,8 @@ class StartChild:
     priority: int = 0
     timeout_seconds: float | None = None  # its workflow timeout: the child's deadline, from its insert
     search_attributes: dict[str, Any] | None = None  # declared keys set with the child's row
+    # its workflow is @workflow(versioning="pinned"): it starts on its parent's pinned version
+    pinned: bool = False
 
 
 @dataclass(frozen=True)

@@ -352,6 +352,7 @@ class DatabaseGauges(Collector):
 
     _seen_workflows: ClassVar[set[str]] = set()  # per process, across scrapes
     _workflow_label: ClassVar[BoundedLabel] = BoundedLabel()  # names in the database are data
+    _version_label: ClassVar[BoundedLabel] = BoundedLabel()  # so are code versions
 
     def __init__(self, rows: Sequence[MetricsRow] | None) -> None:
         self.rows = rows
@@ -376,6 +377,7 @@ class DatabaseGauges(Collector):
         for (workflow, reason), total in marked.items():
             stuck.add_metric([workflow, reason], total)
         yield stuck
+        yield self._pinned([r for r in self.rows if r.area == "pinned"])
         for row in self.rows:
             if row.area == "timers":
                 yield from self._timers(row)
@@ -384,6 +386,21 @@ class DatabaseGauges(Collector):
         yield from self._outbox([r for r in self.rows if r.area == "outbox"])
         yield from self._queues([r for r in self.rows if r.area == "queues"])
         yield from self._processes([r for r in self.rows if r.area == "processes"])
+
+    def _pinned(self, rows: Sequence[MetricsRow]) -> Metric:
+        pinned = GaugeMetricFamily(
+            "kenning_pinned_instances_without_worker",
+            "Due instances pinned (@workflow(versioning='pinned')) to a code version no live worker runs: nothing "
+            "claims them until a worker of that version runs",
+            labels=["workflow", "version"],
+        )
+        waiting: dict[tuple[str, str], int] = {}
+        for row in rows:
+            key = (self._workflow_label(row.workflow), self._version_label(row.status))
+            waiting[key] = waiting.get(key, 0) + row.total
+        for (workflow, version), total in waiting.items():
+            pinned.add_metric([workflow, version], total)
+        return pinned
 
     def _instances(self, rows: Sequence[MetricsRow]) -> Iterable[Metric]:
         by_status = GaugeMetricFamily(

@@ -74,7 +74,16 @@ _CLAIM_SET = """
         started_at = coalesce(i.started_at, {now}),
         -- the database's own clock, as history rows' created_at: progress is judged by it
         claimed_at = now(),
+        -- a pinned workflow's instance is pinned by its first claim to the claimer's code
+        -- version (:pinned names this worker's pinned workflows); a pinned one keeps its own
+        pinned_version = coalesce(i.pinned_version,
+                                  CASE WHEN i.workflow_name = ANY(CAST(:pinned AS text[]))
+                                       THEN CAST(:code_version AS text) END),
         updated_at = {now}"""
+
+# The rows a worker may claim: not pinned, or pinned to its own code version. Read on the
+# rows the claim's index already singles out, as workflow_name is: no index of its own.
+PINNED_FILTER = "(pinned_version IS NULL OR pinned_version = CAST(:code_version AS text))"
 
 
 @dataclass(frozen=True)
@@ -178,6 +187,7 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
         WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
           AND available_at <= {NOW}
           AND workflow_name = ANY(:names)
+          AND {PINNED_FILTER}
           {parts.lease_filter}
         ORDER BY available_at
         LIMIT :limit
@@ -188,6 +198,7 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
         WHERE {_QUEUED_CANCELLED}
           AND available_at <= {NOW}
           AND workflow_name = ANY(:names)
+          AND {PINNED_FILTER}
           {parts.lease_filter}
         ORDER BY available_at
         LIMIT :limit
@@ -225,11 +236,13 @@ def _claim_statement(max_runs: int, take_suspect: bool) -> Statement:
            (SELECT CAST(extract(epoch FROM least(
                 (SELECT min(available_at) FROM kenning_instances
                  WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
-                   AND workflow_name = ANY(:names) AND id NOT IN (SELECT c.id FROM claimed AS c)),
+                   AND workflow_name = ANY(:names) AND {PINNED_FILTER}
+                   AND id NOT IN (SELECT c.id FROM claimed AS c)),
                 -- a cancelled instance's compensation retried after a back-off
                 (SELECT min(available_at) FROM kenning_instances
                  WHERE {_QUEUED_CANCELLED}
-                   AND workflow_name = ANY(:names) AND id NOT IN (SELECT c.id FROM claimed AS c)))
+                   AND workflow_name = ANY(:names) AND {PINNED_FILTER}
+                   AND id NOT IN (SELECT c.id FROM claimed AS c)))
                 - {NOW}) AS float8))
                AS seconds_until_next
     """
@@ -259,6 +272,8 @@ async def instance_claim(
     lease_seconds: float,
     max_runs: int = DEFAULT_MAX_RUNS,
     take_suspect: bool = True,
+    code_version: str | None = None,
+    pinned: Sequence[str] = (),
     now: datetime | None = None,
 ) -> Claim:
     """Claim up to ``limit`` runnable instances in one round trip.
@@ -278,6 +293,8 @@ async def instance_claim(
             "names": list(workflow_names),
             "limit": limit,
             "lease_seconds": lease_seconds,
+            "code_version": code_version,
+            "pinned": list(pinned),
             "now": now,
         },
     )
@@ -423,6 +440,7 @@ def _queue_claim_statement(max_runs: int, take_suspect: bool) -> Statement:
             FROM kenning_instances AS i
             WHERE {_QUEUED} AND i.partition_key = w.key AND i.available_at <= {NOW}
               AND i.workflow_name = ANY(:names)
+              AND (i.pinned_version IS NULL OR i.pinned_version = CAST(:code_version AS text))
               {parts.lease_filter}
             ORDER BY i.priority, i.available_at
             LIMIT greatest(0, least(b.n, b.per_key - (SELECT count(*) FROM leased AS l
@@ -505,10 +523,13 @@ async def queue_claim(
     lease_seconds: float,
     max_runs: int = DEFAULT_MAX_RUNS,
     take_suspect: bool = True,
+    code_version: str | None = None,
+    pinned: Sequence[str] = (),
     now: datetime | None = None,
 ) -> QueueClaim:
     """Claim up to ``limit`` instances of ``queue`` under its limits, in one round trip;
-    ``seconds_until_next`` is set when a rate limit stopped it (when the next start may)."""
+    ``seconds_until_next`` is set when a rate limit stopped it (when the next start may).
+    ``code_version`` and ``pinned`` as ``instance_claim``'s."""
     if max_runs < 1:
         raise ValueError("max_runs must be at least 1")
     params = {
@@ -517,6 +538,8 @@ async def queue_claim(
         "names": list(workflow_names),
         "limit": limit,
         "lease_seconds": lease_seconds,
+        "code_version": code_version,
+        "pinned": list(pinned),
         "now": now,
         # keys looked at per claim: enough to fill it when most keys are full, bounded for
         # queues with many keys (the cursor carries the walk on in the next claim)

@@ -314,7 +314,7 @@ _INSTANCE = statement(
     f"""
     SELECT i.id, i.workflow_name, i.source_hash, i.status, i.idempotency_key, i.cancel_requested, i.lease_owner,
            i.available_at, i.attempts, i.run_count, i.run, i.created_at, i.updated_at, i.started_at, i.finished_at,
-           i.stuck_reason, i.stuck_at, i.forked_from, i.forked_from_step,
+           i.stuck_reason, i.stuck_at, i.forked_from, i.forked_from_step, i.pinned_version,
            left(i.error ->> 'type', 200) AS error_type, left(i.error ->> 'message', :preview) AS error_message,
            {_INSTANCE_VALUES}
     FROM kenning_instances AS i {_INSTANCE_JOIN}

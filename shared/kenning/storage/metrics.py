@@ -15,7 +15,9 @@ singles out, so its cost follows the work in flight, not the tables' history:
   both index-only reads (their columns are the indexes' own), one probe per queue.
 
 - the fleet's registry (``kenning_processes``, a row per process): live and stale
-  processes of each kind.
+  processes of each kind;
+- due instances pinned to a code version no live worker runs (``pinned_version``,
+  migration 0024): the runnable rows again, on the same two indexes.
 
 Parked inbox rows (``failed``) have no index of their own, so they are counted as they
 are parked (``kenning_inbox_parked_total``), not here.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from kenning.core.records import MetricsRow
 from kenning.db import Executor, statement
+from kenning.storage.processes import LIVE_VERSIONS
 
 # One row per figure group: ``area`` says which (instances, stuck, timers, inbox, outbox,
 # queues, processes), ``workflow`` and ``status`` label it; the timers, inbox and outbox rows are always
@@ -36,9 +39,10 @@ from kenning.db import Executor, statement
 # (instances and queues: since it became runnable; inbox: since received; outbox: since
 # created); ``retrying``: rows with a failed attempt behind them; ``leased``: a queue's
 # instances held by an unexpired lease (the slots its limits count). A processes row's
-# ``workflow`` is the kind, ``total`` its live processes, ``due`` its stale ones.
+# ``workflow`` is the kind, ``total`` its live processes, ``due`` its stale ones. A pinned
+# row's ``status`` is the code version its instances wait for, ``total`` how many are due.
 _METRICS_SNAPSHOT = statement(
-    """
+    f"""
     SELECT 'instances' AS area, workflow_name AS workflow, status,
            count(*) AS total,
            count(*) FILTER (WHERE available_at <= now()) AS due,
@@ -115,6 +119,16 @@ _METRICS_SNAPSHOT = statement(
     FROM unnest(ARRAY['worker', 'scheduler', 'relayer', 'ingress', 'console']) AS k(kind)
     LEFT JOIN kenning_processes AS p ON p.kind = k.kind
     GROUP BY k.kind
+    UNION ALL
+    SELECT 'pinned', workflow_name, pinned_version, count(*), count(*), NULL, 0, 0
+    FROM (SELECT workflow_name, pinned_version, available_at FROM kenning_instances
+          WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
+          UNION ALL
+          SELECT workflow_name, pinned_version, available_at FROM kenning_instances
+          WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NOT NULL) AS runnable
+    WHERE pinned_version IS NOT NULL AND available_at <= now()
+      AND pinned_version <> ALL(CAST({LIVE_VERSIONS} AS text[]))
+    GROUP BY workflow_name, pinned_version
     """
 )
 

@@ -25,6 +25,13 @@ KINDS = ("worker", "scheduler", "relayer", "ingress", "console")
 # a row is live while its last heartbeat is younger than its own expiry
 _LIVE = f"p.last_seen > {NOW} - make_interval(secs => p.expires_after_seconds)"
 
+# The code versions the live workers run (their ``details.code_version``), as an array: an
+# uncorrelated subquery, computed once per statement (a row per process: a few rows).
+LIVE_VERSIONS = """(SELECT coalesce(array_agg(DISTINCT p.details ->> 'code_version'), '{}')
+        FROM kenning_processes AS p
+        WHERE p.kind = 'worker' AND p.details ? 'code_version'
+          AND p.last_seen > now() - make_interval(secs => p.expires_after_seconds))"""
+
 _PROCESS_REGISTER = statement(
     """
     INSERT INTO kenning_processes AS p (id, kind, host, pid, version, started_at, last_seen,
@@ -164,6 +171,24 @@ async def processes_workers_of(conn: Executor, workflow_name: str, *, now: datet
     (live or stale): ``kenning why``'s "no live worker runs it"."""
     row = (await conn.execute(_PROCESSES_LIVE_WORKERS_OF, {"workflow": workflow_name, "now": now})).one()
     return int(row.live), int(row.registered)
+
+
+_PROCESSES_VERSIONS_OF = statement(
+    f"""
+    SELECT p.details ->> 'code_version' AS code_version, count(*) AS live
+    FROM kenning_processes AS p
+    WHERE p.kind = 'worker' AND p.details -> 'workflows' ? :workflow AND {_LIVE}
+    GROUP BY 1
+    ORDER BY 1
+    """
+)
+
+
+async def processes_versions_of(conn: Executor, workflow_name: str, *, now: datetime | None = None) -> dict[str, int]:
+    """The code versions the live workers running ``workflow_name`` run, and how many run
+    each: ``kenning why``'s "waits for a worker running version X" (a pinned instance)."""
+    rows = await conn.execute(_PROCESSES_VERSIONS_OF, {"workflow": workflow_name, "now": now})
+    return {str(row.code_version or "unknown"): int(row.live) for row in rows}
 
 
 _PROCESSES_DELETE_STALE = statement(

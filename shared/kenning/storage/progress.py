@@ -22,6 +22,7 @@ from typing import Any
 from kenning.core.names import CHANNEL_INSTANCES, CHILD_EVENT_SOURCE, CHILD_EVENT_TYPE
 from kenning.db import Executor, statement
 from kenning.storage.names import notify
+from kenning.storage.processes import LIVE_VERSIONS
 
 UNKNOWN_WORKFLOW = "unknown_workflow"
 REPAIR_FAILED = "repair_failed"
@@ -204,7 +205,7 @@ _INSTANCE_EXPLAIN = statement(
     SELECT i.id, i.workflow_name, i.source_hash, i.status, i.cancel_requested, i.lease_owner,
            i.lease_token IS NOT NULL AS leased, i.available_at, i.attempts, i.error, i.run_count,
            i.runs_without_progress, i.claimed_at, i.created_at, i.updated_at, i.started_at,
-           i.finished_at, i.stuck_reason, i.stuck_at, i.stuck_repairs, now() AS db_now,
+           i.finished_at, i.stuck_reason, i.stuck_at, i.stuck_repairs, i.pinned_version, now() AS db_now,
            (SELECT coalesce(jsonb_agg(jsonb_build_object(
                        'step_id', t.step_id, 'step_name', t.step_name, 'due_at', t.due_at,
                        'since', t.created_at) ORDER BY t.due_at), '[]')
@@ -281,3 +282,49 @@ async def instances_overdue(conn: Executor, *, seconds: float, limit: int) -> li
     ago: the stuck check's report of what has a way forward that nobody takes."""
     rows = await conn.execute(_INSTANCES_OVERDUE, {"seconds": seconds, "limit": limit})
     return [Overdue(row.workflow_name, int(row.overdue), str(row.oldest_id), float(row.oldest_seconds)) for row in rows]
+
+
+_INSTANCES_PINNED_ORPHANED = statement(
+    f"""
+    -- runnable instances due longer ago than :seconds and pinned to a code version no live
+    -- worker runs: nothing takes them until a worker of that version comes back (read on
+    -- the claimable and queued indexes' rows, as the metrics' instances part is)
+    SELECT workflow_name, pinned_version, count(*) AS waiting,
+           (array_agg(id ORDER BY available_at, id))[1] AS oldest_id,
+           {LIVE_VERSIONS} AS live_versions
+    FROM (SELECT id, workflow_name, pinned_version, available_at FROM kenning_instances
+          WHERE status IN {_RUNNABLE} AND queue_name IS NULL
+          UNION ALL
+          SELECT id, workflow_name, pinned_version, available_at FROM kenning_instances
+          WHERE status IN {_RUNNABLE} AND queue_name IS NOT NULL) AS runnable
+    WHERE pinned_version IS NOT NULL AND available_at <= now() - make_interval(secs => :seconds)
+      AND pinned_version <> ALL(CAST({LIVE_VERSIONS} AS text[]))
+    GROUP BY workflow_name, pinned_version
+    ORDER BY workflow_name, pinned_version
+    LIMIT :limit
+    """
+)
+
+
+@dataclass(frozen=True)
+class PinnedOrphans:
+    """Due instances of one workflow pinned to a code version no live worker runs."""
+
+    workflow_name: str
+    version: str
+    count: int
+    oldest_id: str
+    live_versions: list[str]  # what the live workers run instead
+
+
+async def instances_pinned_orphaned(conn: Executor, *, seconds: float, limit: int) -> list[PinnedOrphans]:
+    """Per workflow and version (at most ``limit``), the instances due more than
+    ``seconds`` ago and pinned to a code version no live worker runs: the stuck check's
+    ``instances.version_gone``."""
+    rows = await conn.execute(_INSTANCES_PINNED_ORPHANED, {"seconds": seconds, "limit": limit})
+    return [
+        PinnedOrphans(
+            row.workflow_name, row.pinned_version, int(row.waiting), str(row.oldest_id), sorted(row.live_versions)
+        )
+        for row in rows
+    ]

@@ -76,6 +76,8 @@ instances = Table(
     Column("run", Integer, nullable=False),  # migration 0011: continue_as_new's run in progress (storage/runs.py)
     Column("forked_from", Text),  # migration 0023: the instance it was forked from (storage/forks.py)
     Column("forked_from_step", Integer),  # migration 0023: the original's step it was forked at
+    # migration 0024: the code version a pinned instance runs on (storage/claims.py), NULL: any
+    Column("pinned_version", Text),
 )
 
 instance_runs = Table(

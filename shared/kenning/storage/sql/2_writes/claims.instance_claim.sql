@@ -13,6 +13,7 @@ WITH plain AS (
     WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
       AND available_at <= coalesce(CAST(:now AS timestamptz), now())
       AND workflow_name = ANY(:names)
+      AND (pinned_version IS NULL OR pinned_version = CAST(:code_version AS text))
 
     ORDER BY available_at
     LIMIT :limit
@@ -29,6 +30,7 @@ WITH plain AS (
       AND cancel_requested
       AND available_at <= coalesce(CAST(:now AS timestamptz), now())
       AND workflow_name = ANY(:names)
+      AND (pinned_version IS NULL OR pinned_version = CAST(:code_version AS text))
 
     ORDER BY available_at
     LIMIT :limit
@@ -64,6 +66,11 @@ WITH plain AS (
     started_at = coalesce(i.started_at, coalesce(CAST(:now AS timestamptz), now())),
     -- the database's own clock, as history rows' created_at: progress is judged by it
     claimed_at = now(),
+    -- a pinned workflow's instance is pinned by its first claim to the claimer's code
+    -- version (:pinned names this worker's pinned workflows); a pinned one keeps its own
+    pinned_version = coalesce(i.pinned_version,
+                              CASE WHEN i.workflow_name = ANY(CAST(:pinned AS text[]))
+                                   THEN CAST(:code_version AS text) END),
     updated_at = coalesce(CAST(:now AS timestamptz), now())
     FROM chosen AS c
     WHERE i.id = c.id
@@ -91,12 +98,14 @@ SELECT NULL AS id, NULL AS workflow_name, NULL AS status, NULL AS input, NULL AS
        (SELECT CAST(extract(epoch FROM least(
             (SELECT min(available_at) FROM kenning_instances
              WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NULL
-               AND workflow_name = ANY(:names) AND id NOT IN (SELECT c.id FROM claimed AS c)),
+               AND workflow_name = ANY(:names) AND (pinned_version IS NULL OR pinned_version = CAST(:code_version AS text))
+               AND id NOT IN (SELECT c.id FROM claimed AS c)),
             -- a cancelled instance's compensation retried after a back-off
             (SELECT min(available_at) FROM kenning_instances
              WHERE status IN ('pending', 'running', 'compensating') AND queue_name IS NOT NULL
       AND cancel_requested
-               AND workflow_name = ANY(:names) AND id NOT IN (SELECT c.id FROM claimed AS c)))
+               AND workflow_name = ANY(:names) AND (pinned_version IS NULL OR pinned_version = CAST(:code_version AS text))
+               AND id NOT IN (SELECT c.id FROM claimed AS c)))
             - coalesce(CAST(:now AS timestamptz), now())) AS float8))
            AS seconds_until_next
 
