@@ -26,14 +26,18 @@ WITH fence AS (
 ), inserted AS (
     INSERT INTO kenning_instances (id, workflow_name, source_hash, input, available_at, trace_context,
                                    parent_id, parent_step, on_parent_cancel, queue_name, partition_key, priority,
-                                   deadline_at)
+                                   deadline_at, pinned_version)
     SELECT :child_id, :workflow, :hash, CAST(:input AS jsonb), now(), CAST(:trace AS jsonb),
            fence.id, :step_id, :policy,
            -- in its workflow's queue as any start (instances._INSTANCES_INSERT): the queue's claim takes it
            CAST(:queue AS text), CASE WHEN CAST(:queue AS text) IS NOT NULL THEN coalesce(:partition, '') END,
            :priority,
            -- its own workflow timeout, from its start (instances._INSTANCES_INSERT's rule)
-           now() + make_interval(secs => CAST(:timeout AS float8))
+           now() + make_interval(secs => CAST(:timeout AS float8)),
+           -- a pinned child of a pinned parent runs on its parent's version; any other
+           -- pinned child is pinned by its first claim (docs/operations.md#version-pinning)
+           CASE WHEN CAST(:pinned AS boolean)
+                THEN (SELECT p.pinned_version FROM kenning_instances AS p WHERE p.id = fence.id) END
     FROM fence WHERE NOT fence.cancel_requested
     ON CONFLICT DO NOTHING
     RETURNING id, queue_name, created_at

@@ -111,6 +111,7 @@ WITH RECURSIVE locked AS MATERIALIZED (
         FROM kenning_instances AS i
         WHERE i.queue_name = :queue AND i.queue_name IS NOT NULL AND i.status IN ('pending', 'running', 'compensating') AND i.partition_key = w.key AND i.available_at <= coalesce(CAST(:now AS timestamptz), now())
           AND i.workflow_name = ANY(:names)
+          AND (i.pinned_version IS NULL OR i.pinned_version = CAST(:code_version AS text))
           AND (lease_token IS NULL OR runs_without_progress = 0)
         ORDER BY i.priority, i.available_at
         LIMIT greatest(0, least(b.n, b.per_key - (SELECT count(*) FROM leased AS l
@@ -146,6 +147,11 @@ WITH RECURSIVE locked AS MATERIALIZED (
     started_at = coalesce(i.started_at, coalesce(CAST(:now AS timestamptz), now())),
     -- the database's own clock, as history rows' created_at: progress is judged by it
     claimed_at = now(),
+    -- a pinned workflow's instance is pinned by its first claim to the claimer's code
+    -- version (:pinned names this worker's pinned workflows); a pinned one keeps its own
+    pinned_version = coalesce(i.pinned_version,
+                              CASE WHEN i.workflow_name = ANY(CAST(:pinned AS text[]))
+                                   THEN CAST(:code_version AS text) END),
     updated_at = coalesce(CAST(:now AS timestamptz), now())
     FROM chosen AS c
     -- the ids as an array too: the planner cannot tell how few rows the budget leaves

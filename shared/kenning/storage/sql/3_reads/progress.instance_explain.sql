@@ -5,7 +5,7 @@
 SELECT i.id, i.workflow_name, i.source_hash, i.status, i.cancel_requested, i.lease_owner,
        i.lease_token IS NOT NULL AS leased, i.available_at, i.attempts, i.error, i.run_count,
        i.runs_without_progress, i.claimed_at, i.created_at, i.updated_at, i.started_at,
-       i.finished_at, i.stuck_reason, i.stuck_at, i.stuck_repairs, now() AS db_now,
+       i.finished_at, i.stuck_reason, i.stuck_at, i.stuck_repairs, i.pinned_version, now() AS db_now,
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'step_id', t.step_id, 'step_name', t.step_name, 'due_at', t.due_at,
                    'since', t.created_at) ORDER BY t.due_at), '[]')
