@@ -208,3 +208,44 @@ async def test_a_fork_keeps_the_children_its_kept_steps_started_without_starting
         assert [(str(c), str(p)) for c, p in children] == [(child_id, original)]
         assert executions(side_channel)[f"note {child_id}"] == 1
         invariants.children_once_per_step(sql)  # a fork's kept start names its original's child
+
+
+def _children(sql: Sql, parent: str) -> list[str]:
+    return [str(r[0]) for r in sql.execute("SELECT id FROM kenning_instances WHERE parent_id = %s", (parent,))]
+
+
+async def test_a_fork_that_would_keep_a_running_child_is_refused_with_the_step_to_fork_from(
+    database: Database, sql: Sql, side_channel: str
+) -> None:
+    """Before the fix the fork was made and waited for ever: the child, the original's,
+    tells only the original of its end."""
+    async with Client(database=database) as client, running_worker(database, forks.app):
+        original = (await client.start(forks.waiting_parent, n=2)).instance_id
+        await _status_is(client, original, "waiting_for_event")
+        (child_id,) = _children(sql, original)
+        await _status_is(client, child_id, "waiting_for_message")
+
+        # from step 2 (or its id) the fork would keep step 1's start_child: refused, naming
+        # the child and the step to fork from instead; nothing is made or logged
+        expected = rf"step 1 \(start_child:forks.awaited:1\) started child {child_id}, which is still running"
+        for step in (2, "note:1"):
+            with pytest.raises(ForkStepError, match=expected + ".*fork from step 1 or earlier"):
+                await client.fork(original, step)
+        assert _count(sql, "SELECT count(*) FROM kenning_instances WHERE forked_from = %s", original) == 0
+        assert _count(sql, "SELECT count(*) FROM kenning_operator_actions WHERE target = %s", original) == 0
+
+        # from step 1 the fork starts a child of its own, which tells the fork of its end
+        own = await client.fork(original, 1)
+        await _status_is(client, own.fork_id, "waiting_for_event")
+        (own_child,) = _children(sql, own.fork_id)
+        for child in (child_id, own_child):
+            await client.send_message(child, "go", None)
+        assert await client.result(original, timeout=15) == 20
+        assert await client.result(own.fork_id, timeout=15) == 20
+
+        # once the child has ended, a fork keeping its start takes its result at once
+        later = await client.fork(original, 2)
+        assert await client.result(later.fork_id, timeout=15) == 20
+    assert _children(sql, later.fork_id) == []
+    assert executions(side_channel)[f"note {later.fork_id}"] == 1
+    invariants.children_once_per_step(sql)
