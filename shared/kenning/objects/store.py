@@ -153,23 +153,26 @@ class ObjectStore:
         await asyncio.to_thread(self._call, f"object store s3://{self.bucket}", "head_bucket")
 
     async def put(self, key: str, data: bytes) -> None:
-        await asyncio.to_thread(self._call, f"writing s3://{self.bucket}/{key}", "put_object", Key=key, Body=data)
+        await asyncio.to_thread(self.put_now, key, data)
+
+    def put_now(self, key: str, data: bytes) -> None:
+        """``put`` in the caller's thread (the codec boundary, which is synchronous)."""
+        self._call(f"writing s3://{self.bucket}/{key}", "put_object", Key=key, Body=data)
 
     async def get(self, key: str) -> bytes:
+        return await asyncio.to_thread(self.get_now, key)
+
+    def get_now(self, key: str) -> bytes:
         """The object's bytes, read from the response in pieces into one buffer."""
-
-        def read() -> bytes:
-            what = f"reading s3://{self.bucket}/{key}"
-            response = self._call(what, "get_object", Key=key)
-            try:
-                buffer = bytearray()
-                for chunk in response["Body"].iter_chunks(CHUNK_BYTES):
-                    buffer += chunk
-                return bytes(buffer)
-            except Exception as error:
-                raise describe(error, what, self.bucket, reading=True) from error
-
-        return await asyncio.to_thread(read)
+        what = f"reading s3://{self.bucket}/{key}"
+        response = self._call(what, "get_object", Key=key)
+        try:
+            buffer = bytearray()
+            for chunk in response["Body"].iter_chunks(CHUNK_BYTES):
+                buffer += chunk
+            return bytes(buffer)
+        except Exception as error:
+            raise describe(error, what, self.bucket, reading=True) from error
 
     async def stream(self, key: str, *, limit: int | None = None) -> AsyncGenerator[bytes, None]:
         """The object's bytes in pieces of ``CHUNK_BYTES`` (the first ``limit`` only, if
