@@ -1,0 +1,171 @@
+"""Every kind of payload leaves its row above ``KENNING_OFFLOAD_BYTES`` (issue 36, item 2),
+against a real S3 server (SeaweedFS) and real worker, client and scheduler processes: an
+input, a published value, a stream entry, a message, a request's reply; the offload is at
+the codec boundary (``kenning.objects.payloads``), so every reader gets the value back and
+retention deletes every kind's objects with their instance."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from kenning import Client
+from kenning.db import Database
+from tests.apps.offload import blob
+from tests.logguard import expect_log
+from tests.objects_support import S3Server, seaweedfs
+from tests.scheduler_support import spawn_scheduler
+from tests.support import ProcessPool, eventually
+
+APP = "tests.apps.offload"
+SIZE = 2 * 1024 * 1024
+Sql = psycopg.Connection[tuple[object, ...]]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with seaweedfs(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture
+def store_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)  # the test's client reads and writes the store as the processes do
+    monkeypatch.setenv("KENNING_OBJECT_STORE", s3.url())
+    monkeypatch.setenv("KENNING_OFFLOAD_BYTES", "65536")
+    return {**s3.env, "KENNING_OBJECT_STORE": s3.url(), "KENNING_OFFLOAD_BYTES": "65536"}
+
+
+async def _worker(processes: ProcessPool, database_url: str, env: dict[str, str]) -> None:
+    worker = processes.worker(database_url, APP, env=env)
+    await eventually(lambda: '"worker.started"' in processes.log_of(worker), timeout=60, message="worker up")
+
+
+def _one(sql: Sql, query: str, *params: object) -> object:
+    rows = sql.execute(query, params).fetchall()
+    assert len(rows) == 1, rows
+    return rows[0][0]
+
+
+def _reference(value: object, s3: S3Server, instance_id: str) -> str:
+    """The object key of a row's reference, which must live with the instance's objects."""
+    assert isinstance(value, dict) and set(value) == {"$ref", "size", "sha256"}, str(value)[:200]
+    key = str(value["$ref"]).removeprefix(f"s3://{s3.bucket}/")
+    assert key.startswith(f"kenning/{instance_id}/"), key
+    return key
+
+
+async def test_every_payload_kind_leaves_its_row_is_read_back_and_expires_with_its_instance(
+    database: Database, database_url: str, processes: ProcessPool, sql: Sql, s3: S3Server, store_env: dict[str, str]
+) -> None:
+    await _worker(processes, database_url, store_env)
+    text = blob(SIZE, "input")
+    async with Client(database=database) as client:
+        started = await client.start("every_kind", text=text, size=SIZE, seed="kinds")  # a 2 MB input
+        instance_id = started.instance_id
+        # the published value and the stream entry, 2 MB each, read back by the client
+        assert await client.get_value(instance_id, "big", timeout=120) == blob(SIZE, "kinds-value")
+        entries = [entry.value async for entry in client.read_stream(instance_id, "big")]
+        assert entries == [blob(SIZE, "kinds-entry")]
+        await client.send_message(instance_id, "big", blob(SIZE, "message"))  # a 2 MB message
+        reply = await client.request(instance_id, "ask", {"size": SIZE}, timeout=120)  # and a 2 MB reply
+        assert reply == blob(SIZE, "kinds-reply")
+        result = await client.result(instance_id, timeout=120)
+    assert result == {
+        "input": hashlib.sha256(text.encode()).hexdigest(),
+        "message": hashlib.sha256(blob(SIZE, "message").encode()).hexdigest(),
+    }
+    # each row keeps a reference to an object of the instance
+    keys = {
+        _reference(_one(sql, "SELECT input FROM kenning_instances WHERE id = %s", instance_id), s3, instance_id),
+        _reference(
+            _one(sql, "SELECT value FROM kenning_values WHERE instance_id = %s AND key = 'big'", instance_id),
+            s3,
+            instance_id,
+        ),
+        _reference(
+            _one(sql, "SELECT value FROM kenning_stream_entries WHERE instance_id = %s", instance_id), s3, instance_id
+        ),
+        _reference(
+            _one(sql, "SELECT data FROM kenning_messages WHERE instance_id = %s AND topic = 'big'", instance_id),
+            s3,
+            instance_id,
+        ),
+        _reference(_one(sql, "SELECT value FROM kenning_replies WHERE instance_id = %s", instance_id), s3, instance_id),
+    }
+    assert len(keys) == 5 and keys <= set(s3.object_keys(f"kenning/{instance_id}/"))
+    for column, table in (("value", "kenning_values"), ("value", "kenning_stream_entries")):
+        size = _one(sql, f"SELECT pg_column_size({column}) FROM {table} WHERE instance_id = %s", instance_id)
+        assert isinstance(size, int) and size < 1000  # the row holds the reference, not the value
+
+    # the sweep keeps what rows reference; retention deletes every kind's objects
+    scheduler_env = {
+        **store_env,
+        "KENNING_OBJECT_SWEEP_GRACE": "1",
+        "KENNING_OBJECT_SWEEP_INTERVAL": "0.5",
+        "KENNING_RETENTION_INTERVAL": "0.5",
+    }
+    orphan = f"kenning/{instance_id}/{'0' * 64}"  # what a commit that failed leaves
+    s3.client().put_object(Bucket=s3.bucket, Key=orphan, Body=b'"lost"')
+    spawn_scheduler(processes, database_url, env=scheduler_env)
+    await eventually(lambda: orphan not in s3.object_keys(), timeout=60, message="the orphan swept")
+    assert keys <= set(s3.object_keys(f"kenning/{instance_id}/"))
+    sql.execute("UPDATE kenning_workflow_definitions SET retention_seconds = 60 WHERE workflow_name = 'every_kind'")
+    sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '1 day' WHERE id = %s", (instance_id,))
+    await eventually(lambda: s3.object_keys(f"kenning/{instance_id}/") == [], timeout=60, message="objects deleted")
+
+
+async def test_a_message_whose_object_is_gone_is_one_line_and_the_instance_waits_for_it(
+    database: Database, database_url: str, processes: ProcessPool, sql: Sql, s3: S3Server, store_env: dict[str, str]
+) -> None:
+    """An unreadable object inside a run ends the run, compensating nothing: the instance
+    is replayed once the object is back (a store that is down answers the same way)."""
+    expect_log("instance.object_store_unavailable")
+    await _worker(processes, database_url, store_env)
+    async with Client(database=database) as client:
+        started = await client.start("receive_in_turn")
+        instance_id = started.instance_id
+        await client.send_message(instance_id, "big", blob(SIZE, "lost"))  # waits: the instance takes "first" first
+        key = _reference(
+            _one(sql, "SELECT data FROM kenning_messages WHERE instance_id = %s AND topic = 'big'", instance_id),
+            s3,
+            instance_id,
+        )
+        body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
+        s3.client().delete_object(Bucket=s3.bucket, Key=key)  # lost outside Kenning
+        await client.send_message(instance_id, "first")
+        log = processes.procs[-1][1]
+
+        def logged() -> dict[str, str] | None:
+            for line in log.read_text().splitlines():
+                if '"instance.object_store_unavailable"' in line:
+                    found: dict[str, str] = json.loads(line)
+                    return found
+            return None
+
+        line = await eventually(logged, timeout=60, message="the unreadable object logged")
+        assert line is not None
+        assert "the object is missing" in line["error"] and key in line["error"] and "\n" not in line["error"]
+        assert line["instance_id"] == instance_id and "Traceback" not in log.read_text()
+        assert (await client.status(instance_id)).status not in ("failed", "compensating", "cancelled")
+        s3.client().put_object(Bucket=s3.bucket, Key=key, Body=body)  # restored from a backup
+        result = await client.result(instance_id, timeout=120)
+    assert result == hashlib.sha256(blob(SIZE, "lost").encode()).hexdigest()
+
+
+async def test_without_a_store_an_oversized_value_is_one_line_naming_the_setting(
+    database: Database, database_url: str, processes: ProcessPool, sql: Sql, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KENNING_OBJECT_STORE", raising=False)
+    await _worker(processes, database_url, {})
+    async with Client(database=database) as client:
+        started = await client.start("publish_oversized", size=300 * 1024)
+        line = await client.result(started.instance_id, timeout=120)
+    assert "published value 'big' cannot be stored" in line and "set KENNING_OBJECT_STORE" in line
+    assert "\n" not in line
+    assert _one(sql, "SELECT count(*) FROM kenning_values WHERE instance_id = %s", started.instance_id) == 0
