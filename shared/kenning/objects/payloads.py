@@ -91,6 +91,9 @@ def _threshold_from_environment() -> int:
 def settings() -> tuple[Location | None, int]:
     """(the store values are written to or None, the threshold in bytes of JSON)."""
     global _configured
+    configured = _configured
+    if configured is not None:  # every seal asks: no lock once it is known
+        return configured
     with _lock:
         if _configured is None:
             _configured = (_parse(os.environ.get(STORE_VARIABLE, "")), _threshold_from_environment())

@@ -159,18 +159,19 @@ class ObjectStore:
         """``put`` in the caller's thread (the codec boundary, which is synchronous)."""
         self._call(f"writing s3://{self.bucket}/{key}", "put_object", Key=key, Body=data)
 
-    async def get(self, key: str) -> bytes:
+    async def get(self, key: str) -> bytearray:
         return await asyncio.to_thread(self.get_now, key)
 
-    def get_now(self, key: str) -> bytes:
-        """The object's bytes, read from the response in pieces into one buffer."""
+    def get_now(self, key: str) -> bytearray:
+        """The object's bytes, read from the response in pieces into one buffer (not copied
+        into ``bytes``: the value's size once, not twice)."""
         what = f"reading s3://{self.bucket}/{key}"
         response = self._call(what, "get_object", Key=key)
         try:
             buffer = bytearray()
             for chunk in response["Body"].iter_chunks(CHUNK_BYTES):
                 buffer += chunk
-            return bytes(buffer)
+            return buffer
         except Exception as error:
             raise describe(error, what, self.bucket, reading=True) from error
 
