@@ -15,11 +15,13 @@ import pytest
 
 from kenning import Client
 from kenning.db import Database
+from kenning.objects import payloads
 from tests.apps.offload import blob
 from tests.logguard import expect_log
 from tests.objects_support import S3Server, seaweedfs
+from tests.ports import free_ports
 from tests.scheduler_support import spawn_scheduler
-from tests.support import ProcessPool, eventually
+from tests.support import ProcessPool, eventually, run_kenning
 
 APP = "tests.apps.offload"
 SIZE = 2 * 1024 * 1024
@@ -32,13 +34,20 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
+@pytest.fixture(autouse=True)
+def fresh_payload_settings() -> Iterator[None]:
+    """The process reads KENNING_OBJECT_STORE once: each test reads its own."""
+    payloads.reset()
+    yield
+    payloads.reset()
+
+
 @pytest.fixture
 def store_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    for name, value in s3.env.items():
-        monkeypatch.setenv(name, value)  # the test's client reads and writes the store as the processes do
-    monkeypatch.setenv("KENNING_OBJECT_STORE", s3.url())
-    monkeypatch.setenv("KENNING_OFFLOAD_BYTES", "65536")
-    return {**s3.env, "KENNING_OBJECT_STORE": s3.url(), "KENNING_OFFLOAD_BYTES": "65536"}
+    env = {**s3.env, "KENNING_OBJECT_STORE": s3.url(), "KENNING_OFFLOAD_BYTES": "65536"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)  # the test's client writes and reads the store as the processes do
+    return env
 
 
 async def _worker(processes: ProcessPool, database_url: str, env: dict[str, str]) -> None:
@@ -169,3 +178,36 @@ async def test_without_a_store_an_oversized_value_is_one_line_naming_the_setting
     assert "published value 'big' cannot be stored" in line and "set KENNING_OBJECT_STORE" in line
     assert "\n" not in line
     assert _one(sql, "SELECT count(*) FROM kenning_values WHERE instance_id = %s", started.instance_id) == 0
+
+
+async def test_a_store_that_does_not_answer_is_one_line_and_loses_nothing(
+    database: Database, database_url: str, processes: ProcessPool, sql: Sql, s3: S3Server, store_env: dict[str, str]
+) -> None:
+    """A writer whose store is down: the CLI's start writes nothing and says so in one line;
+    a worker's run is handed back, and the instance finishes once a worker reaches the store."""
+    down = {**store_env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_ports(1)}"}  # nothing listens there
+    cli_env = {"PATH": "/usr/bin:/bin", "KENNING_DATABASE_URL": database_url, **down}
+    large_input = json.dumps({"size": 10, "seed": blob(100_000, "down")})  # above 64 KiB, below argv's 128
+    refused = run_kenning(["start", "large_values", "--allow-unknown", "--input", large_input], cli_env, timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    (line,) = refused.stderr.strip().splitlines()
+    assert "does not answer" in line and "AWS_ENDPOINT_URL" in line, line
+    assert _one(sql, "SELECT count(*) FROM kenning_instances") == 0  # nothing half-written
+
+    expect_log("worker.object_store_unavailable")  # said at its start
+    expect_log("instance.object_store_unavailable")
+    await _worker(processes, database_url, down)
+    async with Client(database=database) as client:
+        started = await client.start("large_values", size=300_000, seed="down")
+        log = processes.procs[-1][1]
+        await eventually(
+            lambda: '"instance.object_store_unavailable"' in log.read_text(), timeout=90, message="the store's error"
+        )
+        (logged,) = {
+            json.loads(x)["error"] for x in log.read_text().splitlines() if '"instance.object_store_unavailable"' in x
+        }
+        assert "does not answer" in logged and "AWS_ENDPOINT_URL" in logged
+        assert (await client.status(started.instance_id)).status not in ("failed", "compensating", "cancelled")
+        await _worker(processes, database_url, store_env)  # a worker that reaches the store
+        result = await client.result(started.instance_id, timeout=120)
+    assert result["text"] == blob(300_000, "down")
