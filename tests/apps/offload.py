@@ -16,6 +16,7 @@ from kenning import (
     publish_value,
     receive,
     start_child,
+    subscribe,
     workflow,
     write_stream,
 )
@@ -92,4 +93,12 @@ async def receive_in_turn(ctx: WorkflowContext) -> str:
     """Takes ``big`` only after ``first``: a message sent before waits in its mailbox."""
     await receive(ctx, "first")
     message = await receive(ctx, "big")
+    return await digest(ctx, message.data)
+
+
+@workflow
+async def large_news(ctx: WorkflowContext) -> str:
+    """A subscriber of channel ``news``: the broadcast's value, read back and digested."""
+    await subscribe(ctx, "news")
+    message = await receive(ctx, "news")
     return await digest(ctx, message.data)

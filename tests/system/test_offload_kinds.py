@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -59,6 +59,12 @@ def _one(sql: Sql, query: str, *params: object) -> object:
     rows = sql.execute(query, params).fetchall()
     assert len(rows) == 1, rows
     return rows[0][0]
+
+
+def _status_is(sql: Sql, instance_id: str, status: str) -> Callable[[], bool]:
+    return lambda: (
+        sql.execute("SELECT status FROM kenning_instances WHERE id = %s", (instance_id,)).fetchone() == (status,)
+    )
 
 
 def _reference(value: object, s3: S3Server, instance_id: str) -> str:
@@ -211,3 +217,51 @@ async def test_a_store_that_does_not_answer_is_one_line_and_loses_nothing(
         await _worker(processes, database_url, store_env)  # a worker that reaches the store
         result = await client.result(started.instance_id, timeout=120)
     assert result["text"] == blob(300_000, "down")
+
+
+async def test_a_broadcast_lives_under_shared_and_is_swept_once_no_row_references_it(
+    database: Database, database_url: str, processes: ProcessPool, sql: Sql, s3: S3Server, store_env: dict[str, str]
+) -> None:
+    """A channel's broadcast is copied into every subscriber's mailbox: its object belongs
+    to no one instance, so retention of one subscriber must not delete it; the sweep does
+    once no row references it."""
+    await _worker(processes, database_url, store_env)
+    async with Client(database=database) as client:
+        subscribers = [(await client.start("large_news")).instance_id for _ in range(2)]
+        for instance_id in subscribers:
+            await eventually(
+                _status_is(sql, instance_id, "waiting_for_message"), timeout=60, message="subscribed and waiting"
+            )
+        assert await client.publish("news", blob(SIZE, "news")) == 2
+        results = [await client.result(instance_id, timeout=120) for instance_id in subscribers]
+    assert results == [hashlib.sha256(blob(SIZE, "news").encode()).hexdigest()] * 2
+    (shared,) = {
+        str(row[0]["$ref"]).removeprefix(f"s3://{s3.bucket}/")  # type: ignore[index]
+        for row in sql.execute("SELECT data FROM kenning_messages WHERE topic = 'news'").fetchall()
+    }
+    assert shared.startswith("kenning/%shared/") and shared in s3.object_keys()
+
+    orphan = f"kenning/%shared/{'0' * 64}"  # a broadcast whose commit failed
+    s3.client().put_object(Bucket=s3.bucket, Key=orphan, Body=b'"lost"')
+    scheduler_env = {
+        **store_env,
+        "KENNING_OBJECT_SWEEP_GRACE": "1",
+        "KENNING_OBJECT_SWEEP_INTERVAL": "0.5",
+        "KENNING_RETENTION_INTERVAL": "0.5",
+    }
+    spawn_scheduler(processes, database_url, env=scheduler_env)
+    await eventually(lambda: orphan not in s3.object_keys(), timeout=60, message="the orphan swept")
+    assert shared in s3.object_keys()  # referenced by both mailboxes and histories
+    # one subscriber expires: the other still references the broadcast
+    sql.execute("UPDATE kenning_workflow_definitions SET retention_seconds = 60 WHERE workflow_name = 'large_news'")
+    sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '1 day' WHERE id = %s", (subscribers[0],))
+    await eventually(
+        lambda: _one(sql, "SELECT count(*) FROM kenning_instances WHERE id = %s", subscribers[0]) == 0,
+        timeout=60,
+        message="the first subscriber expired",
+    )
+    s3.client().put_object(Bucket=s3.bucket, Key=orphan, Body=b'"lost"')  # a sweep after the expiry
+    await eventually(lambda: orphan not in s3.object_keys(), timeout=60, message="the second orphan swept")
+    assert shared in s3.object_keys()
+    sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '1 day' WHERE id = %s", (subscribers[1],))
+    await eventually(lambda: shared not in s3.object_keys(), timeout=60, message="the broadcast swept")
