@@ -10,6 +10,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 
+import httpx
 import psycopg
 import pytest
 
@@ -17,6 +18,7 @@ from kenning import Client
 from kenning.db import Database
 from kenning.objects import payloads
 from tests.apps.offload import blob
+from tests.console_support import console_ready, spawn_console
 from tests.logguard import expect_log
 from tests.objects_support import S3Server, seaweedfs
 from tests.ports import free_ports
@@ -265,3 +267,23 @@ async def test_a_broadcast_lives_under_shared_and_is_swept_once_no_row_reference
     assert shared in s3.object_keys()
     sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '1 day' WHERE id = %s", (subscribers[1],))
     await eventually(lambda: shared not in s3.object_keys(), timeout=60, message="the broadcast swept")
+
+
+async def test_the_console_previews_a_large_input_and_streams_its_download(
+    database: Database, database_url: str, processes: ProcessPool, s3: S3Server, store_env: dict[str, str]
+) -> None:
+    """An input is a reference as its whole column (not inside ``{"result": ...}``): the
+    page shows its first bytes, read from the store, and the download streams it whole."""
+    url, console = spawn_console(processes, database_url, env=s3.env)  # a reader: no KENNING_OBJECT_STORE
+    text = blob(SIZE, "shown-input")
+    async with Client(database=database) as client:  # no worker: the instance stays pending
+        started = await client.start("every_kind", text=text, size=10, seed="shown")
+    await console_ready(url, console)
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        page = await http.get(f"/instances/{started.instance_id}")
+        assert page.status_code == 200
+        assert blob(200, "shown-input") in page.text and blob(20_000, "shown-input") not in page.text
+        download = await http.get(f"/values/{started.instance_id}", params={"of": "input"})
+        assert download.status_code == 200
+        assert json.loads(download.content) == {"text": text, "size": 10, "seed": "shown"}
+        assert int(download.headers["content-length"]) == len(download.content)
