@@ -134,7 +134,15 @@ def test_the_offload_section_is_run_when_named_and_its_memory_target_checked() -
     from kenning_devtools.bench.report import render
 
     assert section_list("offload") == ["offload"]
-    run = {"seconds": 10.6, "worker_peak_mb": 399.5, "worker_idle_mb": 95.2, "above_idle_per_value": 3.04}
+    run = {
+        "store_seconds": 6.1,
+        "load_seconds": 4.5,
+        "store_above_idle_per_value": 3.04,
+        "load_above_idle_per_value": 2.1,
+        "worker_peak_mb": 399.5,
+        "worker_idle_mb": 95.2,
+        "above_idle_per_value": 3.04,
+    }
     section = {"100MB": run, "largest_multiple": 3.04}
     assert targets.evaluate({"offload": section})["offload_memory_multiple"]["met"] is True
     assert (
@@ -142,4 +150,6 @@ def test_the_offload_section_is_run_when_named_and_its_memory_target_checked() -
     )
     assert targets.evaluate({})["offload_memory_multiple"]["met"] is None
     report = {"configuration": "full", "duration_seconds": 60.0, "machine": {"cpus": 2}, "offload": section}
-    assert "100MB: 10.6 s, worker peak 399.5 MB" in render(report)
+    assert "100MB: store 6.1 s at 3.04x, load 4.5 s at 2.1x the value above idle; worker peak 399.5 MB" in render(
+        report
+    )

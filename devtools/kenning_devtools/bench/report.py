@@ -202,12 +202,13 @@ def _offload(report: dict[str, Any]) -> list[str]:
     section = report.get("offload")
     if not section:
         return []
-    lines = ["", "offload (a worker stores a value in the object store, its replay loads it back):"]
+    lines = ["", "offload (a worker stores a value in the object store, another's replay loads it back):"]
     for name, run in section.items():
         if isinstance(run, dict):
             lines.append(
-                f"  {name:>6}: {run['seconds']} s, worker peak {run['worker_peak_mb']} MB "
-                f"(idle {run['worker_idle_mb']} MB: {run['above_idle_per_value']}x the value above idle)"
+                f"  {name:>6}: store {run['store_seconds']} s at {run['store_above_idle_per_value']}x, "
+                f"load {run['load_seconds']} s at {run['load_above_idle_per_value']}x the value above idle; "
+                f"worker peak {run['worker_peak_mb']} MB (idle {run['worker_idle_mb']} MB)"
             )
     return lines
 

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import structlog
 
+from kenning import codecs
 from kenning.app import App
 from kenning.core.names import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_QUEUES, CHANNEL_SUBSCRIPTIONS
 from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord
@@ -40,7 +41,7 @@ from kenning.db.groupcommit import GroupCommit
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
 from kenning.errors import ControlSignal, LeaseLostError, ObjectStoreError, ObjectStoreUnavailable, StorageUnavailable
-from kenning.objects import Offloader, restored
+from kenning.objects import Offloader, payloads, restored
 from kenning.objects.offload import has_references
 from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
@@ -161,6 +162,8 @@ class Worker:
         self.settings = settings or WorkerSettings()
         self.worker_id = self.settings.worker_id or process_id()
         self.offloader = Offloader.configured(self.settings.object_store, self.settings.offload_bytes)
+        # every payload this process seals goes through the boundary's offload (kenning.objects.payloads)
+        payloads.configure(self.settings.object_store, self.settings.offload_bytes)
         self.workflow_names = sorted(app.registry.workflows)
         # its code version (the registry's fingerprint of its workflows), and the workflows
         # whose instances it pins to it at their first claim (docs/operations.md#version-pinning)
@@ -376,6 +379,12 @@ class Worker:
         was claimable, the seconds until something will be (None: nothing is queued)."""
         # Autocommit: each claim is one statement (its own transaction), the loads are reads.
         # The plain claim and each queue's take turns going first (kenning_worker/queues.py).
+        # Large values stay references here: each run reads its own back (_execute), apart
+        # from the claim loop and without blocking it.
+        with payloads.deferred():
+            return await self._claim_deferred(limit)
+
+    async def _claim_deferred(self, limit: int) -> tuple[int, float | None]:
         async with self.database.connection() as conn:
             await self.queues.refresh(conn, self.workflow_names)
             queued = QueuePass()
@@ -449,18 +458,21 @@ class Worker:
         log = self.log.bind(instance_id=claimed.id, workflow=claimed.workflow_name)
         started, ended = time.perf_counter(), "released"
         trace = tracing.RunTrace(claimed.id, claimed.workflow_name, claimed.run_count, claimed.trace_context)
+        # this task's own context: what the run stores belongs to the instance, and a store
+        # that fails ends the run, compensating nothing
+        payloads.enter_run(claimed.id)
         try:
             # the large values its rows reference, fetched before the replay reads them
             history = await restored_history(history)
+            if has_references(claimed.input):
+                claimed = dataclasses.replace(claimed, input=codecs.unseal(await restored(claimed.input)))
             run = WorkflowRun(
                 app=self.app,
                 workflow=self.app.registry.workflow(claimed.workflow_name),
                 claimed=claimed,
                 history=history,
                 compensations=compensations,
-                port=PgInstancePort(
-                    database=self.database, claimed=claimed, writes=self.writes, offloader=self.offloader
-                ),
+                port=PgInstancePort(database=self.database, claimed=claimed, writes=self.writes),
                 inline_retry_seconds=self.settings.inline_retry_seconds,
                 activity_timeout=self.settings.activity_timeout,
             )
@@ -479,9 +491,7 @@ class Worker:
                     claimed=claimed,
                     history=[],
                     compensations=[],
-                    port=PgInstancePort(
-                        database=self.database, claimed=claimed, writes=self.writes, offloader=self.offloader
-                    ),
+                    port=PgInstancePort(database=self.database, claimed=claimed, writes=self.writes),
                     inline_retry_seconds=self.settings.inline_retry_seconds,
                     activity_timeout=self.settings.activity_timeout,
                 )
