@@ -44,6 +44,13 @@ def _actions(url: str) -> list[dict[str, Any]]:
     return list(json.loads(listed.stdout))
 
 
+async def _shoot(page: Page, name: str) -> None:
+    """A screenshot into KENNING_SCREENSHOTS_DIR when it is set (docs/console.md's), else none."""
+    folder = os.environ.get("KENNING_SCREENSHOTS_DIR")
+    if folder:
+        await page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=True)
+
+
 async def _links(page: Page, name: str) -> int:
     return await page.locator("[data-instance-actions]").get_by_role("link", name=name, exact=True).count()
 
@@ -101,6 +108,7 @@ async def test_an_operators_day(processes: ProcessPool, database_url: str, sql: 
             await page.locator("[data-parent]").get_by_role("link", name="p-1").click()
             await page.wait_for_url(f"{url}/instances/p-1")
             assert "p-1-approval" in await page.locator("[data-children]").inner_text()
+            await _shoot(page, "instance-parent")
 
             # terminate from the instance's page: it asks for a reason, then ends it at once
             await page.goto(f"{url}/instances/o-1")
@@ -120,6 +128,7 @@ async def test_an_operators_day(processes: ProcessPool, database_url: str, sql: 
             await page.locator("[data-instance-actions]").get_by_role("link", name="Skip a compensation…").click()
             await page.wait_for_url(f"{url}/instances/s-1/skip-compensation")
             assert await page.get_by_role("radio", name=re.compile("refund")).is_checked()  # the failing one
+            await _shoot(page, "skip-compensation")
             await page.get_by_label("Reason").fill("refunded by hand")
             await page.get_by_role("button", name="Skip the compensation").click()
             await page.wait_for_url(f"{url}/instances/s-1")
@@ -150,6 +159,7 @@ async def test_an_operators_day(processes: ProcessPool, database_url: str, sql: 
             queue = await page.locator("[data-waits-for='queue']").inner_text()
             assert "day-hourly, key 'acme'" in queue and "held by key acme's rate limit until" in queue, queue
             assert "rate window frees" in await page.locator("[data-moves-on]").inner_text()
+            await _shoot(page, "instance-rate-limited")
 
             # a cancel from the CLI: the page watching it drops its Cancel button, with no reload
             await page.goto(f"{url}/instances/o-2")
@@ -172,6 +182,7 @@ async def test_an_operators_day(processes: ProcessPool, database_url: str, sql: 
             skipped = await log.locator("[data-action='skip-compensation']").inner_text()
             assert "s-1" in skipped and "refunded by hand" in skipped and "refund" in skipped, skipped
             assert await log.locator("[data-action='cancel']").count() == 2  # s-1 and o-2, from the CLI
+            await _shoot(page, "actions")
             await page.get_by_label("On (instance id, queue or schedule)").fill("o-1")
             await page.get_by_role("button", name="Filter").click()
             await page.wait_for_url(re.compile(r"/actions\?target=o-1"))
