@@ -173,6 +173,19 @@ async def test_an_operators_day(processes: ProcessPool, database_url: str, sql: 
             assert await _links(page, "Cancel…") == 0 and await _links(page, "Terminate…") == 0
             assert await page.evaluate("window.kenningNotReloaded === true")
 
+            # the parent's page follows its child's end, a section the reader opened kept open
+            await page.goto(f"{url}/instances/p-1")
+            step = page.locator(".timeline details > summary", has_text="Details").first
+            await step.click()
+            sent = kenning_command("message", "send", "p-1-approval", "approval", "--data", '"yes"', url=database_url)
+            assert sent.returncode == 0, sent.stdout + sent.stderr
+            await page.wait_for_function(
+                "() => document.querySelector('[data-status]').textContent === 'completed'", timeout=20_000
+            )
+            assert await page.locator("[data-waits-for]").count() == 0
+            assert await page.locator(".timeline details[open] > summary", has_text="Details").count() == 1
+            assert await _links(page, "Cancel…") == 0 and await _links(page, "Terminate…") == 0
+
             # the Actions page: the console's terminate and skip beside the CLI's cancels
             await page.get_by_role("navigation", name="Main").get_by_role("link", name="Actions").click()
             await page.wait_for_url(f"{url}/actions")
