@@ -1,8 +1,9 @@
-"""Payload encryption through real processes (issue 36, item 1): a worker and a scheduler
-with ``KENNING_ENCRYPTION_KEYS`` run workflows that put a marker in every kind of user
-payload; a dump of the database holds no marker (but in the inbox, which stays plain:
-docs/operations.md), the client reads every value back, ``kenning encryption rotate``
-moves every row to a new key, and a wrong or malformed key is one line naming it."""
+"""Payload encryption through real processes (issue 36, item 1): a worker, a scheduler
+and an ingress with ``KENNING_ENCRYPTION_KEYS`` run workflows that put a marker in every
+kind of user payload, events' data in the inbox included (taken by ``wait_event(match=...)``
+before and after it arrived); a dump of the database holds no marker, the client reads
+every value back, ``kenning encryption rotate`` moves every row to a new key, and a wrong
+or malformed key is one line naming it, losing nothing."""
 
 from __future__ import annotations
 
@@ -15,15 +16,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
 from kenning import Client, WorkflowFailedError, codecs
 from kenning.db import Database
 from tests.apps import encrypted
 from tests.console_support import console_ready, spawn_console
+from tests.ingress_support import Ingress, binary, cloud_event, start_ingress
 from tests.logguard import expect_log
 from tests.scheduler_support import spawn_scheduler
-from tests.support import ProcessPool, run_kenning
+from tests.support import ProcessPool, eventually, run_kenning
 
 APP = "tests.apps.encrypted"
 MARKER = "MARKER-4111-1111-1111-1111"
@@ -69,6 +72,21 @@ def dump(database_url: str) -> str:
     return done.stdout
 
 
+def post_event(ingress: Ingress, data: dict[str, str], event_type: str = "card.settled") -> None:
+    headers, body = binary(cloud_event(event_type, data, source="tests/encryption"))
+    answer = httpx.post(f"{ingress.url}/events", headers=headers, content=body, timeout=30)
+    assert answer.status_code == 202, answer.text
+
+
+async def wait_status(database_url: str, instance_id: str, status: str) -> None:
+    def reached() -> bool:
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute("SELECT status FROM kenning_instances WHERE id = %s", (instance_id,)).fetchone()
+        return row == (status,)
+
+    await eventually(reached, timeout=60, message=f"{instance_id} {status}")
+
+
 def tables_holding(text: str, needle: str) -> set[str]:
     """The tables of a pg_dump whose COPY block holds ``needle``."""
     found: set[str] = set()
@@ -89,7 +107,18 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
     env = {codecs.KEYS_VARIABLE: K1}
     processes.worker(database_url, APP, env=env)
     spawn_scheduler(processes, database_url, env=env)
+    ingress = start_ingress(processes, database_url, env=env)
+    # events in the inbox before their workflow waits: the older one is not its match
+    post_event(ingress, {"order": "o-2", "card": f"{MARKER} of o-2"})
+    post_event(ingress, {"order": "o-1", "card": f"{MARKER} of o-1"})
     async with Client(database=database) as client:
+        early = await client.start(encrypted.settles, order="o-1")
+        assert await client.result(early, timeout=60) == f"settled {MARKER} of o-1"
+        late = await client.start(encrypted.settles, order="o-3")
+        await wait_status(database_url, late.instance_id, "waiting_for_event")
+        post_event(ingress, {"order": "o-4", "card": f"{MARKER} of o-4"})  # not its match
+        post_event(ingress, {"order": "o-3", "card": f"{MARKER} of o-3"})
+        assert await client.result(late, timeout=60) == f"settled {MARKER} of o-3"
         paid = await client.start(encrypted.pay, card=MARKER)
         failing = await client.start(encrypted.fails, card=MARKER)
         reply = await client.request(paid.instance_id, "note", f"note {MARKER}", timeout=60)
@@ -122,8 +151,12 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
         await console_ready(url, proc)
         async with httpx.AsyncClient(base_url=url, timeout=10, headers={"authorization": f"Bearer {token}"}) as http:
             page = await http.get(f"/instances/{paid.instance_id}")
+            inbox = await http.get("/events/inbox")
         assert page.status_code == 200 and expected in page.text
         assert absent is None or absent not in page.text
+        # the inbox's events: their data opened with the key, "encrypted" without it
+        assert inbox.status_code == 200 and (f"{MARKER} of o-3" if keys_given else "encrypted") in inbox.text
+        assert absent is None or absent not in inbox.text
         proc.terminate()
 
     # rotate to k2 (k1 kept to read the old rows), then read everything with k2 alone
