@@ -32,6 +32,7 @@ APP = "tests.apps.encrypted"
 MARKER = "MARKER-4111-1111-1111-1111"
 K1 = "k1:" + base64.b64encode(b"\x01" * 32).decode()
 K2 = "k2:" + base64.b64encode(b"\x02" * 32).decode()
+K1_WRONG = "k1:" + base64.b64encode(b"\x03" * 32).decode()
 
 
 @pytest.fixture
@@ -142,6 +143,13 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
     shown = json.loads(without.stdout)
     assert shown["input"] == "encrypted" and shown["result"] == {"result": "encrypted"}
     assert MARKER not in without.stdout
+    # other bytes under the right id: one line naming the key, exit code 2, nothing shown
+    wrong = run_kenning(show, {"KENNING_DATABASE_URL": database_url, codecs.KEYS_VARIABLE: K1_WRONG})
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert wrong.stderr.strip().splitlines() == [
+        "kenning instances: a payload does not decrypt with key 'k1' of KENNING_ENCRYPTION_KEYS: "
+        "that id was given other key bytes than the ones that encrypted it"
+    ]
 
     # the console, with the key and without it
     token = "encryption-console-token-7d2e"
@@ -158,6 +166,15 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
         assert inbox.status_code == 200 and (f"{MARKER} of o-3" if keys_given else "encrypted") in inbox.text
         assert absent is None or absent not in inbox.text
         proc.terminate()
+    # a console given other bytes under the key's id: the page says so in one line
+    expect_log("console.payload_unreadable")
+    url, proc = spawn_console(processes, database_url, token=token, env={codecs.KEYS_VARIABLE: K1_WRONG})
+    await console_ready(url, proc)
+    async with httpx.AsyncClient(base_url=url, timeout=10, headers={"authorization": f"Bearer {token}"}) as http:
+        refused = await http.get("/events/inbox")
+    assert refused.status_code == 500 and "does not decrypt with key &#39;k1&#39;" in refused.text
+    assert MARKER not in refused.text
+    proc.terminate()
 
     # rotate to k2 (k1 kept to read the old rows), then read everything with k2 alone
     rotated = run_kenning(
@@ -185,7 +202,10 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
         assert await client.get_value(paid.instance_id, "receipt") == {"receipt": f"receipt of {MARKER}"}
 
 
-@pytest.mark.parametrize("command", [["worker", "--app", APP], ["scheduler"], ["instances", "list"]])
+@pytest.mark.parametrize(
+    "command",
+    [["worker", "--app", APP], ["scheduler"], ["ingress"], ["relayer"], ["console"], ["instances", "list"]],
+)
 def test_a_malformed_key_setting_stops_every_process_at_start_in_one_line(
     database_url: str, command: list[str]
 ) -> None:
