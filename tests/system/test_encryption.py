@@ -7,6 +7,7 @@ or malformed key is one line naming it, losing nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import importlib.util
 import json
@@ -25,6 +26,7 @@ from tests.apps import encrypted
 from tests.console_support import console_ready, spawn_console
 from tests.ingress_support import Ingress, binary, cloud_event, start_ingress
 from tests.logguard import expect_log
+from tests.relayer_support import insert_events, outbox_row, running_relayer, start_receiver
 from tests.scheduler_support import spawn_scheduler
 from tests.support import ProcessPool, eventually, run_kenning
 
@@ -224,3 +226,28 @@ def test_new_key_prints_an_entry_the_setting_takes() -> None:
     done = run_kenning(["encryption", "new-key", "k3"], {})
     assert done.returncode == 0, done.stderr
     assert list(codecs.parse_keys(done.stdout.strip())) == ["k3"]
+
+
+async def test_a_relayer_without_the_key_dead_letters_nothing_and_publishes_once_given_it(
+    database: Database, processes: ProcessPool, sql: psycopg.Connection[tuple[object, ...]], keys: None
+) -> None:
+    """The relayer's keys are wrong, not the events: an event whose data it cannot open is
+    handed back uncounted (never dead-lettered) while the rest of its claim is published;
+    given the key, the event goes out, once."""
+    expect_log("outbox.unreadable")
+    receiver = await start_receiver(processes)
+    sealed = await insert_events(database, 2, data=codecs.seal({"card": MARKER}))
+    (plain,) = await insert_events(database, 1, data={"n": 1})
+    codecs.configure(keys="k9:" + base64.b64encode(b"\x09" * 32).decode())
+    async with running_relayer(database, receiver.url, max_attempts=2):
+        await eventually(lambda: receiver.accepted()[plain] == 1, timeout=30, message="the plain event published")
+        await asyncio.sleep(1.0)  # the relayer's passes meet the sealed ones again and again
+        for event_id in sealed:
+            row = outbox_row(sql, event_id)
+            assert row["status"] in ("pending", "publishing") and row["attempts"] <= 1, row
+        codecs.configure(keys=K1)
+        await eventually(
+            lambda: all(receiver.accepted()[i] == 1 for i in sealed), timeout=30, message="sealed events published"
+        )
+    published = [e for e in receiver.events() if e.get("attributes", {}).get("id") in sealed]
+    assert [e["data"] for e in published] == [{"card": MARKER}] * 2
