@@ -177,6 +177,12 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
     assert refused.status_code == 500 and "does not decrypt with key &#39;k1&#39;" in refused.text
     assert MARKER not in refused.text
     proc.terminate()
+    # and an ingress so configured answers a result's read with that line, as JSON
+    expect_log("ingress.payload_unreadable")
+    wrong_ingress = start_ingress(processes, database_url, env={codecs.KEYS_VARIABLE: K1_WRONG})
+    answer = httpx.get(f"{wrong_ingress.url}/instances/{paid.instance_id}", timeout=30)
+    assert answer.status_code == 500 and "does not decrypt with key 'k1'" in answer.json()["error"]
+    wrong_ingress.process.terminate()
 
     # rotate to k2 (k1 kept to read the old rows), then read everything with k2 alone
     rotated = run_kenning(

@@ -317,11 +317,15 @@ class Ingress:
             "updated_at": _iso(row.updated_at),
             "finished_at": _iso(row.finished_at),
         }
-        if row.status == "completed":
-            # opened with this process's key; "encrypted" without it
-            body["result"] = codecs.shown((row.result or {}).get("result"))
+        try:
+            if row.status == "completed":
+                # opened with this process's key; "encrypted" without it
+                body["result"] = codecs.shown((row.result or {}).get("result"))
+            message = codecs.shown(row.error.get("message")) if row.error else None
+        except codecs.CodecError as exc:  # this ingress's keys (not the key's id, or other bytes): one line
+            _log.error("ingress.payload_unreadable", instance_id=instance_id, error=str(exc))
+            return responses.error(500, str(exc), "payload_unreadable")
         if row.error:
-            message = codecs.shown(row.error.get("message"))
             body["error"] = {
                 "type": row.error.get("type"),
                 # a database error's text carries its statement and parameters (a lease token)
