@@ -119,6 +119,8 @@ class Ingress:
             pid=os.getpid(),
             max_body_bytes=self.settings.max_body_bytes,
             read_timeout=self.settings.read_timeout,
+            # the key id events' data is sealed under in the inbox ("": stored plain)
+            sealing_with=codecs.encrypting_key_id(),
         )
         restore_signals = on_exit_signals(self._stop_streams)
         try:
