@@ -182,6 +182,9 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
     wrong_ingress = start_ingress(processes, database_url, env={codecs.KEYS_VARIABLE: K1_WRONG})
     answer = httpx.get(f"{wrong_ingress.url}/instances/{paid.instance_id}", timeout=30)
     assert answer.status_code == 500 and "does not decrypt with key 'k1'" in answer.json()["error"]
+    streamed = httpx.get(f"{wrong_ingress.url}/instances/{paid.instance_id}/streams/log", timeout=30)
+    assert "event: error" in streamed.text and "does not decrypt with key 'k1'" in streamed.text
+    assert "event: close" not in streamed.text and MARKER not in streamed.text
     wrong_ingress.process.terminate()
 
     # rotate to k2 (k1 kept to read the old rows), then read everything with k2 alone
