@@ -78,8 +78,12 @@ def event_from_inbox(stored: StoredEvent) -> ReceivedEvent:
     the writer sealed is opened here (``kenning.codecs.EncryptionKeyError`` without the key,
     the row left as it is)."""
     attributes = stored.attributes
+    if stored.data_bytes is None:
+        data = codecs.unseal(stored.data)
+    else:  # binary data: sealed in ``data`` beside an empty ``data_bytes``, or as it came
+        data = codecs.unseal_bytes(stored.data) if stored.data is not None else stored.data_bytes
     return ReceivedEvent(
-        data=stored.data_bytes if stored.data_bytes is not None else codecs.unseal(stored.data),
+        data=data,
         type=stored.event_type,
         source=stored.source,
         id=stored.event_id,
@@ -150,13 +154,22 @@ def event_history_payload(event: ReceivedEvent) -> tuple[dict[str, Any], bytes |
         "extensions": serialization.to_json(event.extensions),
     }
     if isinstance(event.data, bytes | bytearray | memoryview):
-        return payload, bytes(event.data)
+        sealed = codecs.seal_bytes(bytes(event.data))
+        if sealed is None:
+            return payload, bytes(event.data)
+        payload["data"] = sealed  # beside an empty payload_bytes: the sign of sealed bytes
+        return payload, b""
     payload["data"] = codecs.seal(serialization.to_json(event.data))  # type, source and id stay plain
     return payload, None
 
 
 def event_from_history(payload: dict[str, Any], payload_bytes: bytes | None, model: Any = None) -> ReceivedEvent:
-    data: Any = payload_bytes if payload_bytes is not None else codecs.unseal(payload.get("data"))
+    if payload_bytes is None:
+        data: Any = codecs.unseal(payload.get("data"))
+    elif payload.get("data") is not None:  # sealed bytes (opened to their base64 text or not)
+        data = codecs.unseal_bytes(payload["data"])
+    else:
+        data = payload_bytes
     if model is not None and not isinstance(data, bytes):
         data = serialization.from_json(data, model)
     return ReceivedEvent(

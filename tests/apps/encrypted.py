@@ -71,3 +71,10 @@ async def settles(ctx: WorkflowContext, order: str) -> str:
     started (the inbox's candidates, sealed: matched after opening) or after."""
     event = await wait_event(ctx, "card.settled", match={"order": order}, since=timedelta(minutes=10))
     return f"settled {event.data['card']}"
+
+
+@workflow(name="encryption.scans")
+async def scans(ctx: WorkflowContext) -> str:
+    """Takes a ``card.scanned`` event of binary data (sealed in the inbox and its history)."""
+    event = await wait_event(ctx, "card.scanned", since=timedelta(minutes=10))
+    return f"scanned {event.data.decode()}"

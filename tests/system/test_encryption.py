@@ -75,8 +75,9 @@ def dump(database_url: str) -> str:
     return done.stdout
 
 
-def post_event(ingress: Ingress, data: dict[str, str], event_type: str = "card.settled") -> None:
-    headers, body = binary(cloud_event(event_type, data, source="tests/encryption"))
+def post_event(ingress: Ingress, data: dict[str, str] | bytes, event_type: str = "card.settled") -> None:
+    content = {"datacontenttype": "application/octet-stream"} if isinstance(data, bytes) else {}
+    headers, body = binary(cloud_event(event_type, data, source="tests/encryption", **content))
     answer = httpx.post(f"{ingress.url}/events", headers=headers, content=body, timeout=30)
     assert answer.status_code == 202, answer.text
 
@@ -122,6 +123,10 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
         post_event(ingress, {"order": "o-4", "card": f"{MARKER} of o-4"})  # not its match
         post_event(ingress, {"order": "o-3", "card": f"{MARKER} of o-3"})
         assert await client.result(late, timeout=60) == f"settled {MARKER} of o-3"
+        # binary data: sealed too, and taken whole
+        post_event(ingress, f"{MARKER} scanned".encode(), event_type="card.scanned")
+        scanned = await client.start(encrypted.scans)
+        assert await client.result(scanned, timeout=60) == f"scanned {MARKER} scanned"
         paid = await client.start(encrypted.pay, card=MARKER)
         failing = await client.start(encrypted.fails, card=MARKER)
         reply = await client.request(paid.instance_id, "note", f"note {MARKER}", timeout=60)
@@ -133,6 +138,7 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
 
     before = dump(database_url)
     assert tables_holding(before, MARKER) == set(), "plaintext of an encrypted payload in the database"
+    assert tables_holding(before, MARKER.encode().hex()) == set(), "binary plaintext (bytea) in the database"
     assert '"$enc": "k1"' in before
 
     # the CLI opens payloads with the key and shows "encrypted" without it

@@ -98,8 +98,16 @@ async def inbox_page(
 
 
 def _inbox_entry(row: Any) -> InboxEntry:
-    """A row as the console shows it: sealed data opened, or "encrypted" without the key."""
-    return InboxEntry(**{**row._asdict(), "attributes": dict(row.attributes or {}), "data": codecs.shown(row.data)})
+    """A row as the console shows it: sealed data opened, or "encrypted" without the key
+    (binary data sealed beside an empty ``data_bytes``: its size once opened)."""
+    values = {**row._asdict(), "attributes": dict(row.attributes or {}), "data": codecs.shown(row.data)}
+    if row.data_size is not None and row.data is not None:
+        opened = values["data"]
+        if opened == codecs.ENCRYPTED:
+            values["data_size"] = None  # shown as "encrypted"
+        else:
+            values["data"], values["data_size"] = None, len(codecs.unseal_bytes(opened))
+    return InboxEntry(**values)
 
 
 _INBOX_EVENT = statement(

@@ -82,25 +82,32 @@ async def inbox_insert_events(conn: Executor, events: Sequence[NewEvent]) -> lis
     comes through here; the type, source, id and attributes stay plain for routing."""
     if not events:
         return []
+    stored = [_stored_data(e) for e in events]
     params = {
         "sources": [e.source for e in events],
         "event_ids": [e.event_id for e in events],
         "event_types": [e.event_type for e in events],
         "instance_ids": [e.instance_id for e in events],
         "attributes": [json.dumps(e.attributes, ensure_ascii=False) for e in events],
-        "data": [
-            None if e.data_bytes is not None or e.data is None else json.dumps(codecs.seal(e.data), ensure_ascii=False)
-            for e in events
-        ],
-        "data_bytes": [e.data_bytes for e in events],
+        "data": [data for data, _ in stored],
+        "data_bytes": [data_bytes for _, data_bytes in stored],
     }
-    stored = {(row.source, row.event_id) for row in await conn.execute(_INBOX_INSERT_EVENTS, params)}
+    inserted = {(row.source, row.event_id) for row in await conn.execute(_INBOX_INSERT_EVENTS, params)}
     result = []
     for event in events:
         key = (event.source, event.event_id)
-        result.append(key in stored)
-        stored.discard(key)  # a second copy in the same batch is a duplicate
+        result.append(key in inserted)
+        inserted.discard(key)  # a second copy in the same batch is a duplicate
     return result
+
+
+def _stored_data(event: NewEvent) -> tuple[str | None, bytes | None]:
+    """(data, data_bytes) as stored: JSON sealed; binary data sealed into ``data`` with an
+    empty ``data_bytes`` as the sign (``kenning.codecs.seal_bytes``), or as it came."""
+    if event.data_bytes is not None:
+        sealed = codecs.seal_bytes(event.data_bytes)
+        return (None, event.data_bytes) if sealed is None else (json.dumps(sealed), b"")
+    return None if event.data is None else json.dumps(codecs.seal(event.data), ensure_ascii=False), None
 
 
 _INBOX_INSERT_CANCEL = statement(
