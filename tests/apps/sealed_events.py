@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from kenning import App, EventTimeoutError, WorkflowContext, wait_event, workflow
+from kenning import App, EventTimeoutError, WorkflowContext, start_child, wait_event, workflow
 
 app = App("kenning-sealed-events-tests")
 EVENT = "order.paid"
@@ -33,3 +33,15 @@ async def times_out(ctx: WorkflowContext, order: str) -> str:
     except EventTimeoutError:
         return "timed out"
     return "taken"
+
+
+@workflow(name="sealed.child")
+async def child(ctx: WorkflowContext, card: str) -> str:
+    return f"child saw {card}"
+
+
+@workflow(name="sealed.parent")
+async def parent(ctx: WorkflowContext, card: str) -> str:
+    """Its child's end comes through the inbox (kenning.child.finished), the result sealed."""
+    handle = await start_child(ctx, child, card=card)
+    return await handle.result()

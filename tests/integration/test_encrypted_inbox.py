@@ -192,3 +192,15 @@ async def test_a_worker_without_the_key_parks_no_event_fails_no_instance_and_cat
             )
             await eventually(lambda: inbox_row(sql, "e-2")[0] == "processed", timeout=30, message="e-2 processed")
         assert inbox_row(sql, "e-1")[0] == "processed"
+
+
+async def test_a_childs_end_reaches_its_parent_through_the_inbox_sealed(
+    database_url: str, sql: Sql, keys: None
+) -> None:
+    """The child's end is an inbox row written in SQL (its result sealed inside, its ids
+    plain for the parent's wait): the parent takes it, its data opened, the result whole."""
+    async with WorkflowEnvironment(sealed_events.app, database_url=database_url, migrate=False) as env:
+        started = await env.start(sealed_events.parent, card=MARKER)
+        assert await started.result() == f"child saw {MARKER}"
+    rows = sql.execute("SELECT CAST(data AS text) FROM kenning_inbox").fetchall()
+    assert rows and not any(MARKER in str(row) for row in rows)
