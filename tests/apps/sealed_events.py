@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from kenning import App, EventTimeoutError, WorkflowContext, start_child, wait_event, workflow
+from kenning import App, EventTimeoutError, WorkflowContext, start_child, wait_event, wait_timer, workflow
 
 app = App("kenning-sealed-events-tests")
 EVENT = "order.paid"
@@ -44,4 +44,6 @@ async def child(ctx: WorkflowContext, card: str) -> str:
 async def parent(ctx: WorkflowContext, card: str) -> str:
     """Its child's end comes through the inbox (kenning.child.finished), the result sealed."""
     handle = await start_child(ctx, child, card=card)
+    if card.startswith("later"):  # the child ends first: the parent finds its end in the inbox
+        await wait_timer(ctx, 60)
     return await handle.result()

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from kenning import Client, codecs
+from kenning.commands.encryption import rotate
 from kenning.db import Database
 from kenning.engine.memory import contains
 from kenning.events import data_contains
@@ -32,6 +33,7 @@ Sql = psycopg.Connection[tuple[object, ...]]
 KEY = "t1:" + base64.b64encode(b"\x05" * 32).decode()
 OTHER = "t9:" + base64.b64encode(b"\x06" * 32).decode()  # a worker's key set without t1
 WRONG = "t1:" + base64.b64encode(b"\x08" * 32).decode()  # t1's id with other bytes
+ROTATED = "t2:" + base64.b64encode(b"\x04" * 32).decode()
 MARKER = "MARKER-7700-0000-0000-0036"
 
 
@@ -204,3 +206,19 @@ async def test_a_childs_end_reaches_its_parent_through_the_inbox_sealed(
         assert await started.result() == f"child saw {MARKER}"
     rows = sql.execute("SELECT CAST(data AS text) FROM kenning_inbox").fetchall()
     assert rows and not any(MARKER in str(row) for row in rows)
+
+
+async def test_a_childs_end_rotated_whole_in_the_inbox_is_still_found_by_its_parent(
+    database_url: str, database: Database, sql: Sql, keys: None
+) -> None:
+    """``kenning encryption rotate`` seals an inbox row whole (a child's end, plain around
+    its sealed result): a parent that waits for it afterwards finds it by its opened data."""
+    async with WorkflowEnvironment(sealed_events.app, database_url=database_url, migrate=False) as env:
+        started = await env.start(sealed_events.parent, card=f"later {MARKER}")
+        await env.settle()  # the child ended, its parent waits for the timer
+        codecs.configure(keys=f"{ROTATED},{KEY}")
+        assert (await rotate(database, batch_size=10))["kenning_inbox.data"] == 1
+        (sealed,) = sql.execute("SELECT data ? '$enc' FROM kenning_inbox").fetchone() or (None,)
+        assert sealed is True
+        await env.sleep(61)
+        assert await started.result() == f"child saw later {MARKER}"
