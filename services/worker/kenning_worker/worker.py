@@ -66,6 +66,8 @@ _log = structlog.get_logger("kenning.worker")
 # long the worker then spends releasing those of runs that ignored the cancellation.
 CANCEL_SECONDS = 2.0
 RELEASE_SECONDS = 2.0
+# an instance whose payload this worker cannot open (a key missing) is offered again after this
+UNREADABLE_RELEASE_SECONDS = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -511,6 +513,18 @@ class Worker:
         except LeaseLostError:  # run() answers LEASE_LOST itself; never let one end the task unseen
             ended = "lease_lost"
             log.warning("instance.lease_lost")
+        except codecs.CodecError as error:
+            # a payload sealed under a key this worker lacks: its configuration, not the
+            # workflow's fault; nothing was written, nothing is failed or compensated, and the
+            # run is not counted toward crash-loop parking: another worker (or this one, given
+            # the key) takes it up after the delay
+            ended = "payload_unreadable"
+            log.error(
+                "instance.payload_unreadable",
+                error=str(error),
+                hint="released, not failed: give this worker the key in KENNING_ENCRYPTION_KEYS",
+            )
+            await self._release(claimed, log, delay=UNREADABLE_RELEASE_SECONDS)
         except (Exception, ControlSignal) as error:  # a signal no handler took is an engine bug
             ended = "crashed"
             log.exception("instance.run_crashed", error=repr(error))

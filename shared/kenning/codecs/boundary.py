@@ -114,6 +114,26 @@ def seal(value_json: Any) -> Any:
     return payloads.offloaded({ENVELOPE_KEY: key_id, "v": base64.b64encode(encoded).decode("ascii")})
 
 
+def seal_bytes(raw: bytes) -> Any:
+    """The stored form of binary data (an event's) when this process has codecs: an
+    envelope of its base64 text, which the caller stores in the row's JSON column with an
+    empty ``bytea`` beside it as the sign; None without codecs (stored as it came)."""
+    if not chain():
+        return None
+    return seal(base64.b64encode(raw).decode("ascii"))
+
+
+def unseal_bytes(stored_json: Any) -> bytes:
+    """The bytes ``seal_bytes`` stored (its envelope, or the base64 text already opened)."""
+    opened = unseal(stored_json)
+    if not isinstance(opened, str):
+        raise CodecError("a sealed binary payload is not base64 text (damaged row)")
+    try:
+        return base64.b64decode(opened, validate=True)
+    except (binascii.Error, ValueError):
+        raise CodecError("a sealed binary payload is not valid base64 (damaged row)") from None
+
+
 def unseal(stored_json: Any) -> Any:
     """The value ``seal`` stored, with every envelope inside it opened; plain JSON as is.
 
@@ -181,9 +201,11 @@ __all__ = [
     "reseal",
     "reset",
     "seal",
+    "seal_bytes",
     "sealed_key_id",
     "shown",
     "unseal",
+    "unseal_bytes",
 ]
 
 
