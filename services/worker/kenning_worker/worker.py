@@ -40,7 +40,14 @@ from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
-from kenning.errors import ControlSignal, LeaseLostError, ObjectStoreError, ObjectStoreUnavailable, StorageUnavailable
+from kenning.errors import (
+    ConfigurationError,
+    ControlSignal,
+    LeaseLostError,
+    ObjectStoreError,
+    ObjectStoreUnavailable,
+    StorageUnavailable,
+)
 from kenning.objects import Offloader, payloads, restored
 from kenning.objects.offload import has_references
 from kenning.observability import metrics, tracing
@@ -68,6 +75,23 @@ CANCEL_SECONDS = 2.0
 RELEASE_SECONDS = 2.0
 # an instance whose payload this worker cannot open (a key missing) is offered again after this
 UNREADABLE_RELEASE_SECONDS = 5.0
+
+
+CODE_VERSION_MAX_LENGTH = 128  # a release name, a git SHA, an image digest ("sha256:" and 64 hex digits)
+
+
+def check_code_version(text: str) -> str:
+    """``text`` if it can be a worker's explicit code version, else a ``ValueError`` saying
+    why. Non-empty (an unset ``$BUILD_ID`` in a deploy script must not fall back to the
+    fingerprint unnoticed), bounded, printable and without whitespace: it is shown in
+    one-line reports (``kenning why``, ``kenning workers list``) and compared exactly."""
+    if not text:
+        raise ValueError("must not be empty (leave it unset for the fingerprint of the workflows' code)")
+    if len(text) > CODE_VERSION_MAX_LENGTH:
+        raise ValueError(f"must be at most {CODE_VERSION_MAX_LENGTH} characters, got {len(text)}")
+    if not text.isprintable() or any(char.isspace() for char in text):
+        raise ValueError("must be printable characters without spaces")
+    return text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,8 +128,27 @@ class WorkerSettings(ServiceSettings):
         help="runs in a row that may die without a step before the instance fails as crash_loop",
     )
     worker_id: str = setting("", help="name in leases and logs (default host-pid-random)")
+    # the version instances of pinned workflows are pinned to (docs/operations.md#version-pinning);
+    # checked once parsed (__post_init__), so a bad flag is one line, not argparse's usage too
+    code_version: str | None = setting(
+        None,
+        type=str,
+        help="this worker's code version, e.g. the build or release id (at most "
+        f"{CODE_VERSION_MAX_LENGTH} printable characters, no spaces); default: a fingerprint of its workflows' "
+        "names and source",
+    )
     # its flags are --inbox-*; a field specifier, as dataclasses.field is
     inbox: InboxSettings = settings_group(InboxSettings)  # noqa: RUF009
+
+    def __post_init__(self) -> None:
+        if self.code_version is not None:  # the CLI prints a ConfigurationError as one line, exit 2
+            try:
+                check_code_version(self.code_version)
+            except ValueError as error:
+                shown = self.code_version[:40] + "..." if len(self.code_version) > 40 else self.code_version
+                raise ConfigurationError(
+                    f"--code-version / KENNING_CODE_VERSION {shown!r} is invalid: {error}"
+                ) from None
 
     def database_bounds(self) -> SessionBounds:
         """The shared bounds, the idle-in-transaction one at most half the lease: a session
@@ -167,9 +210,11 @@ class Worker:
         # every payload this process seals goes through the boundary's offload (kenning.objects.payloads)
         payloads.configure(self.settings.object_store, self.settings.offload_bytes)
         self.workflow_names = sorted(app.registry.workflows)
-        # its code version (the registry's fingerprint of its workflows), and the workflows
-        # whose instances it pins to it at their first claim (docs/operations.md#version-pinning)
-        self.code_version = code_version({name: wf.source_hash for name, wf in app.registry.workflows.items()})
+        # its code version (the one set, else the fingerprint of its workflows: one version for
+        # the whole worker), and the workflows whose instances it pins to it at their first
+        # claim (docs/operations.md#version-pinning)
+        self.code_fingerprint = code_version({name: wf.source_hash for name, wf in app.registry.workflows.items()})
+        self.code_version = self.settings.code_version or self.code_fingerprint
         self.pinned = sorted(name for name, wf in app.registry.workflows.items() if wf.versioning == "pinned")
         self._running: dict[str, asyncio.Task[None]] = {}  # lease token -> run
         self._claimed: dict[str, ClaimedInstance] = {}  # lease token -> what was claimed
@@ -249,6 +294,8 @@ class Worker:
             "inbox": self.settings.inbox.enabled,
             "app": self.settings.app,
             "code_version": self.code_version,
+            # beside a version set by hand: two workers of one version with different code show it
+            "code_fingerprint": self.code_fingerprint,
         }
 
     def stop(self) -> None:
@@ -310,6 +357,7 @@ class Worker:
             workflows=self.workflow_names,
             concurrency=self.settings.concurrency,
             code_version=self.code_version,
+            code_fingerprint=self.code_fingerprint,
             pinned=self.pinned,
         )
         try:
