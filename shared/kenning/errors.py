@@ -89,6 +89,13 @@ class LeaseLostError(ControlSignal):
     """
 
 
+class CancelSeenBeforeWrite(ControlSignal):
+    """A write that carries the held-back step record found, in that record's fence, a
+    cancel committed since the run's last write: the record is committed, the write's own
+    rows are not. The engine ends the step as cancelled, as the check at every step
+    boundary does after a flush (``WorkflowRun.folded``)."""
+
+
 class Suspended(ControlSignal):
     """The instance gave its lease back: it waits for an event or a timer, or a retry
     back-off long enough to free the worker. The run ends; another claim resumes it."""
