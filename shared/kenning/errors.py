@@ -156,6 +156,12 @@ class ConfigurationError(KenningError):
     """A setting, flag or workflow definition is invalid; the message names it."""
 
 
+class MigrationBlockedError(KenningError):
+    """A migration waited its lock timeout for a table another session holds, as many
+    times as it may retry, and gave up (nothing of it committed); the message names the
+    table and the session holding it."""
+
+
 class DatabaseUnavailableError(KenningError):
     """A client's call could not reach the database (a restart, a failover, a lost
     connection, no free connection) even after the client's own retries of a call a retry
