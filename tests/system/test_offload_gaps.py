@@ -1,0 +1,111 @@
+"""What the codec boundary's offload left open (issue 36, the second pass), against a real
+S3 server (SeaweedFS) and real worker, scheduler and console processes: a child's result
+its parent took outlives the child's retention; an event whose data cannot reach the
+store waits undelivered and is delivered once it can; ``--object-store`` on a process
+other than the worker is honoured as the variable is."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from kenning import Client
+from kenning.db import Database
+from kenning.objects import payloads
+from tests.apps.offload import blob
+from tests.objects_support import S3Server, seaweedfs
+from tests.scheduler_support import spawn_scheduler
+from tests.support import ProcessPool, eventually
+
+APP = "tests.apps.offload"
+Sql = psycopg.Connection[tuple[object, ...]]
+SWEEPING = {
+    "KENNING_OBJECT_SWEEP_GRACE": "1",
+    "KENNING_OBJECT_SWEEP_INTERVAL": "0.5",
+    "KENNING_RETENTION_INTERVAL": "0.5",
+}
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with seaweedfs(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def fresh_payload_settings() -> Iterator[None]:
+    """The process reads KENNING_OBJECT_STORE once: each test reads its own."""
+    payloads.reset()
+    yield
+    payloads.reset()
+
+
+@pytest.fixture
+def store_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    env = {**s3.env, "KENNING_OBJECT_STORE": s3.url(), "KENNING_OFFLOAD_BYTES": "65536"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)  # the test's client writes and reads the store as the processes do
+    return env
+
+
+async def _worker(processes: ProcessPool, database_url: str, env: dict[str, str], *extra: str) -> None:
+    worker = processes.worker(database_url, APP, *extra, env=env)
+    await eventually(lambda: '"worker.started"' in processes.log_of(worker), timeout=60, message="worker up")
+
+
+def _status(sql: Sql, instance_id: str) -> object:
+    row = sql.execute("SELECT status FROM kenning_instances WHERE id = %s", (instance_id,)).fetchone()
+    return None if row is None else row[0]
+
+
+async def test_a_childs_result_its_parent_took_outlives_the_childs_retention(
+    database: Database, database_url: str, processes: ProcessPool, sql: Sql, s3: S3Server, store_env: dict[str, str]
+) -> None:
+    """The parent's history keeps the child's result by the child's reference: retention
+    of the child (its workflow's, shorter than the parent's) keeps that object, and the
+    sweep deletes it only once the parent is gone too."""
+    await _worker(processes, database_url, store_env)
+    size = 400_000
+    async with Client(database=database) as client:
+        parent = (await client.start("large_child_result", size=size, seed="kept-child")).instance_id
+        assert await client.result(parent, timeout=120) == hashlib.sha256(blob(size, "kept-child").encode()).hexdigest()
+    (child,) = [str(r[0]) for r in sql.execute("SELECT id FROM kenning_instances WHERE parent_id = %s", (parent,))]
+    urls = {
+        str(r[0])
+        for r in sql.execute(
+            """SELECT jsonb_path_query(payload, 'strict $.**."$ref"') #>> '{}' FROM kenning_history
+               WHERE instance_id = %s""",
+            (parent,),
+        )
+    }
+    taken = [u.removeprefix(f"s3://{s3.bucket}/") for u in urls if u != f"s3://{s3.bucket}/kenning/{parent}/"]
+    taken = [key for key in taken if not key.startswith(f"kenning/{parent}/")]
+    assert taken, urls  # the parent's history names an object of its child
+    assert all(key in s3.object_keys() for key in taken)
+    folder = taken[0].rsplit("/", 1)[0]
+    spawn_scheduler(processes, database_url, env={**store_env, **SWEEPING})
+    # the child expires on its own workflow's retention; the parent is kept
+    sql.execute("UPDATE kenning_workflow_definitions SET retention_seconds = 60 WHERE workflow_name = 'large_values'")
+    sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '1 day' WHERE id = %s", (child,))
+    await eventually(lambda: _status(sql, child) is None, timeout=60, message="the child expired")
+    orphan = f"{folder}/{'0' * 64}"  # a sweep after the expiry: this one is swept, the taken result kept
+    s3.client().put_object(Bucket=s3.bucket, Key=orphan, Body=b'"lost"')
+    await eventually(lambda: orphan not in s3.object_keys(), timeout=60, message="a sweep after the expiry")
+    assert all(key in s3.object_keys() for key in taken), "the parent's history names an object retention deleted"
+    for key in taken:  # and it is the value the parent took
+        body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
+        assert hashlib.sha256(body).hexdigest() == key.rsplit("/", 1)[1]
+    # the parent expires: nothing references the child's object any more, the sweep deletes it
+    sql.execute(
+        "UPDATE kenning_workflow_definitions SET retention_seconds = 60 WHERE workflow_name = 'large_child_result'"
+    )
+    sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '1 day' WHERE id = %s", (parent,))
+    await eventually(lambda: _status(sql, parent) is None, timeout=60, message="the parent expired")
+    assert all(key in s3.object_keys() for key in taken)  # the child's end, processed, is still in the inbox
+    sql.execute("DELETE FROM kenning_inbox WHERE event_id = %s AND status = 'processed'", (child,))  # its retention
+    await eventually(
+        lambda: not any(key in s3.object_keys() for key in taken), timeout=60, message="the child's object swept"
+    )
