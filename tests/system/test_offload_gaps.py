@@ -7,6 +7,7 @@ other than the worker is honoured as the variable is."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 
 import psycopg
@@ -15,8 +16,11 @@ import pytest
 from kenning import Client
 from kenning.db import Database
 from kenning.objects import payloads
+from kenning.storage.inbox import NewEvent, inbox_insert_events
 from tests.apps.offload import blob
+from tests.logguard import expect_log
 from tests.objects_support import S3Server, seaweedfs
+from tests.ports import free_ports
 from tests.scheduler_support import spawn_scheduler
 from tests.support import ProcessPool, eventually
 
@@ -109,3 +113,41 @@ async def test_a_childs_result_its_parent_took_outlives_the_childs_retention(
     await eventually(
         lambda: not any(key in s3.object_keys() for key in taken), timeout=60, message="the child's object swept"
     )
+
+
+async def test_an_event_whose_data_cannot_reach_the_store_waits_and_is_delivered_later(
+    database: Database, database_url: str, processes: ProcessPool, sql: Sql, s3: S3Server, store_env: dict[str, str]
+) -> None:
+    """A store failure while the inbox delivers an event: one error line each time, the
+    row left pending with its attempt not counted (never parked ``failed``, even past
+    ``--inbox-max-attempts``), and the waiting instance takes the event once a worker
+    reaches the store."""
+    expect_log("worker.object_store_unavailable")  # said at its start
+    expect_log("inbox.object_store_unavailable")
+    down = {**store_env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_ports(1)}"}  # nothing listens there
+    await _worker(processes, database_url, down, "--inbox-max-attempts", "1", "--inbox-retry-seconds", "0.2")
+    failing = processes.procs[-1]
+    text = blob(300_000, "event")
+    async with Client(database=database) as client:
+        instance_id = (await client.start("large_event")).instance_id
+        await eventually(lambda: _status(sql, instance_id) == "waiting_for_event", timeout=60, message="waiting")
+        async with database.connection() as conn:
+            (stored,) = await inbox_insert_events(
+                conn, [NewEvent(source="/t", event_id="big-1", event_type="offload.big", data={"text": text})]
+            )
+        assert stored
+        log = failing[1]
+        await eventually(
+            lambda: log.read_text().count('"inbox.object_store_unavailable"') >= 3,
+            timeout=60,
+            message="delivery tried against the store three times",
+        )
+        lines = [json.loads(x) for x in log.read_text().splitlines() if '"inbox.object_store_unavailable"' in x]
+        assert all("does not answer" in x["error"] and "\n" not in x["error"] for x in lines), lines
+        assert '"inbox.failed"' not in log.read_text() and "Traceback" not in log.read_text()
+        assert sql.execute("SELECT status FROM kenning_inbox WHERE event_id = 'big-1'").fetchone() == ("pending",)
+        assert _status(sql, instance_id) == "waiting_for_event"
+        failing[0].terminate()
+        failing[0].wait(timeout=30)
+        await _worker(processes, database_url, store_env)  # a worker that reaches the store
+        assert await client.result(instance_id, timeout=120) == hashlib.sha256(text.encode()).hexdigest()
