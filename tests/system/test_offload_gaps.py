@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 
+import httpx
 import psycopg
 import pytest
 
@@ -18,9 +20,10 @@ from kenning.db import Database
 from kenning.objects import payloads
 from kenning.storage.inbox import NewEvent, inbox_insert_events
 from tests.apps.offload import blob
+from tests.console_support import console_ready, post_form
 from tests.logguard import expect_log
 from tests.objects_support import S3Server, seaweedfs
-from tests.ports import free_ports
+from tests.ports import free_port, free_ports
 from tests.scheduler_support import spawn_scheduler
 from tests.support import ProcessPool, eventually
 
@@ -151,3 +154,42 @@ async def test_an_event_whose_data_cannot_reach_the_store_waits_and_is_delivered
         failing[0].wait(timeout=30)
         await _worker(processes, database_url, store_env)  # a worker that reaches the store
         assert await client.result(instance_id, timeout=120) == hashlib.sha256(text.encode()).hexdigest()
+
+
+async def test_a_console_given_the_store_by_its_flag_offloads_and_previews_a_large_input(
+    database_url: str, processes: ProcessPool, sql: Sql, s3: S3Server
+) -> None:
+    """``--object-store`` and ``--offload-bytes`` on the console (no variable set): an
+    instance it starts keeps its large input in the store, and its page previews it."""
+    port = free_port()
+    store_flags = ["--object-store", s3.url(), "--offload-bytes", "65536"]
+    console = processes.spawn(
+        ["console", "--port", str(port), "--no-migrate", "--app", APP, *store_flags],
+        env={"KENNING_DATABASE_URL": database_url, "KENNING_ADMIN_TOKEN": "", **s3.env},  # credentials only
+        name="console",
+    )
+    url = f"http://127.0.0.1:{port}"
+    await console_ready(url, console)
+    text = blob(300_000, "console-input")
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        fields = {
+            "workflow": "every_kind",
+            "input": json.dumps({"text": text, "size": 10, "seed": "c"}),
+            "instance_id": "",
+            "idempotency_key": "",
+        }
+        review = await post_form(http, "/start", {**fields, "step": "review"})
+        assert review.status_code == 200, review.text[:500]
+        found = re.search(r'name="instance_id" value="([^"]+)"', review.text)
+        assert found is not None
+        started = await post_form(http, "/start", {**fields, "instance_id": found[1], "step": "confirm"})
+        assert started.status_code == 303, started.text[:500]
+        instance_id = found[1]
+        (stored,) = sql.execute("SELECT input FROM kenning_instances WHERE id = %s", (instance_id,)).fetchone() or (
+            None,
+        )
+        assert isinstance(stored, dict) and set(stored) == {"$ref", "size", "sha256"}, str(stored)[:200]
+        assert str(stored["$ref"]).startswith(f"s3://{s3.bucket}/kenning/")
+        page = await http.get(f"/instances/{instance_id}")
+        assert page.status_code == 200
+        assert blob(200, "console-input") in page.text and blob(20_000, "console-input") not in page.text
