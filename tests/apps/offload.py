@@ -17,6 +17,7 @@ from kenning import (
     receive,
     start_child,
     subscribe,
+    wait_event,
     workflow,
     write_stream,
 )
@@ -102,3 +103,10 @@ async def large_news(ctx: WorkflowContext) -> str:
     await subscribe(ctx, "news")
     message = await receive(ctx, "news")
     return await digest(ctx, message.data)
+
+
+@workflow
+async def large_event(ctx: WorkflowContext) -> str:
+    """Waits for event ``offload.big``: its large data, read back and digested."""
+    event = await wait_event(ctx, "offload.big")
+    return await digest(ctx, event.data["text"])

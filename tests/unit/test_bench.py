@@ -142,7 +142,14 @@ def test_the_offload_section_is_run_when_named_and_its_memory_target_checked() -
         "worker_idle_mb": 95.2,
         "above_idle_per_value": 3.04,
     }
-    section = {"100MB": run, "largest_multiple": 3.04}
+    stall = {
+        "size_mb": 100,
+        "store_seconds": 3.54,
+        "longest_gap_alone_seconds": 0.036,
+        "longest_gap_while_storing_seconds": 0.971,
+        "stall_ratio": 27.0,
+    }
+    section = {"100MB": run, "stall": stall, "largest_multiple": 3.04}
     assert targets.evaluate({"offload": section})["offload_memory_multiple"]["met"] is True
     assert (
         targets.evaluate({"offload": {**section, "largest_multiple": 9.0}})["offload_memory_multiple"]["met"] is False
@@ -152,6 +159,7 @@ def test_the_offload_section_is_run_when_named_and_its_memory_target_checked() -
     assert "100MB: store 6.1 s at 3.04x, load 4.5 s at 2.1x the value above idle; worker peak 399.5 MB" in render(
         report
     )
+    assert "0.971 s while 100 MB is stored (3.54 s) against 0.036 s alone (x27.0)" in render(report)
 
 
 def test_the_section_table_has_every_section_once_and_judges_none_not_run() -> None:

@@ -8,6 +8,11 @@ then stopped) and loading (a second worker, with the scheduler to fire the timer
 the instance, reading the value back for the next activity). Each phase's time and its
 worker's peak resident memory (``VmHWM``) above its idle size, as a multiple of the
 value's size, are reported; ``above_idle_per_value`` is the larger of the two.
+
+``stall`` (the largest size): how long storing the value holds the worker's event loop,
+seen by another instance on the same worker. A ticker instance runs small steps one
+after another; its longest gap between two steps while the value is stored, over its
+longest gap alone, is ``stall_ratio`` (1: the store does not hold the loop).
 """
 
 from __future__ import annotations
@@ -101,13 +106,42 @@ async def _one_size(url: str, env: dict[str, str], size: int) -> dict[str, Any]:
     }
 
 
+_TICKING_SECONDS = 4.0  # the ticker alone
+_WORKER = (["worker", "--app", APP, "--no-migrate"], "worker.started")
+
+
+async def _stall(url: str, env: dict[str, str], size: int) -> dict[str, Any]:
+    """A ticker's longest gap between steps alone, then while ``size`` is stored."""
+    with fleet(url) as running:
+        running.spawn_all([_WORKER], env=env)
+        async with Client(url) as client:
+            alone = await client.result(
+                (await client.start("ticker", seconds=_TICKING_SECONDS)).instance_id, timeout=600
+            )
+            began = time.monotonic()
+            ticking = await client.start("ticker", seconds=_TICKING_SECONDS + 30.0)
+            await asyncio.sleep(1.0)  # ticking before the value is produced
+            storing = await client.start("offload_roundtrip", size=size)
+            await _until_suspended(client, storing.instance_id)
+            store_seconds = time.monotonic() - began - 1.0
+            during = await client.result(ticking.instance_id, timeout=600)
+    return {
+        "store_seconds": round(store_seconds, 2),
+        "longest_gap_alone_seconds": round(alone, 3),
+        "longest_gap_while_storing_seconds": round(during, 3),
+        "stall_ratio": round(during / max(alone, 0.001), 1),
+    }
+
+
 async def run_offload(url: str, sizes_mb: tuple[int, ...] = (1, 10, 100)) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with _store() as server:
         env = {**server.env, "KENNING_OBJECT_STORE": server.url("bench")}
         for size_mb in sizes_mb:
             results[f"{size_mb}MB"] = await _one_size(url, env, size_mb * MB)
-    results["largest_multiple"] = max(r["above_idle_per_value"] for r in results.values())
+        results["stall"] = {"size_mb": max(sizes_mb), **await _stall(url, env, max(sizes_mb) * MB)}
+    sizes = [r for r in results.values() if "above_idle_per_value" in r]
+    results["largest_multiple"] = max(r["above_idle_per_value"] for r in sizes)
     return results
 
 

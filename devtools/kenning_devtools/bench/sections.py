@@ -387,7 +387,14 @@ def _offload(section: dict[str, Any], _: Report) -> list[str]:
     """A worker storing and loading values through the object store."""
     lines = ["offload (a worker stores a value in the object store, another's replay loads it back):"]
     for name, run in section.items():
-        if isinstance(run, dict):
+        if name == "stall":
+            lines.append(
+                f"  stall: another instance's longest gap between steps on the same worker, "
+                f"{run['longest_gap_while_storing_seconds']} s while {run['size_mb']} MB is stored "
+                f"({run['store_seconds']} s) against {run['longest_gap_alone_seconds']} s alone "
+                f"(x{run['stall_ratio']})"
+            )
+        elif isinstance(run, dict):
             lines.append(
                 f"  {name:>6}: store {run['store_seconds']} s at {run['store_above_idle_per_value']}x, "
                 f"load {run['load_seconds']} s at {run['load_above_idle_per_value']}x the value above idle; "

@@ -63,9 +63,9 @@ class ObjectUpkeep:
             log=log,
         )
 
-    async def expired(self, instance_ids: Sequence[str]) -> None:
+    async def expired(self, database: Database, instance_ids: Sequence[str]) -> None:
         try:
-            deleted = await delete_instances_objects(self.location, instance_ids)
+            deleted = await delete_instances_objects(database, self.location, instance_ids)
         except ObjectStoreError as error:
             self.log.error("retention.objects_failed", error=str(error), instances=len(instance_ids))
             return
@@ -122,7 +122,7 @@ class Upkeep:
         if now >= self._next_sweep:
             batch = await sweep_batch(self.database, self.retention)
             if self.objects is not None and batch.instances.ids:
-                await self.objects.expired(batch.instances.ids)
+                await self.objects.expired(self.database, batch.instances.ids)
             self._swept = self._swept + batch
             if batch.more:
                 self._next_sweep = now

@@ -43,7 +43,7 @@ from kenning.core.names import CHILD_EVENT_SOURCE, CHILD_EVENT_TYPE
 from kenning.core.records import StoredEvent
 from kenning.db import Database, Executor, executor_of
 from kenning.db.errors import sqlstate
-from kenning.errors import TerminalError
+from kenning.errors import ObjectStoreError, ObjectStoreUnavailable, TerminalError
 from kenning.events import ReceivedEvent, data_contains, event_from_inbox, event_history_payload
 from kenning.flow import BATCH_PARAMETER, Batch, BatchedEvent
 from kenning.hooks import call_hook
@@ -382,6 +382,15 @@ class InboxProcessor:
             if isinstance(error, codecs.CodecError):  # this worker's keys, not the event: wait for the key
                 await self._defer_unreadable(row, log, str(error))
                 return
+            if isinstance(error, ObjectStoreError | ObjectStoreUnavailable):
+                # the event's data could not reach the object store: the event waits for
+                # it, undelivered, its attempt not counted (never parked: nothing is lost)
+                log.error("inbox.object_store_unavailable", error=str(error))
+                async with self.database.connection() as conn:
+                    await inbox_sql.inbox_release(
+                        conn, [(stored.inbox_id, row.claim_token)], self.settings.retry_seconds
+                    )
+                return
             await self._record_failure(
                 row, log, f"{type(error).__name__}: {error}", park=isinstance(error, TerminalError)
             )
@@ -592,7 +601,11 @@ class InboxProcessor:
                     checked.append(key)
                     continue
                 stored, event = taken
-                payload, payload_bytes = event_history_payload(event)
+                try:
+                    payload, payload_bytes = event_history_payload(event)
+                except ObjectStoreError as error:  # left unchecked: the next round tries again
+                    self.log.error("inbox.object_store_unavailable", error=str(error), inbox_id=stored.inbox_id)
+                    continue
                 try:
                     # a savepoint: one delivery undone alone
                     async with (

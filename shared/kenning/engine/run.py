@@ -71,6 +71,7 @@ from kenning.errors import (
     WorkflowTimeoutError,
 )
 from kenning.hooks import call_hook
+from kenning.objects import payloads
 from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
 from kenning.registry import qualified_name
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
     from kenning.workflow import Workflow
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 # One proxy for every run: each run binds its ids onto the logger it assembled once. A
 # proxy per run (get_logger in __init__) re-assembled the logger on every claim (a new
@@ -182,7 +184,7 @@ class WorkflowRun:
                 result = await heartbeat.watch(lambda: call_attempt(act, (self.ctx, *args), kwargs, timeout))
             finally:  # what the next attempt reads, and whether there is an entry to clear
                 carried.details, carried.entry = heartbeat.latest_details, carried.entry or heartbeat.beaten
-            payload, payload_bytes = _encode_result(act, result)
+            payload, payload_bytes = await _off_the_loop(_encode_result, act, result)
             # its arguments are stored with the step record: checked here, so an
             # unstorable one is this attempt's failure
             self._register_on_failure(act, step_id, args, kwargs, result)
@@ -602,7 +604,8 @@ class WorkflowRun:
         # A result that cannot be stored is the workflow's error (its saga is undone),
         # decided before the write: written, it would be refused on every replay.
         try:
-            payload = {"result": serialization.storable_json(result, f"workflow {self.workflow_name}: result")}
+            what = f"workflow {self.workflow_name}: result"
+            payload = {"result": await _off_the_loop(serialization.storable_json, result, what)}
             completed = await self.port.complete(Complete(payload, what=f"workflow {self.workflow_name}: completion"))
         except UnstorableValueError as error:
             return await self._fail(error)
@@ -650,6 +653,16 @@ def _activity_error(name: str, gave_up: GaveUp) -> BaseException:
         final = RetryExhaustedError(f"Activity {name} failed after {gave_up.attempt} attempts: {error}")
     final.__cause__ = error
     return final
+
+
+async def _off_the_loop(seal: Callable[..., R], *args: Any) -> R:
+    """``seal(*args)``, in a thread when values may go to the object store: a large
+    result's encoding and upload (seconds at 100 MB) would otherwise hold the worker's
+    event loop, and with it every other instance's steps, heartbeats and lease renewals
+    on that worker. ``to_thread`` copies the context, so the value's owner goes along."""
+    if not payloads.enabled():
+        return seal(*args)
+    return await asyncio.to_thread(seal, *args)
 
 
 def _encode_result(act: Activity[Any], result: Any) -> tuple[Any, bytes | None]:

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 from kenning.core.names import env_name
 from kenning.db import PGBOUNCER_MODES
 from kenning.db.bounds import MigrationBounds, SessionBounds
+from kenning.objects import payloads
 from kenning.observability.logs import LEVELS
 
 # parser -> {flag: variable}, for ``declared_variables`` (tests, docs)
@@ -338,7 +339,16 @@ def _build(cls: Callable[..., S], values: Mapping[tuple[str, ...], Any], prefix:
 
 def settings_from_args(cls: type[S], args: argparse.Namespace) -> S:
     """The settings ``add_settings(parser, cls)`` declared, from ``parser``'s result."""
-    return _build(cls, {o.path: getattr(args, o.dest) for o in options(cls)})
+    return _applied(_build(cls, {o.path: getattr(args, o.dest) for o in options(cls)}))
+
+
+def _applied(settings: S) -> S:
+    """A process's settings that act process-wide take effect as they are built, so every
+    process honours them alike, flag or variable: the store of large values, which the
+    codec boundary (``kenning.objects.payloads``) reads wherever a payload is sealed."""
+    if isinstance(settings, ProcessSettings):
+        payloads.configure(settings.object_store, settings.offload_bytes)
+    return settings
 
 
 def settings_to_environment(settings: object) -> dict[str, str]:
@@ -351,7 +361,7 @@ def settings_to_environment(settings: object) -> dict[str, str]:
 def settings_from_environment(cls: type[S]) -> S:
     """Settings from the options' variables; a variable not set is its default."""
     found = {o.path: o.parse(raw) for o in options(cls) if (raw := os.environ.get(o.variable)) is not None}
-    return _build(cls, found)
+    return _applied(_build(cls, found))
 
 
 # ------------------------------------------------------------------ what processes share
@@ -437,7 +447,8 @@ class ProcessSettings:
     object_store: str = setting(
         "",
         help="s3://bucket[/prefix] of an S3-compatible object store for values larger than --offload-bytes "
-        "(credentials, region and AWS_ENDPOINT_URL as the AWS SDKs read them); empty: every value stays in its row",
+        "(credentials, region and AWS_ENDPOINT_URL as the AWS SDKs read them), for every value this process "
+        "writes, flag or variable alike (Client reads the variable); empty: every value stays in its row",
     )
     offload_bytes: int = setting(
         256 * 1024,
