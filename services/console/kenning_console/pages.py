@@ -13,6 +13,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kenning import codecs
 from kenning.db.errors import is_unavailable
 from kenning_console.security import CSRF_FIELD, csrf_token
 
@@ -37,6 +38,8 @@ def templates() -> Jinja2Templates:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    # a stored value as the pages show it: opened with the console's key, else "encrypted"
+    environment.filters["shown"] = codecs.shown
     return Jinja2Templates(env=environment)
 
 
