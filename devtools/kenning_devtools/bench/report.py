@@ -174,10 +174,28 @@ def render(report: dict[str, Any]) -> str:
         _latencies(report) + _shapes(report) + _queued(report) + _recovery(report) + _relay(report) + _failover(report)
     )
     lines += _agent(report) + _encryption(report) + _offload(report)
-    lines += _flow(report)
+    lines += _flow(report) + _console(report)
     if report.get("targets"):
         lines += _targets(report["targets"])
     return "\n".join(lines)
+
+
+def _console(report: dict[str, Any]) -> list[str]:
+    """The console section: browsers watching one busy instance, what they cost the console."""
+    section = report.get("console")
+    if not section:
+        return []
+    lines = [
+        "",
+        f"Console (one busy instance, a {section['pause_seconds']} s timer a step; {section['console_code']}):",
+    ]
+    for run in section["watchers"].values():
+        lines.append(
+            f"  {run['watchers']} watching: {run['statements_per_second']} statements/s, "
+            f"{run['console_cpu_percent']}% of a CPU, {run['pages_per_second']} pages/s, "
+            f"{run['statements_per_page']} statements and {run['console_cpu_ms_per_page']} CPU ms a page"
+        )
+    return lines
 
 
 def _encryption(report: dict[str, Any]) -> list[str]:
