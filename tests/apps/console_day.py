@@ -1,8 +1,8 @@
 """Workflows an operator's day in the console walks through (tests/system/test_console_day_browser.py):
 an order waiting for its payment event, a parent waiting for its child, the child waiting for a
-message, a saga whose refund fails for ever, a saga that compensated and failed, and a queue whose
-partition key may start once an hour. Activities and compensations append ``name instance_id`` to
-the side channel each time they really run."""
+message, a saga whose refund fails for ever (cancelled, or failed with its error kept), a saga
+that compensated and failed, and a queue whose partition key may start once an hour. Activities
+and compensations append ``name instance_id`` to the side channel each time they really run."""
 
 from __future__ import annotations
 
@@ -106,3 +106,12 @@ async def compensated(ctx: WorkflowContext, order_id: str) -> str:
 async def hourly(ctx: WorkflowContext, account: str, n: int) -> int:
     """At most one start an hour per account: a second one waits in the queue."""
     return n
+
+
+@workflow(name="day.refused_saga")
+async def refused_saga(ctx: WorkflowContext, order_id: str) -> str:
+    """Reserves, then fails for good: compensating, with its error kept, while ``refund``
+    fails for ever (tests/system/test_console_sealed_errors.py)."""
+    await reserve(ctx, order_id)
+    await register_compensation(ctx, refund, 5, activity_id="refund")
+    raise TerminalError(f"the order {order_id} was refused")

@@ -182,6 +182,20 @@ def test_the_encryption_section_reports_its_cost_as_ratios_of_one_run(pg_server_
     assert "Encryption (40 workflows" in done.stdout
 
 
+# About 20 s: a worker, a scheduler and a console, one busy instance watched by 1 then 4 clients.
+@pytest.mark.timeout(200)
+def test_the_console_section_counts_the_consoles_statements_per_watcher(pg_server_url: str, tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    done = _bench(pg_server_url, output, ["--sections", "console"], timeout=180)
+    section = json.loads(output.read_text())["console"]
+    assert sorted(section["watchers"]) == ["1", "4"]
+    for run in section["watchers"].values():
+        # every page fetched is the page's own reads at least: the counter sees the console's SQL
+        assert run["pages_per_second"] > 0 and run["statements_per_page"] > 5, run
+        assert run["console_cpu_percent"] > 0, run
+    assert "Console (one busy instance" in done.stdout
+
+
 def _bench(url: str, output: Path, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     """``kenning bench --quick`` with ``args`` on the tests' server, under the log guard."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "KENNING_LOG_FORMAT": "json"}

@@ -20,6 +20,7 @@ from kenning.runtime.config import add_logging_options, add_option, positive_flo
 from kenning.runtime.embedded import postgres_server, with_database
 from kenning_devtools.bench import (
     agent,
+    console,
     encryption,
     events,
     failover,
@@ -66,6 +67,7 @@ FULL = {
     "agent_runs": 50,  # durable agent runs of each kind, one at a time, and as many bare
     "flow_key_rate": (20, 5.0, 3),  # starts per key per period, the period (s), periods of backlog per key
     "flow": (10_000, 1000, 2),  # debounced starts, keys, bursts per key
+    "console": ((0, 1, 8), 20.0),  # browsers watching one busy instance, seconds measured for each count
 }
 QUICK = {
     "workflows": 30,
@@ -92,6 +94,7 @@ QUICK = {
     "agent_runs": 10,
     "flow_key_rate": (10, 1.0, 3),
     "flow": (200, 20, 2),
+    "console": ((1, 4), 3.0),
 }
 SECTIONS = (
     "limits",
@@ -114,7 +117,8 @@ SECTIONS = (
 # failover: on a PostgreSQL pair of its own under pg_auto_failover, not the database benchmarked;
 # encryption: the throughput run again with payloads sealed, the cost as ratios of one run;
 # offload: large values through an object store (SeaweedFS, started by the section)
-EXTRA_SECTIONS = ("relay", "failover", "encryption", "offload")
+# console: browsers watching a busy instance, the console's statements and CPU (--console-code compares)
+EXTRA_SECTIONS = ("relay", "failover", "encryption", "offload", "console")
 
 
 def section_list(text: str) -> list[str]:
@@ -170,6 +174,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--recovery-lease-seconds", type=positive_float, help="both workers' --lease-seconds (default 5)"
+    )
+    parser.add_argument(
+        "--console-code",
+        help="the console section's console from this checkout (its shared/ and services/console/), to compare",
     )
     parser.add_argument("--output", default="bench-results/bench.json", help="where to write the JSON")
     add_logging_options(parser)
@@ -290,6 +298,10 @@ async def _run_sections(url: str, args: argparse.Namespace, size: dict[str, Any]
     if "offload" in sections:
         results["offload"] = await offload.run_offload(url, (1,) if size is QUICK else (1, 10, 100))
         lap("offload")
+    if "console" in sections:
+        watching, watched_seconds = size["console"]
+        results["console"] = await console.run_console(url, watching, watched_seconds, args.console_code)
+        lap("console")
     results["section_seconds"] = seconds
     return results
 

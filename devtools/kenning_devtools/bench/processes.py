@@ -24,11 +24,13 @@ class Fleet:
         self.log_dir = Path(tempfile.mkdtemp(prefix="kenning-bench-"))
         self.procs: list[tuple[psutil.Popen, Path]] = []
 
-    def spawn(self, args: Sequence[str], ready: str, env: dict[str, str] | None = None) -> psutil.Popen:
-        return self.spawn_all([(args, ready)], env)[0]
+    def spawn(
+        self, args: Sequence[str], ready: str, env: dict[str, str] | None = None, module: str = "kenning"
+    ) -> psutil.Popen:
+        return self.spawn_all([(args, ready)], env, module)[0]
 
     def spawn_all(
-        self, commands: Sequence[tuple[Sequence[str], str]], env: dict[str, str] | None = None
+        self, commands: Sequence[tuple[Sequence[str], str]], env: dict[str, str] | None = None, module: str = "kenning"
     ) -> list[psutil.Popen]:
         """Start every ``(args, ready line)`` at once, then wait for each one's ready line:
         each start-up is about half a second of imports, so side by side a fleet is up in the
@@ -45,7 +47,7 @@ class Fleet:
             log = self.log_dir / f"{args[0]}-{len(self.procs)}.log"
             with open(log, "wb") as out:
                 proc = psutil.Popen(
-                    [sys.executable, "-m", "kenning", *args], env=full_env, stdout=out, stderr=subprocess.STDOUT
+                    [sys.executable, "-m", module, *args], env=full_env, stdout=out, stderr=subprocess.STDOUT
                 )
             self.procs.append((proc, log))
             started.append((proc, log))

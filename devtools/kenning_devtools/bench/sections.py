@@ -403,6 +403,18 @@ def _offload(section: dict[str, Any], _: Report) -> list[str]:
     return lines
 
 
+def _console(section: dict[str, Any], _: Report) -> list[str]:
+    """Browsers watching one busy instance, what they cost the console."""
+    lines = [f"Console (one busy instance, a {section['pause_seconds']} s timer a step; {section['console_code']}):"]
+    for run in section["watchers"].values():
+        lines.append(
+            f"  {run['watchers']} watching: {run['statements_per_second']} statements/s, "
+            f"{run['console_cpu_percent']}% of a CPU, {run['pages_per_second']} pages/s, "
+            f"{run['statements_per_page']} statements and {run['console_cpu_ms_per_page']} CPU ms a page"
+        )
+    return lines
+
+
 def _flow(flow: dict[str, Any], _: Report) -> list[str]:
     """Keyed bursts of debounced starts, the instances they made, the release delay."""
     delay = flow["release_delay"] or {}
@@ -661,5 +673,6 @@ TABLE: tuple[Section, ...] = (
             ),
         ),
     ),
+    Section("console", "console", _console),
 )
 TARGETS: tuple[Target, ...] = tuple(target for section in TABLE for target in section.targets)

@@ -35,7 +35,7 @@ from kenning_console import bulk
 from kenning_console.diagram import steps_svg
 from kenning_console.live import stream_url, version
 from kenning_console.pages import BadRequestError, render
-from kenning_console.standing import standing
+from kenning_console.standing import Standings
 from kenning_console.state import console_of
 from kenning_console.streams import SHOWN_ENTRIES, entries_url
 from kenning_console.timeline import timeline
@@ -287,7 +287,7 @@ class HistoryPage:
 
 
 async def _read_page(
-    conn: Any, instance_id: str, after: int | None, *, commit_stall_seconds: float
+    conn: Any, instance_id: str, after: int | None, *, standings: Standings, commit_stall_seconds: float
 ) -> dict[str, Any] | None:
     """The instance, one page of its history (keyset on the step number) and what else
     happened in that page's time range, every value bounded; and where it stands (the
@@ -347,7 +347,7 @@ async def _read_page(
         ),
         "streams": await streams_sql.streams_of(conn, instance_id, limit=SIDE_ROWS),
         "forks": await forks_sql.forks_of(conn, instance_id, limit=SIDE_ROWS),  # kenning instances fork
-        "standing": await standing(conn, row, commit_stall_seconds=commit_stall_seconds),
+        "standing": await standings.of(conn, row, commit_stall_seconds=commit_stall_seconds),
     }
 
 
@@ -366,7 +366,9 @@ async def instance_page(request: Request) -> Response:
     instance_id = request.path_params["instance_id"]
     after = _after(request)
     stall = console.settings.commit_stall_seconds
-    found = await console.read(lambda conn: _read_page(conn, instance_id, after, commit_stall_seconds=stall))
+    found = await console.read(
+        lambda conn: _read_page(conn, instance_id, after, standings=console.standings, commit_stall_seconds=stall)
+    )
     if found is None:
         raise HTTPException(404, f"no instance {instance_id!r} (it may have expired under the retention policy)")
     page = found.pop("page")

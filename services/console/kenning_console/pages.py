@@ -38,6 +38,8 @@ def templates() -> Jinja2Templates:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    # a stored value as the pages show it: opened with the console's key, else "encrypted"
+    environment.filters["shown"] = codecs.shown
     return Jinja2Templates(env=environment)
 
 

@@ -10,10 +10,20 @@ children, and what it waits for.
 - **Waits.** ``kenning why``'s reading of the instance (``why.explain_on``): the event, the
   message topic, the timer, the child it waits for, a queue key's slot or rate window or a
   debounced burst, and its judgement of what moves it on, in ``kenning why``'s words.
+
+**Shared.** Reading it is up to 8 statements, and every browser watching a busy instance
+fetches the page again on each of its moves. ``Standings`` reads it once per move of the
+instance's row (its status, update time, lease holder, cancel flag, error, runs) for all
+of them: a page whose row is the one another page read less than ``SHARED_SECONDS`` ago
+uses that page's reading, and one arriving while it is read waits for it. What moves
+without the row moving (the live workers, the "3s ago" of the why lines) is at most
+``SHARED_SECONDS`` old. ``kenning bench --sections console`` measures it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +34,8 @@ from kenning.db import Executor
 from kenning.storage import children as children_sql
 
 CHILDREN_SHOWN = 200  # the oldest children listed; kenning instances show lists them all
+SHARED_SECONDS = 1.0  # how long one reading serves the pages of an unchanged row
+KEPT = 1000  # instances whose reading is kept; past it, the readings older than SHARED_SECONDS go
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,52 @@ async def standing(conn: Executor, row: Any, *, commit_stall_seconds: float) -> 
         "why": explained,
         "why_lines": why.lines(explained) if explained is not None else [],
     }
+
+
+def _row_version(row: Any) -> tuple[Any, ...]:
+    """What the standing follows of the page's row: a reading serves only pages of this row."""
+    return (row.status, row.updated_at, row.lease_owner, bool(row.cancel_requested), row.error_size, row.run_count)
+
+
+@dataclass
+class _Reading:
+    version: tuple[Any, ...]
+    at: float  # time.monotonic() when it began
+    done: asyncio.Future[dict[str, Any]]
+
+
+class Standings:
+    """The standing of each watched instance, read once per move of its row for every
+    page that shows it (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, _Reading] = {}
+
+    async def of(self, conn: Executor, row: Any, *, commit_stall_seconds: float) -> dict[str, Any]:
+        now, version = time.monotonic(), _row_version(row)
+        kept = self._kept.get(row.id)
+        if kept is not None and kept.version == version and now - kept.at < SHARED_SECONDS:
+            try:
+                return await asyncio.shield(kept.done)
+            except Exception:  # its reader failed (or left): this page reads its own
+                pass
+        reading = _Reading(version, now, asyncio.get_running_loop().create_future())
+        reading.done.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved: no warning
+        self._forget(now)
+        self._kept[row.id] = reading
+        try:
+            found = await standing(conn, row, commit_stall_seconds=commit_stall_seconds)
+        except BaseException as error:
+            if self._kept.get(row.id) is reading:
+                del self._kept[row.id]
+            reading.done.set_exception(error if isinstance(error, Exception) else RuntimeError("the reader left"))
+            raise
+        reading.done.set_result(found)
+        return found
+
+    def _forget(self, now: float) -> None:
+        if len(self._kept) >= KEPT:
+            self._kept = {key: kept for key, kept in self._kept.items() if now - kept.at < SHARED_SECONDS}
 
 
 def waits(info: dict[str, Any]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from kenning.app import App
 from kenning.core.cancelling import wait_until_set
 from kenning.db import Database, Executor
 from kenning_console.settings import ConsoleSettings
+from kenning_console.standing import Standings
 
 if TYPE_CHECKING:
     from kenning.clients.streams import StreamReaders
@@ -40,6 +41,8 @@ class Console:
     readiness: Callable[[], str | None] | None = field(default=None)
     readers: StreamReaders | None = field(default=None)  # durable streams' readers (kenning_console.streams)
     streams_open: int = 0  # durable streams served now
+    # each watched instance's standing, read once per move for every page (kenning_console.standing)
+    standings: Standings = field(default_factory=lambda: Standings())
 
     async def read(self, statement: Callable[[Executor], Awaitable[T]]) -> T:
         """Run one statement on a pooled autocommit connection, bounded by the database timeout."""

@@ -382,7 +382,7 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
     error = info["error"] or {}
     if error:
         reason = f" [{error['reason']}]" if error.get("reason") else ""
-        out.append(("error", f"{error.get('type')}{reason}: {error.get('message')}"))
+        out.append(("error", f"{error.get('type')}{reason}: {codecs.shown(error.get('message'))}"))
     last = info["last_step"]
     history = f"{info['steps']} steps"
     if last:

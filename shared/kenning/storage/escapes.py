@@ -86,7 +86,7 @@ class FailingCompensation:
     function_name: str
     failed: bool  # recorded CompensationFailed: the saga ended failed at it
     attempts: int  # attempts counted on the instance since its last record
-    last_error: str | None
+    last_error: Any  # as stored: sealed when payloads are encrypted (``kenning.codecs.shown``)
 
 
 _COMPENSATIONS_OPEN = statement(
@@ -94,7 +94,8 @@ _COMPENSATIONS_OPEN = statement(
     SELECT c.comp_id, c.position, c.function_name,
            coalesce(h.kind = '{COMPENSATION_FAILED}', false) AS failed,
            coalesce(CAST(i.attempts -> ('compensation:' || c.comp_id) ->> 'attempts' AS integer), 0) AS attempts,
-           coalesce(i.attempts -> ('compensation:' || c.comp_id) ->> 'last_error', h.payload ->> 'message')
+           -- JSON, not text: a sealed error is an envelope the reader opens (kenning.codecs)
+           coalesce(i.attempts -> ('compensation:' || c.comp_id) -> 'last_error', h.payload -> 'message')
                AS last_error
     FROM kenning_instances AS i
     JOIN kenning_compensations AS c ON c.instance_id = i.id

@@ -5,7 +5,8 @@
 SELECT c.comp_id, c.position, c.function_name,
        coalesce(h.kind = 'CompensationFailed', false) AS failed,
        coalesce(CAST(i.attempts -> ('compensation:' || c.comp_id) ->> 'attempts' AS integer), 0) AS attempts,
-       coalesce(i.attempts -> ('compensation:' || c.comp_id) ->> 'last_error', h.payload ->> 'message')
+       -- JSON, not text: a sealed error is an envelope the reader opens (kenning.codecs)
+       coalesce(i.attempts -> ('compensation:' || c.comp_id) -> 'last_error', h.payload -> 'message')
            AS last_error
 FROM kenning_instances AS i
 JOIN kenning_compensations AS c ON c.instance_id = i.id
