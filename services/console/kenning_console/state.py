@@ -20,7 +20,7 @@ from kenning.db import Database, Executor
 from kenning_console.settings import ConsoleSettings
 
 if TYPE_CHECKING:
-    from kenning.clients.streams import StreamReaders
+    from kenning.client.streams import StreamReaders
     from kenning_console.live import Watchers
 
 T = TypeVar("T")

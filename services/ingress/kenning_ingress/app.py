@@ -28,8 +28,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from kenning import codecs
-from kenning.clients.results import ResultWaits
-from kenning.clients.streams import StreamReaders
+from kenning.client.results import ResultWaits
+from kenning.client.streams import StreamReaders
 from kenning.core.streams import sse_start_offset
 from kenning.core.urls import hide_credentials
 from kenning.db import Database, Executor

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from kenning.app import App
-from kenning.clients.starts import start_on
+from kenning.client.starts import start_on
 from kenning.core.names import CHILD_EVENT_SOURCE, CHILD_EVENT_TYPE
 from kenning.core.records import StoredEvent
 from kenning.db import Database, Executor, executor_of

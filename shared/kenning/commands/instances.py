@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kenning import codecs
-from kenning.clients.forks import ForkStepError
+from kenning.client.forks import ForkStepError
 from kenning.commands import steering
 from kenning.commands.output import emit, emit_json, table
 from kenning.commands.start import json_object

@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from kenning.client import Client
-from kenning.clients.unavailable import COMMAND_RETRY_SECONDS
+from kenning.client.unavailable import COMMAND_RETRY_SECONDS
 from kenning.commands.output import emit, emit_json
 from kenning.commands.send import json_value
 from kenning.errors import MessageUndeliverableError, UnstorableValueError, UsageError, WorkflowNotFoundError
