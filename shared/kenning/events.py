@@ -74,10 +74,16 @@ class ReceivedEvent:
 
 
 def event_from_inbox(stored: StoredEvent) -> ReceivedEvent:
-    """The ``ReceivedEvent`` of an inbox row, as handlers and waiting workflows see it."""
+    """The ``ReceivedEvent`` of an inbox row, as handlers and waiting workflows see it: data
+    the writer sealed is opened here (``kenning.codecs.EncryptionKeyError`` without the key,
+    the row left as it is)."""
     attributes = stored.attributes
+    if stored.data_bytes is None:
+        data = codecs.unseal(stored.data)
+    else:  # binary data: sealed in ``data`` beside an empty ``data_bytes``, or as it came
+        data = codecs.unseal_bytes(stored.data) if stored.data is not None else stored.data_bytes
     return ReceivedEvent(
-        data=stored.data_bytes if stored.data_bytes is not None else stored.data,
+        data=data,
         type=stored.event_type,
         source=stored.source,
         id=stored.event_id,
@@ -86,6 +92,54 @@ def event_from_inbox(stored: StoredEvent) -> ReceivedEvent:
         subject=attributes.get("subject"),
         extensions={k: v for k, v in attributes.items() if k not in STANDARD_ATTRIBUTES},
     )
+
+
+def data_contains(data: Any, match: Any) -> bool:
+    """PostgreSQL's ``data @> match`` for jsonb, in Python: a ``wait_event(match=...)`` tested
+    on inbox data that is sealed, which SQL cannot look into. Objects contain every key of
+    ``match`` with a value containing its value; arrays contain each element of ``match``'s
+    somewhere (a scalar among their scalars); scalars are equal, and of the same JSON type
+    (``true`` is not ``1``, ``1`` is ``1.0``); at the top, an array holds a scalar it has."""
+    if isinstance(match, dict):
+        if not isinstance(data, dict):
+            return False
+        for key, wanted in match.items():
+            if key not in data:
+                return False
+            value = data[key]
+            if _json_kind(value) != _json_kind(wanted):  # an object's values: same type, no array exception
+                return False
+            if not data_contains(value, wanted):
+                return False
+        return True
+    if isinstance(match, list):
+        if not isinstance(data, list):  # a scalar never contains an array
+            return False
+        for wanted in match:
+            kind = _json_kind(wanted)
+            if not any(_json_kind(item) == kind and data_contains(item, wanted) for item in data):
+                return False
+        return True
+    if isinstance(data, list):  # at the top only (below, the kinds already agree): "a" in ["a"]
+        return any(_json_kind(item) == "scalar" and _scalar_equal(item, match) for item in data)
+    return _json_kind(data) == "scalar" and _scalar_equal(data, match)
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return "scalar"
+
+
+def _scalar_equal(left: Any, right: Any) -> bool:
+    # bool is an int in Python, not in JSON: true is neither 1 nor "true"
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if isinstance(left, int | float) and isinstance(right, int | float):
+        return left == right
+    return type(left) is type(right) and bool(left == right)
 
 
 def event_history_payload(event: ReceivedEvent) -> tuple[dict[str, Any], bytes | None]:
@@ -100,13 +154,22 @@ def event_history_payload(event: ReceivedEvent) -> tuple[dict[str, Any], bytes |
         "extensions": serialization.to_json(event.extensions),
     }
     if isinstance(event.data, bytes | bytearray | memoryview):
-        return payload, bytes(event.data)
+        sealed = codecs.seal_bytes(bytes(event.data))
+        if sealed is None:
+            return payload, bytes(event.data)
+        payload["data"] = sealed  # beside an empty payload_bytes: the sign of sealed bytes
+        return payload, b""
     payload["data"] = codecs.seal(serialization.to_json(event.data))  # type, source and id stay plain
     return payload, None
 
 
 def event_from_history(payload: dict[str, Any], payload_bytes: bytes | None, model: Any = None) -> ReceivedEvent:
-    data: Any = payload_bytes if payload_bytes is not None else codecs.unseal(payload.get("data"))
+    if payload_bytes is None:
+        data: Any = codecs.unseal(payload.get("data"))
+    elif payload.get("data") is not None:  # sealed bytes (opened to their base64 text or not)
+        data = codecs.unseal_bytes(payload["data"])
+    else:
+        data = payload_bytes
     if model is not None and not isinstance(data, bytes):
         data = serialization.from_json(data, model)
     return ReceivedEvent(

@@ -48,7 +48,7 @@ class ReceivedMessage:
 
     async def reply(self, ctx: WorkflowContext, value: Any = None) -> None:
         """Answer this message (a ``Client.request``'s) with ``value`` (JSON, or a pydantic
-        model; at most 1 MiB of JSON), as a step of this workflow: the reply and the step
+        model; at most 1 MiB of JSON without an object store), as a step of this workflow: the reply and the step
         commit together, so it is stored once and replay stores nothing. The waiting
         client gets it at once. A second reply to the same message raises (and records)
         ``MessageAlreadyRepliedError``; replying to a plain ``send_message`` is allowed
@@ -126,7 +126,8 @@ async def receive(
 
 
 async def publish_value(ctx: WorkflowContext, key: str, value: Any) -> None:
-    """Publish ``value`` (JSON, or a pydantic model; at most 256 KiB of JSON) under ``key``,
+    """Publish ``value`` (JSON, or a pydantic model; at most 256 KiB of JSON without an
+    object store, ``KENNING_OBJECT_STORE``) under ``key``,
     as a step of this workflow: the value and the step commit together, and replay writes
     nothing again. A later publish of the key replaces it. A key the workflow declares in
     ``@workflow(search_attributes=...)`` takes a str, int, float or bool (or None, which

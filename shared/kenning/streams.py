@@ -24,7 +24,8 @@ async def write_stream(ctx: WorkflowContext, key: str, value: Any, *, publish: b
 
     Raises ``StreamClosedError`` once the stream was closed, ``StreamFullError`` at
     ``MAX_STREAM_ENTRIES`` entries, ``UnstorableValueError`` for an entry larger than
-    ``MAX_STREAM_ENTRY_CHARS`` characters of JSON: nothing is written then."""
+    ``MAX_STREAM_ENTRY_CHARS`` characters of JSON that no object store takes
+    (``KENNING_OBJECT_STORE``): nothing is written then."""
     return await ctx.runtime.write_stream(key, value, publish)
 
 

@@ -1,10 +1,12 @@
 """A workflow that stores a marker in every kind of user payload (issue 36, item 1):
 its input, an activity's result and (on a first attempt) its error, an outbox event, a
 published value, a stream entry, a received message and its reply, a compensation's
-arguments, a timer the scheduler fires, and its result."""
+arguments, a timer the scheduler fires, and its result; and a workflow waiting for an event by
+``match`` (the event's data sealed in the inbox by the ingress)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from kenning import (
@@ -18,6 +20,7 @@ from kenning import (
     receive,
     register_compensation,
     send_event_transactional,
+    wait_event,
     wait_timer,
     workflow,
     write_stream,
@@ -60,3 +63,18 @@ async def pay(ctx: WorkflowContext, card: str) -> str:
 async def fails(ctx: WorkflowContext, card: str) -> None:
     await register_compensation(ctx, refund, card)
     await ship(ctx, card)
+
+
+@workflow(name="encryption.settles")
+async def settles(ctx: WorkflowContext, order: str) -> str:
+    """Takes the ``card.settled`` event of its order, received up to ten minutes before it
+    started (the inbox's candidates, sealed: matched after opening) or after."""
+    event = await wait_event(ctx, "card.settled", match={"order": order}, since=timedelta(minutes=10))
+    return f"settled {event.data['card']}"
+
+
+@workflow(name="encryption.scans")
+async def scans(ctx: WorkflowContext) -> str:
+    """Takes a ``card.scanned`` event of binary data (sealed in the inbox and its history)."""
+    event = await wait_event(ctx, "card.scanned", since=timedelta(minutes=10))
+    return f"scanned {event.data.decode()}"

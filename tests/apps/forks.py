@@ -113,3 +113,18 @@ async def parent(ctx: WorkflowContext, n: int) -> str:
     handle = await start_child(ctx, child, n=n)
     value = await handle.result()
     return f"{value} {await ship(ctx, str(n))}"
+
+
+@workflow(name="forks.awaited")
+async def awaited(ctx: WorkflowContext, n: int) -> int:
+    """A child that runs until it is sent ``go``."""
+    await receive(ctx, "go")
+    return n * 10
+
+
+@workflow(name="forks.waiting_parent")
+async def waiting_parent(ctx: WorkflowContext, n: int) -> int:
+    """1 a child started (it runs until it is sent ``go``), 2 note, 3 its result."""
+    handle = await start_child(ctx, awaited, n=n)
+    await note(ctx, "started")
+    return await handle.result()

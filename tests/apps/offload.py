@@ -1,12 +1,25 @@
 """Workflows with large values, for the object store tests (tests/system/test_offload.py):
 an activity's result and a workflow's result of ``size`` bytes, and a second step after
-the large one so a replay reads the large result back from the store."""
+the large one so a replay reads the large result back from the store; every other kind of
+payload (an input, a published value, a stream entry, a message, a reply) of one instance."""
 
 from __future__ import annotations
 
 import hashlib
 
-from kenning import App, WorkflowContext, activity, receive, start_child, workflow
+from kenning import (
+    App,
+    UnstorableValueError,
+    WorkflowContext,
+    activity,
+    close_stream,
+    publish_value,
+    receive,
+    start_child,
+    subscribe,
+    workflow,
+    write_stream,
+)
 
 app = App("kenning-offload-tests")
 
@@ -49,3 +62,43 @@ async def large_then_receive(ctx: WorkflowContext, size: int, seed: str = "k") -
     text = await make_blob(ctx, size, seed)
     await receive(ctx, "go")
     return await digest(ctx, text)
+
+
+@workflow
+async def every_kind(ctx: WorkflowContext, text: str, size: int, seed: str = "k") -> dict[str, str]:
+    """A large input, published value, stream entry, received message and reply."""
+    read_input = await digest(ctx, text)
+    await publish_value(ctx, "big", blob(size, f"{seed}-value"))
+    await write_stream(ctx, "big", blob(size, f"{seed}-entry"))
+    await close_stream(ctx, "big")
+    message = await receive(ctx, "big")
+    read_message = await digest(ctx, message.data)
+    request = await receive(ctx, "ask")
+    await request.reply(ctx, blob(size, f"{seed}-reply"))
+    return {"input": read_input, "message": read_message}
+
+
+@workflow
+async def publish_oversized(ctx: WorkflowContext, size: int) -> str:
+    """A published value over its row's limit: refused before any write, the line returned."""
+    try:
+        await publish_value(ctx, "big", blob(size))
+    except UnstorableValueError as error:
+        return str(error)
+    return "published"
+
+
+@workflow
+async def receive_in_turn(ctx: WorkflowContext) -> str:
+    """Takes ``big`` only after ``first``: a message sent before waits in its mailbox."""
+    await receive(ctx, "first")
+    message = await receive(ctx, "big")
+    return await digest(ctx, message.data)
+
+
+@workflow
+async def large_news(ctx: WorkflowContext) -> str:
+    """A subscriber of channel ``news``: the broadcast's value, read back and digested."""
+    await subscribe(ctx, "news")
+    message = await receive(ctx, "news")
+    return await digest(ctx, message.data)

@@ -9,13 +9,14 @@ until ``KENNING_TEST_FORK_FIXED`` is set: the fix). Before the feature there was
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import base64
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, cast
 
 import psycopg
 import pytest
 
-from kenning import Client, WorkflowNotFoundError
+from kenning import Client, WorkflowNotFoundError, codecs
 from kenning.client import InvalidInputError
 from kenning.client.forks import ForkStepError
 from kenning.db import Database
@@ -28,6 +29,7 @@ from tests.sidechannel import executions
 from tests.support import eventually, running_worker
 
 Sql = psycopg.Connection[tuple[object, ...]]
+KEY = "f1:" + base64.b64encode(b"\x05" * 32).decode()
 
 
 async def _until(check: Callable[[], Awaitable[bool]], message: str) -> None:
@@ -169,17 +171,52 @@ async def test_a_step_it_does_not_have_or_an_input_its_workflow_refuses_makes_no
         assert _count(sql, "SELECT count(*) FROM kenning_operator_actions WHERE target = %s", original) == 0
 
 
-async def test_a_fork_keeps_the_channel_subscriptions_of_its_kept_steps(database: Database, side_channel: str) -> None:
-    async with Client(database=database) as client, running_worker(database, forks.app):
-        original = (await client.start(forks.listener, channel="news")).instance_id
+@pytest.fixture
+def sealed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Payload encryption on in this process (the client and the in-process worker)."""
+    monkeypatch.delenv(codecs.KEYS_VARIABLE, raising=False)
+    codecs.configure(keys=KEY)
+    yield
+    codecs.reset()
+
+
+async def _listener_forked(client: Client, database: Database, side_channel: str, sql: Sql, channel: str) -> None:
+    async with running_worker(database, forks.app):
+        original = (await client.start(forks.listener, channel=channel)).instance_id
         await _status_is(client, original, "waiting_for_message")
         fork = await client.fork(original, 2)  # keeps the subscribe, runs note again
+        subscribed = sql.execute(
+            "SELECT instance_id FROM kenning_channel_subscriptions WHERE channel = %s", (channel,)
+        ).fetchall()
+        assert sorted(str(s[0]) for s in subscribed) == sorted([original, fork.fork_id])
         await _status_is(client, fork.fork_id, "waiting_for_message")
-        assert await client.publish("news", {"headline": "forked"}) == 2  # both are subscribed
+        assert await client.publish(channel, {"headline": "forked"}) == 2  # both are subscribed
         assert await client.result(fork.fork_id, timeout=15) == {"headline": "forked"}
         assert await client.result(original, timeout=15) == {"headline": "forked"}
     ran = executions(side_channel)
     assert ran[f"note {fork.fork_id}"] == 1 and ran[f"note {original}"] == 1
+
+
+async def test_a_fork_keeps_the_channel_subscriptions_of_its_kept_steps(
+    database: Database, sql: Sql, side_channel: str
+) -> None:
+    async with Client(database=database) as client:
+        await _listener_forked(client, database, side_channel, sql, "news")
+
+
+async def test_a_fork_keeps_the_channel_subscriptions_of_its_kept_steps_under_encryption(
+    database: Database, sql: Sql, side_channel: str, sealed: None
+) -> None:
+    """A channel name is not a user payload: it stays plain with a key set, so the copy
+    finds it, and the fork is subscribed as it is without encryption."""
+    async with Client(database=database) as client:
+        await _listener_forked(client, database, side_channel, sql, "sealed-news")
+    # encryption was on (an activity's result is an envelope) and the subscribe record
+    # names its channel in the clear, as docs/operations.md lists: what the copy reads
+    records = sql.execute("SELECT step_id, payload FROM kenning_history ORDER BY seq").fetchall()
+    payloads = {str(step_id): payload for step_id, payload in records}
+    assert codecs.is_sealed(cast(dict[str, Any], payloads["note:1"])["result"])
+    assert payloads["subscribe:1"] == {"channel": "sealed-news"}
 
 
 async def test_a_fork_keeps_the_children_its_kept_steps_started_without_starting_them_again(
@@ -208,3 +245,44 @@ async def test_a_fork_keeps_the_children_its_kept_steps_started_without_starting
         assert [(str(c), str(p)) for c, p in children] == [(child_id, original)]
         assert executions(side_channel)[f"note {child_id}"] == 1
         invariants.children_once_per_step(sql)  # a fork's kept start names its original's child
+
+
+def _children(sql: Sql, parent: str) -> list[str]:
+    return [str(r[0]) for r in sql.execute("SELECT id FROM kenning_instances WHERE parent_id = %s", (parent,))]
+
+
+async def test_a_fork_that_would_keep_a_running_child_is_refused_with_the_step_to_fork_from(
+    database: Database, sql: Sql, side_channel: str
+) -> None:
+    """Before the fix the fork was made and waited for ever: the child, the original's,
+    tells only the original of its end."""
+    async with Client(database=database) as client, running_worker(database, forks.app):
+        original = (await client.start(forks.waiting_parent, n=2)).instance_id
+        await _status_is(client, original, "waiting_for_event")
+        (child_id,) = _children(sql, original)
+        await _status_is(client, child_id, "waiting_for_message")
+
+        # from step 2 (or its id) the fork would keep step 1's start_child: refused, naming
+        # the child and the step to fork from instead; nothing is made or logged
+        expected = rf"step 1 \(start_child:forks.awaited:1\) started child {child_id}, which is still running"
+        for step in (2, "note:1"):
+            with pytest.raises(ForkStepError, match=expected + ".*fork from step 1 or earlier"):
+                await client.fork(original, step)
+        assert _count(sql, "SELECT count(*) FROM kenning_instances WHERE forked_from = %s", original) == 0
+        assert _count(sql, "SELECT count(*) FROM kenning_operator_actions WHERE target = %s", original) == 0
+
+        # from step 1 the fork starts a child of its own, which tells the fork of its end
+        own = await client.fork(original, 1)
+        await _status_is(client, own.fork_id, "waiting_for_event")
+        (own_child,) = _children(sql, own.fork_id)
+        for child in (child_id, own_child):
+            await client.send_message(child, "go", None)
+        assert await client.result(original, timeout=15) == 20
+        assert await client.result(own.fork_id, timeout=15) == 20
+
+        # once the child has ended, a fork keeping its start takes its result at once
+        later = await client.fork(original, 2)
+        assert await client.result(later.fork_id, timeout=15) == 20
+    assert _children(sql, later.fork_id) == []
+    assert executions(side_channel)[f"note {later.fork_id}"] == 1
+    invariants.children_once_per_step(sql)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import psycopg
 
 from kenning import Client
 from kenning.db import Database
 from tests.apps import forks
-from tests.console_support import became
+from tests.console_support import became, console_ready, post_form, spawn_console
 from tests.logguard import expect_log
 from tests.support import ProcessPool, executions, workers_started
 from tests.support import kenning_command as kenning
@@ -117,3 +118,32 @@ async def _status(sql: Sql, instance_id: str) -> str:
     row = sql.execute("SELECT status FROM kenning_instances WHERE id = %s", (instance_id,)).fetchone()
     assert row is not None
     return str(row[0])
+
+
+async def test_a_fork_that_would_keep_a_running_child_is_refused_by_the_cli_and_the_console(
+    database: Database, database_url: str, processes: ProcessPool, sql: Sql
+) -> None:
+    """A fork keeping a start_child whose child still runs would wait for ever (the child
+    tells only the original of its end): exit 2 at the CLI, 422 in the console, one line
+    naming the child and the step to fork from instead; nothing is made."""
+    processes.worker(database_url, APP)
+    url, console = spawn_console(processes, database_url, app=APP)
+    await console_ready(url, console)
+    async with Client(database=database) as client:
+        original = (await client.start(forks.waiting_parent, n=3)).instance_id
+        await became(sql, original, "waiting_for_event")
+        row = sql.execute("SELECT id FROM kenning_instances WHERE parent_id = %s", (original,)).fetchone()
+        assert row is not None
+        child_id = str(row[0])
+        await became(sql, child_id, "waiting_for_message")
+
+    refused = kenning("instances", "fork", original, "--from-step", "2", url=database_url)
+    _one_line_usage_error(
+        refused, f"cannot fork {original}", f"started child {child_id}", "fork from step 1 or earlier"
+    )
+    async with httpx.AsyncClient(base_url=url, timeout=10, follow_redirects=False) as browser:
+        answer = await post_form(browser, f"/instances/{original}/fork", {"step": "2", "input": ""})
+        assert answer.status_code == 422, answer.text
+        assert f"started child {child_id}, which is still running" in answer.text
+        assert "fork from step 1 or earlier" in answer.text
+    assert sql.execute("SELECT count(*) FROM kenning_instances WHERE forked_from = %s", (original,)).fetchone() == (0,)

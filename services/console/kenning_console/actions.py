@@ -78,7 +78,7 @@ def log_action(request: Request, action: str, **fields: Any) -> None:
     _log.info("console.action", action=action, **_who(request), **fields)
 
 
-async def _instance(request: Request) -> InstanceRow:
+async def instance_of(request: Request) -> InstanceRow:
     instance_id = request.path_params["instance_id"]
     row = await console_of(request).read(lambda conn: instances_sql.instance_get(conn, instance_id))
     if row is None:
@@ -99,7 +99,7 @@ def _text(form: FormData, name: str, default: str = "") -> str:
 
 
 async def cancel_page(request: Request) -> Response:
-    row = await _instance(request)
+    row = await instance_of(request)
     refused = steering.refusal("cancel", row)
     context = {"instance": row, "finished": refused is not None, "refused": refused}
     return render(request, "actions/cancel.html", context)
@@ -107,7 +107,7 @@ async def cancel_page(request: Request) -> Response:
 
 async def cancel(request: Request) -> Response:
     await require_csrf(request)
-    row = await _instance(request)
+    row = await instance_of(request)
     who = console_who(request)
     outcome = await console_of(request).write(lambda conn: steering.cancel(conn, row, who))
     log_action(request, "cancel", instance_id=row.id, workflow=row.workflow_name, accepted=outcome.done)
@@ -120,13 +120,15 @@ async def cancel(request: Request) -> Response:
 
 
 async def retry_page(request: Request) -> Response:
-    row = await _instance(request)
-    return render(request, "actions/retry.html", {"instance": row, "refused": steering.refusal("retry", row)})
+    row = await instance_of(request)
+    # the retry's own judgement, its saga's history included (a rollback already ran: refused)
+    refused = await console_of(request).read(lambda conn: steering.refusal_now(conn, "retry", row))
+    return render(request, "actions/retry.html", {"instance": row, "refused": refused})
 
 
 async def retry(request: Request) -> Response:
     await require_csrf(request)
-    row = await _instance(request)
+    row = await instance_of(request)
     who = console_who(request)
     # a saga's retry and the instance's: one decision, in one transaction with its record
     outcome = await console_of(request).write(lambda conn: steering.retry(conn, row, who))

@@ -26,9 +26,11 @@ from kenning.db import Database
 from kenning.runtime.scrape import readiness_body
 from kenning.storage import inbox as inbox_sql
 from kenning_console import (
+    actionlog,
     actions,
     approvals,
     bulk,
+    escapes,
     events,
     forks,
     instances,
@@ -49,15 +51,17 @@ from kenning_console.state import Console, console_of
 _log = structlog.get_logger("kenning.console")
 
 # Each page module's routes, in order (the first match wins). Add a module here.
-# bulk and actions before instances: its ids take any path (/instances/bulk included)
+# bulk, actions and escapes before instances: its ids take any path (/instances/bulk included)
 ROUTE_MODULES = (
     login,
     metrics,
     bulk,
     actions,
     forks,
+    escapes,
     approvals,
     events,
+    actionlog,
     instances,
     live,
     streams,

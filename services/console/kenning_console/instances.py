@@ -35,6 +35,7 @@ from kenning_console import bulk
 from kenning_console.diagram import steps_svg
 from kenning_console.live import stream_url, version
 from kenning_console.pages import BadRequestError, render
+from kenning_console.standing import standing
 from kenning_console.state import console_of
 from kenning_console.streams import SHOWN_ENTRIES, entries_url
 from kenning_console.timeline import timeline
@@ -285,9 +286,12 @@ class HistoryPage:
     more_compensations: bool = False
 
 
-async def _read_page(conn: Any, instance_id: str, after: int | None) -> dict[str, Any] | None:
+async def _read_page(
+    conn: Any, instance_id: str, after: int | None, *, commit_stall_seconds: float
+) -> dict[str, Any] | None:
     """The instance, one page of its history (keyset on the step number) and what else
-    happened in that page's time range, every value bounded."""
+    happened in that page's time range, every value bounded; and where it stands (the
+    actions accepted on it, its parent and children, what it waits for)."""
     row = await console_sql.instance(conn, instance_id, BOUNDS)
     if row is None:
         return None
@@ -343,6 +347,7 @@ async def _read_page(conn: Any, instance_id: str, after: int | None) -> dict[str
         ),
         "streams": await streams_sql.streams_of(conn, instance_id, limit=SIDE_ROWS),
         "forks": await forks_sql.forks_of(conn, instance_id, limit=SIDE_ROWS),  # kenning instances fork
+        "standing": await standing(conn, row, commit_stall_seconds=commit_stall_seconds),
     }
 
 
@@ -360,7 +365,8 @@ async def instance_page(request: Request) -> Response:
     console = console_of(request)
     instance_id = request.path_params["instance_id"]
     after = _after(request)
-    found = await console.read(lambda conn: _read_page(conn, instance_id, after))
+    stall = console.settings.commit_stall_seconds
+    found = await console.read(lambda conn: _read_page(conn, instance_id, after, commit_stall_seconds=stall))
     if found is None:
         raise HTTPException(404, f"no instance {instance_id!r} (it may have expired under the retention policy)")
     page = found.pop("page")
@@ -369,6 +375,7 @@ async def instance_page(request: Request) -> Response:
     runs = found.pop("runs")
     burst = found.pop("burst")
     forks = found.pop("forks")
+    where = found.pop("standing")  # offers, parent and children, waits (kenning_console.standing)
     items = timeline(**found)
     row = found["instance"]
     values = {name: shown(row, name, instance_id, name) for name in ("input", "result", "error")}
@@ -382,6 +389,7 @@ async def instance_page(request: Request) -> Response:
             **found,
             "burst": burst,
             "forks": forks,
+            **where,
             "timeline": items,
             "diagram": steps_svg(items),
             "error": _error(row),

@@ -13,6 +13,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kenning import codecs
 from kenning.db.errors import is_unavailable
 from kenning_console.security import CSRF_FIELD, csrf_token
 
@@ -76,6 +77,9 @@ def failure_page(request: Request, exc: Exception) -> Response:
     if is_unavailable(exc):
         _log.warning("console.database_unavailable", path=request.url.path, error=repr(exc))
         return error_page(request, 503, UNAVAILABLE)
+    if isinstance(exc, codecs.CodecError):  # the console's keys: one line naming what to fix
+        _log.error("console.payload_unreadable", path=request.url.path, error=str(exc))
+        return error_page(request, 500, str(exc))
     _log.error("console.internal_error", path=request.url.path, error=repr(exc), exc_info=exc)
     return error_page(request, 500, "the console failed to answer this request; the details are in its log")
 

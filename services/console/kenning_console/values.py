@@ -84,9 +84,12 @@ _SPOT = "\u0000kenning-object\u0000"
 
 
 def _around_reference(value: Any) -> tuple[bytes, Reference, bytes] | None:
-    """A row's value holding a reference to the object store (``{"result": {"$ref"...}}``)
+    """A row's value that is or holds a reference to the object store (``{"result": {"$ref"...}}``)
     as the JSON text before the referenced value, the reference, and the text after it:
     the row's value whole is ``before + object + after``. None: no reference at its top."""
+    whole = Reference.of(value)
+    if whole is not None:  # the column is the reference (an input, a published value)
+        return b"", whole, b""
     if isinstance(value, dict):
         for name, item in value.items():
             reference = Reference.of(item)

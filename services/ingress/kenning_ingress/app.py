@@ -121,6 +121,8 @@ class Ingress:
             pid=os.getpid(),
             max_body_bytes=self.settings.max_body_bytes,
             read_timeout=self.settings.read_timeout,
+            # the key id events' data is sealed under in the inbox ("": stored plain)
+            sealing_with=codecs.encrypting_key_id(),
         )
         restore_signals = on_exit_signals(self._stop_streams)
         try:
@@ -319,11 +321,15 @@ class Ingress:
             "updated_at": _iso(row.updated_at),
             "finished_at": _iso(row.finished_at),
         }
-        if row.status == "completed":
-            # opened with this process's key; "encrypted" without it
-            body["result"] = codecs.shown((row.result or {}).get("result"))
+        try:
+            if row.status == "completed":
+                # opened with this process's key; "encrypted" without it
+                body["result"] = codecs.shown((row.result or {}).get("result"))
+            message = codecs.shown(row.error.get("message")) if row.error else None
+        except codecs.CodecError as exc:  # this ingress's keys (not the key's id, or other bytes): one line
+            _log.error("ingress.payload_unreadable", instance_id=instance_id, error=str(exc))
+            return responses.error(500, str(exc), "payload_unreadable")
         if row.error:
-            message = codecs.shown(row.error.get("message"))
             body["error"] = {
                 "type": row.error.get("type"),
                 # a database error's text carries its statement and parameters (a lease token)

@@ -3,7 +3,9 @@ Server-Sent Events.
 
 Each entry is an event ``entry`` whose ``id:`` is its offset and whose ``data:`` is one
 line of JSON (``offset``, ``attempt``, ``step``, ``time``, ``value``); the stream's close
-is an event ``close`` after the last entry, and the response ends. A client that lost the
+is an event ``close`` after the last entry, and the response ends (an entry this process
+cannot open, a key it lacks: an event ``error`` with the line naming the key, and the
+response ends without ``close``). A client that lost the
 connection reconnects with ``Last-Event-ID`` (the last offset it got; EventSource sends
 it by itself) and gets the entries after it, each once, in order; ``?offset=N`` starts at
 N. A comment line every ``KEEPALIVE_SECONDS`` keeps proxies from closing an idle
@@ -18,17 +20,22 @@ itself: when the process is asked to stop, every event stream ends where it is, 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from types import FrameType
 from typing import Any
 
+import structlog
+
+from kenning import codecs
 from kenning.client.streams import StreamReaders
 from kenning.core.streams import SSE_CLOSE, SSE_KEEPALIVE, check_stream_key, sse_entry
 from kenning.errors import WorkflowNotFoundError
 
 KEEPALIVE_SECONDS = 15.0
+_log = structlog.get_logger("kenning.ingress")
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -49,6 +56,10 @@ async def events(
                 yield SSE_KEEPALIVE if entry is None else sse_entry(entry)
     except WorkflowNotFoundError:
         closed = False
+    except codecs.CodecError as error:  # this ingress's keys: one line, to the log and the client
+        _log.error("ingress.payload_unreadable", instance_id=instance_id, stream=key, error=str(error))
+        yield f"event: error\ndata: {json.dumps({'error': str(error)})}\n\n".encode()
+        closed = False  # not the stream's close: a client may resume once the key is given
     if closed and not stopping.is_set():
         yield SSE_CLOSE
 

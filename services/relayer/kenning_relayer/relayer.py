@@ -37,6 +37,8 @@ from kenning_relayer.settings import RelayerSettings
 from kenning_relayer.targets import Target, open_target
 
 _log = structlog.get_logger("kenning.relayer")
+# an event whose data this relayer cannot open (a key it lacks) is offered again after this
+UNREADABLE_RETRY_SECONDS = 5.0
 
 
 class Relayer:
@@ -48,6 +50,7 @@ class Relayer:
         self.relayer_id = settings.relayer_id or process_id("relayer-")
         self.schedule = RetrySchedule(settings.max_attempts, settings.retry_initial_seconds, settings.retry_max_seconds)
         self._transport = transport
+        self._unreadable_told: set[str] = set()  # each key problem logged once as an error
         self._target: Target | None = None
         self.log = _log.bind(relayer_id=self.relayer_id)
         self.loop = PassLoop(
@@ -142,10 +145,39 @@ class Relayer:
         if not rows:
             return 0
         self.log.debug("outbox.claimed", count=len(rows), lease_token=token)
+        claimed = len(rows)
+        unreadable = [r for r in rows if r.unreadable is not None]
+        if unreadable:
+            await self._give_back_unreadable(token, unreadable)
+            rows = [r for r in rows if r.unreadable is None]
+            if not rows:
+                return claimed
         outcomes = await self._publish(self._target, rows, token)
         fault_point("relayer.after_send")
         await self._record(rows, token, outcomes)
         return len(rows)
+
+    async def _give_back_unreadable(self, token: str, rows: Sequence[OutboxRow]) -> None:
+        """Events whose data this relayer cannot open (a key it lacks): handed back
+        uncounted, due again after a delay, for a relayer with the key; never dead-lettered
+        for it. Each reason is logged as an error once, then at debug."""
+        for row in rows:
+            reason = row.unreadable or ""
+            fields = {"event_id": row.id, "event_type": row.event_type, "error": reason}
+            if reason in self._unreadable_told:
+                self.log.debug("outbox.unreadable", **fields)
+                continue
+            self._unreadable_told.add(reason)
+            self.log.error(
+                "outbox.unreadable",
+                hint="handed back, not dead-lettered: give this relayer KENNING_ENCRYPTION_KEYS",
+                **fields,
+            )
+        try:
+            async with self.database.connection() as conn:
+                await outbox_sql.outbox_release(conn, token, [r.id for r in rows], UNREADABLE_RETRY_SECONDS)
+        except Exception as error:  # their lease expires and a later claim takes them again
+            self.log.warning("outbox.release_failed", error=repr(error), count=len(rows))
 
     async def _publish(self, target: Target, rows: Sequence[OutboxRow], token: str) -> list[OutboxOutcome]:
         outcomes: list[OutboxOutcome] = []

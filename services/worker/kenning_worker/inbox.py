@@ -10,6 +10,11 @@ attempts; it never blocks the rows behind it. The loop also gives each new subsc
 the chance to take an event already in the inbox (``wait_event(since=...)``), and deletes
 processed rows after the retention period.
 
+Event data sealed by its writer (``kenning.codecs``) is opened here. A row this worker
+cannot open (no key, or not the row's key) is given back uncounted, due again a little
+later, for a worker with the key: never parked for it; a new subscription whose next event
+it cannot open is left for the next pass. Each such reason is logged once per worker.
+
 The app's ``on_event_received(instance_id, event_type, event_data)`` hook fires here, in
 the worker that delivered the event, once per instance the event was delivered to and
 only after the delivering transaction committed (a batch that rolls back and is redone
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from kenning import codecs
 from kenning.app import App
 from kenning.client.starts import start_on
 from kenning.core.names import CHILD_EVENT_SOURCE, CHILD_EVENT_TYPE
@@ -38,7 +44,7 @@ from kenning.core.records import StoredEvent
 from kenning.db import Database, Executor, executor_of
 from kenning.db.errors import sqlstate
 from kenning.errors import TerminalError
-from kenning.events import ReceivedEvent, event_from_inbox, event_history_payload
+from kenning.events import ReceivedEvent, data_contains, event_from_inbox, event_history_payload
 from kenning.flow import BATCH_PARAMETER, Batch, BatchedEvent
 from kenning.hooks import call_hook
 from kenning.observability import metrics, tracing
@@ -64,6 +70,8 @@ _log = structlog.get_logger("kenning.worker.inbox")
 # serialization failure: retry the row shortly, without counting an attempt.
 _CONFLICTS = frozenset({"55P03", "40P01", "40001"})
 _CLEANUP_BATCH = 1000
+# Candidates read at once while a new subscription looks for a sealed event its match takes.
+_CANDIDATES_PAGE = 100
 # Distinct event types a worker counts apart in kenning_events_no_receiver_total and
 # logs once each; event types come from outside, so the label's values stay bounded.
 _NO_RECEIVER_TYPES = 100
@@ -160,6 +168,14 @@ def _is_child_end(stored: StoredEvent) -> bool:
     return stored.event_type == CHILD_EVENT_TYPE and stored.source == CHILD_EVENT_SOURCE
 
 
+def _opened_if_taken(candidate: StoredEvent, match: Any) -> ReceivedEvent | None:
+    """The event of a candidate a new subscription may take, opened, if its ``match`` holds
+    (plain data not under an envelope's key was tested in SQL already); else None."""
+    event = event_from_inbox(candidate)
+    untested = isinstance(candidate.data, dict) and codecs.ENVELOPE_KEY in candidate.data
+    return event if match is None or not untested or data_contains(event.data, match) else None
+
+
 def _takes_session(handler: Callable[..., Any]) -> bool:
     return "session" in inspect.signature(handler).parameters
 
@@ -196,6 +212,7 @@ class InboxProcessor:
         self._next_declare = float("-inf")  # the first pass declares them
         self._no_receiver_types: set[str] = set()
         self._next_cleanup = float("-inf")  # the first pass sweeps
+        self._unreadable_told: set[str] = set()  # each key problem logged once by this worker
         self.loop = PassLoop(
             self._pass, log=self.log, failed_event="inbox.loop_failed", retry_seconds=min(poll_interval, 1.0)
         )
@@ -362,6 +379,9 @@ class InboxProcessor:
                         conn, [(stored.inbox_id, row.claim_token)], self.settings.conflict_retry_seconds
                     )
                 return
+            if isinstance(error, codecs.CodecError):  # this worker's keys, not the event: wait for the key
+                await self._defer_unreadable(row, log, str(error))
+                return
             await self._record_failure(
                 row, log, f"{type(error).__name__}: {error}", park=isinstance(error, TerminalError)
             )
@@ -391,6 +411,35 @@ class InboxProcessor:
         """``on_event_received`` for deliveries that committed (a failing hook is logged)."""
         for item in received:
             await call_hook(self.app.hooks, "on_event_received", item.instance_id, item.event_type, item.data)
+
+    def _tell_unreadable(self, log: Any, message: str, **fields: Any) -> None:
+        """An event this worker cannot open: an error the first time for each reason (the
+        operator has a key to give), debug after (every row of the kind says the same)."""
+        if message in self._unreadable_told:
+            log.debug("event.unreadable", error=message, **fields)
+            return
+        self._unreadable_told.add(message)
+        log.error(
+            "event.unreadable",
+            error=message,
+            hint="left for a worker with the key (nothing is parked for it): give this worker KENNING_ENCRYPTION_KEYS",
+            **fields,
+        )
+
+    def _unreadable_delay(self) -> float:
+        return min(self.settings.max_retry_seconds, 5 * self.settings.retry_seconds)
+
+    async def _defer_unreadable(self, row: ClaimedRow, log: Any, message: str) -> None:
+        delay = self._unreadable_delay()
+        self._tell_unreadable(log, message, retry_in=delay)
+        try:
+            async with self.database.connection() as conn:
+                if not await inbox_sql.inbox_defer(
+                    conn, row.event.inbox_id, row.claim_token, error=message, delay_seconds=delay
+                ):
+                    log.warning("inbox.claim_lost", failure=message)
+        except Exception as error:  # the claim's lease expires and another claim retries it
+            log.warning("inbox.failure_not_recorded", error=repr(error), failure=message)
 
     async def _record_failure(self, row: ClaimedRow, log: Any, message: str, *, park: bool) -> None:
         try:
@@ -458,7 +507,7 @@ class InboxProcessor:
             source=stored.source,
             event_id=stored.event_id,
             received_at=stored.received_at,
-            data=stored.data if stored.data_bytes is None else None,
+            data=event.data if stored.data_bytes is None else None,  # opened: matched in SQL as a parameter
             target_instance_id=stored.instance_id,
             payload=payload,
             payload_bytes=payload_bytes,
@@ -534,16 +583,21 @@ class InboxProcessor:
             checked: list[tuple[str, str]] = []
             for sub in unchecked:
                 key = (sub.instance_id, sub.step_id)
-                if sub.event is None:
+                try:
+                    taken = await self._taken(conn, sub)
+                except codecs.CodecError as error:  # left unchecked: the next pass (or a worker with the key)
+                    self._tell_unreadable(self.log, str(error), instance_id=sub.instance_id, step=sub.step_id)
+                    continue
+                if taken is None:
                     checked.append(key)
                     continue
-                event = event_from_inbox(sub.event)
+                stored, event = taken
                 payload, payload_bytes = event_history_payload(event)
                 try:
                     # a savepoint: one delivery undone alone
                     async with (
                         conn.driver.transaction(),
-                        tracing.delivering(sub.event.event_type, sub.event.event_id, sub.event.attributes),
+                        tracing.delivering(stored.event_type, stored.event_id, stored.attributes),
                     ):
                         delivery = await subscriptions_sql.subscription_deliver_to(
                             conn,
@@ -565,14 +619,39 @@ class InboxProcessor:
                         instance_id=delivery.instance_id,
                         workflow=delivery.workflow_name,
                         step=delivery.step_id,
-                        inbox_id=sub.event.inbox_id,
-                        event_type=sub.event.event_type,
+                        inbox_id=stored.inbox_id,
+                        event_type=stored.event_type,
                         earlier=True,
                     )
                     received.append(_Received(delivery.instance_id, event.type, event.data))
             await subscriptions_sql.subscription_mark_checked(conn, checked)
         await self._report_received(received)
         return len(unchecked) == limit
+
+    async def _taken(
+        self, conn: Executor, sub: subscriptions_sql.UncheckedSubscription
+    ) -> tuple[StoredEvent, ReceivedEvent] | None:
+        """The oldest inbox event ``sub`` takes, opened, or None. The claim found the oldest
+        candidate; one whose data SQL could not test (sealed) is tested here on the opened
+        data, and if ``match`` does not hold the next candidates are read, in order, so the
+        event taken is the one SQL would have taken from plain data. Raises
+        ``CodecError`` for a candidate this worker cannot open."""
+        if sub.event is None:
+            return None
+        candidate = sub.event
+        event = _opened_if_taken(candidate, sub.match)
+        if event is not None:
+            return candidate, event
+        while True:
+            page = await subscriptions_sql.subscription_candidates_after(
+                conn, instance_id=sub.instance_id, step_id=sub.step_id, after=candidate, limit=_CANDIDATES_PAGE
+            )
+            for candidate in page:
+                event = _opened_if_taken(candidate, sub.match)
+                if event is not None:
+                    return candidate, event
+            if len(page) < _CANDIDATES_PAGE:
+                return None
 
     async def _cleanup(self) -> None:
         total = 0

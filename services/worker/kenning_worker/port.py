@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from kenning.context import StepScope
 from kenning.core.limits import MAX_STREAM_ENTRIES
@@ -72,12 +72,9 @@ from kenning.engine.commands import (
 from kenning.engine.history import StepRecord
 from kenning.errors import (
     LeaseLostError,
-    ObjectStoreError,
-    ObjectStoreUnavailable,
     StorageUnavailable,
     UnstorableValueError,
 )
-from kenning.objects import Offloader
 from kenning.observability.faults import fault_point
 from kenning.storage import children as children_sql
 from kenning.storage import deadlines as deadlines_sql
@@ -237,10 +234,8 @@ class PgInstancePort:
         database: Database,
         claimed: ClaimedInstance,
         writes: GroupCommit[InstanceWrite, bool | None],
-        offloader: Offloader | None = None,
     ) -> None:
         self.database = database
-        self.offloader = offloader or Offloader(None)
         self.writes = writes  # the worker's group commit of step records and completions
         self.instance_id = claimed.id
         self.token = claimed.lease_token
@@ -342,25 +337,9 @@ class PgInstancePort:
     def save_compensation(self, command: SaveCompensation) -> None:
         self._unsaved.append(command.record)
 
-    async def _offloaded_result(self, payload: Any) -> Any:
-        """``payload`` with its ``result`` written to the object store when it is large:
-        before the row's commit, outside the instance's write lock (a parallel branch's
-        write need not wait for an upload). A store that fails is the database being
-        away: the run ends and the instance is replayed (``ObjectStoreUnavailable``)."""
-        if self.offloader.location is None or not isinstance(payload, dict) or "result" not in payload:
-            return payload
-        try:
-            stored = await self.offloader.stored(payload["result"], self.instance_id)
-        except ObjectStoreError as error:
-            raise ObjectStoreUnavailable(str(error)) from error
-        return payload if stored is payload["result"] else {**payload, "result": stored}
-
     async def record_step(self, command: RecordStep, step: StepScope | None = None) -> None:
         record, what = command.record, command.what or f"step {command.record.step_id}"
         try:
-            payload = await self._offloaded_result(record.payload)
-            if payload is not record.payload:
-                record = dataclasses.replace(record, payload=payload)
             async with self._lock:
                 await self._flush_locked()
                 if isinstance(step, StepTransaction) and step.in_transaction:
@@ -610,7 +589,6 @@ class PgInstancePort:
         False when a cancel committed first: the record and compensations are written, the
         instance is left to be compensated."""
         fault_point("instance.before_release")
-        result = await self._offloaded_result(command.result)
         async with self._lock:
             folded = await self._take_folded()
             write = InstanceWrite(
@@ -619,7 +597,7 @@ class PgInstancePort:
                 steps=folded.pending_steps,
                 compensations=folded.compensations,
                 complete=True,
-                result=result,
+                result=command.result,
             )
             stored = await self._storage(self.writes.store([write]), command.what or "the completion")
             if stored[0] is not None:

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import structlog
 
+from kenning import codecs
 from kenning.app import App
 from kenning.core.names import CHANNEL_INBOX, CHANNEL_INSTANCES, CHANNEL_QUEUES, CHANNEL_SUBSCRIPTIONS
 from kenning.core.records import ClaimedInstance, CompensationRecord, HistoryRecord
@@ -39,8 +40,15 @@ from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
-from kenning.errors import ControlSignal, LeaseLostError, ObjectStoreError, ObjectStoreUnavailable, StorageUnavailable
-from kenning.objects import Offloader, restored
+from kenning.errors import (
+    ConfigurationError,
+    ControlSignal,
+    LeaseLostError,
+    ObjectStoreError,
+    ObjectStoreUnavailable,
+    StorageUnavailable,
+)
+from kenning.objects import Offloader, payloads, restored
 from kenning.objects.offload import has_references
 from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
@@ -65,6 +73,25 @@ _log = structlog.get_logger("kenning.worker")
 # long the worker then spends releasing those of runs that ignored the cancellation.
 CANCEL_SECONDS = 2.0
 RELEASE_SECONDS = 2.0
+# an instance whose payload this worker cannot open (a key missing) is offered again after this
+UNREADABLE_RELEASE_SECONDS = 5.0
+
+
+CODE_VERSION_MAX_LENGTH = 128  # a release name, a git SHA, an image digest ("sha256:" and 64 hex digits)
+
+
+def check_code_version(text: str) -> str:
+    """``text`` if it can be a worker's explicit code version, else a ``ValueError`` saying
+    why. Non-empty (an unset ``$BUILD_ID`` in a deploy script must not fall back to the
+    fingerprint unnoticed), bounded, printable and without whitespace: it is shown in
+    one-line reports (``kenning why``, ``kenning workers list``) and compared exactly."""
+    if not text:
+        raise ValueError("must not be empty (leave it unset for the fingerprint of the workflows' code)")
+    if len(text) > CODE_VERSION_MAX_LENGTH:
+        raise ValueError(f"must be at most {CODE_VERSION_MAX_LENGTH} characters, got {len(text)}")
+    if not text.isprintable() or any(char.isspace() for char in text):
+        raise ValueError("must be printable characters without spaces")
+    return text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,8 +128,27 @@ class WorkerSettings(ServiceSettings):
         help="runs in a row that may die without a step before the instance fails as crash_loop",
     )
     worker_id: str = setting("", help="name in leases and logs (default host-pid-random)")
+    # the version instances of pinned workflows are pinned to (docs/operations.md#version-pinning);
+    # checked once parsed (__post_init__), so a bad flag is one line, not argparse's usage too
+    code_version: str | None = setting(
+        None,
+        type=str,
+        help="this worker's code version, e.g. the build or release id (at most "
+        f"{CODE_VERSION_MAX_LENGTH} printable characters, no spaces); default: a fingerprint of its workflows' "
+        "names and source",
+    )
     # its flags are --inbox-*; a field specifier, as dataclasses.field is
     inbox: InboxSettings = settings_group(InboxSettings)  # noqa: RUF009
+
+    def __post_init__(self) -> None:
+        if self.code_version is not None:  # the CLI prints a ConfigurationError as one line, exit 2
+            try:
+                check_code_version(self.code_version)
+            except ValueError as error:
+                shown = self.code_version[:40] + "..." if len(self.code_version) > 40 else self.code_version
+                raise ConfigurationError(
+                    f"--code-version / KENNING_CODE_VERSION {shown!r} is invalid: {error}"
+                ) from None
 
     def database_bounds(self) -> SessionBounds:
         """The shared bounds, the idle-in-transaction one at most half the lease: a session
@@ -161,10 +207,14 @@ class Worker:
         self.settings = settings or WorkerSettings()
         self.worker_id = self.settings.worker_id or process_id()
         self.offloader = Offloader.configured(self.settings.object_store, self.settings.offload_bytes)
+        # every payload this process seals goes through the boundary's offload (kenning.objects.payloads)
+        payloads.configure(self.settings.object_store, self.settings.offload_bytes)
         self.workflow_names = sorted(app.registry.workflows)
-        # its code version (the registry's fingerprint of its workflows), and the workflows
-        # whose instances it pins to it at their first claim (docs/operations.md#version-pinning)
-        self.code_version = code_version({name: wf.source_hash for name, wf in app.registry.workflows.items()})
+        # its code version (the one set, else the fingerprint of its workflows: one version for
+        # the whole worker), and the workflows whose instances it pins to it at their first
+        # claim (docs/operations.md#version-pinning)
+        self.code_fingerprint = code_version({name: wf.source_hash for name, wf in app.registry.workflows.items()})
+        self.code_version = self.settings.code_version or self.code_fingerprint
         self.pinned = sorted(name for name, wf in app.registry.workflows.items() if wf.versioning == "pinned")
         self._running: dict[str, asyncio.Task[None]] = {}  # lease token -> run
         self._claimed: dict[str, ClaimedInstance] = {}  # lease token -> what was claimed
@@ -244,6 +294,8 @@ class Worker:
             "inbox": self.settings.inbox.enabled,
             "app": self.settings.app,
             "code_version": self.code_version,
+            # beside a version set by hand: two workers of one version with different code show it
+            "code_fingerprint": self.code_fingerprint,
         }
 
     def stop(self) -> None:
@@ -305,6 +357,7 @@ class Worker:
             workflows=self.workflow_names,
             concurrency=self.settings.concurrency,
             code_version=self.code_version,
+            code_fingerprint=self.code_fingerprint,
             pinned=self.pinned,
         )
         try:
@@ -376,6 +429,12 @@ class Worker:
         was claimable, the seconds until something will be (None: nothing is queued)."""
         # Autocommit: each claim is one statement (its own transaction), the loads are reads.
         # The plain claim and each queue's take turns going first (kenning_worker/queues.py).
+        # Large values stay references here: each run reads its own back (_execute), apart
+        # from the claim loop and without blocking it.
+        with payloads.deferred():
+            return await self._claim_deferred(limit)
+
+    async def _claim_deferred(self, limit: int) -> tuple[int, float | None]:
         async with self.database.connection() as conn:
             await self.queues.refresh(conn, self.workflow_names)
             queued = QueuePass()
@@ -449,18 +508,21 @@ class Worker:
         log = self.log.bind(instance_id=claimed.id, workflow=claimed.workflow_name)
         started, ended = time.perf_counter(), "released"
         trace = tracing.RunTrace(claimed.id, claimed.workflow_name, claimed.run_count, claimed.trace_context)
+        # this task's own context: what the run stores belongs to the instance, and a store
+        # that fails ends the run, compensating nothing
+        payloads.enter_run(claimed.id)
         try:
             # the large values its rows reference, fetched before the replay reads them
             history = await restored_history(history)
+            if has_references(claimed.input):
+                claimed = dataclasses.replace(claimed, input=codecs.unseal(await restored(claimed.input)))
             run = WorkflowRun(
                 app=self.app,
                 workflow=self.app.registry.workflow(claimed.workflow_name),
                 claimed=claimed,
                 history=history,
                 compensations=compensations,
-                port=PgInstancePort(
-                    database=self.database, claimed=claimed, writes=self.writes, offloader=self.offloader
-                ),
+                port=PgInstancePort(database=self.database, claimed=claimed, writes=self.writes),
                 inline_retry_seconds=self.settings.inline_retry_seconds,
                 activity_timeout=self.settings.activity_timeout,
             )
@@ -479,9 +541,7 @@ class Worker:
                     claimed=claimed,
                     history=[],
                     compensations=[],
-                    port=PgInstancePort(
-                        database=self.database, claimed=claimed, writes=self.writes, offloader=self.offloader
-                    ),
+                    port=PgInstancePort(database=self.database, claimed=claimed, writes=self.writes),
                     inline_retry_seconds=self.settings.inline_retry_seconds,
                     activity_timeout=self.settings.activity_timeout,
                 )
@@ -501,6 +561,18 @@ class Worker:
         except LeaseLostError:  # run() answers LEASE_LOST itself; never let one end the task unseen
             ended = "lease_lost"
             log.warning("instance.lease_lost")
+        except codecs.CodecError as error:
+            # a payload sealed under a key this worker lacks: its configuration, not the
+            # workflow's fault; nothing was written, nothing is failed or compensated, and the
+            # run is not counted toward crash-loop parking: another worker (or this one, given
+            # the key) takes it up after the delay
+            ended = "payload_unreadable"
+            log.error(
+                "instance.payload_unreadable",
+                error=str(error),
+                hint="released, not failed: give this worker the key in KENNING_ENCRYPTION_KEYS",
+            )
+            await self._release(claimed, log, delay=UNREADABLE_RELEASE_SECONDS)
         except (Exception, ControlSignal) as error:  # a signal no handler took is an engine bug
             ended = "crashed"
             log.exception("instance.run_crashed", error=repr(error))

@@ -37,7 +37,7 @@ from kenning.errors import (
     WorkflowFailedError,
     WorkflowNotFoundError,
 )
-from kenning.objects import restored
+from kenning.objects import payloads, restored
 from kenning.registry import REGISTRY
 from kenning.starting import InvalidInputError as InvalidInputError  # re-exported by kenning.client
 from kenning.starting import StartedInstance as StartedInstance  # re-exported
@@ -304,7 +304,8 @@ class Client:
         checked_text("topic", topic)
         if message_id is not None:
             checked_text("message id", message_id)
-        data = serialization.storable_json(data, f"message {topic!r} data")
+        with payloads.owned_by(instance_id):  # a large value lives with the receiver's objects
+            data = serialization.storable_json(data, f"message {topic!r} data")
         # fixed before the first attempt: a retry (the client's own, or the caller's with this
         # id) finds it sent and sends nothing again
         sent_id = message_id or str(uuid.uuid4())
@@ -366,7 +367,8 @@ class Client:
         loop = asyncio.get_running_loop()
         began = loop.time()
         budget = self._retry_budget(timeout)
-        data = serialization.storable_json(data, f"request {topic!r} data")
+        with payloads.owned_by(instance_id):
+            data = serialization.storable_json(data, f"request {topic!r} data")
         request_id = request_id or str(uuid.uuid4())
         await self.send_request(instance_id, topic, data, request_id, retry_seconds=budget())
 
@@ -425,7 +427,8 @@ class Client:
         checked_text("channel", channel)
         if message_id is not None:
             checked_text("message id", message_id)
-        data = serialization.storable_json(data, f"message {channel!r} data")
+        with payloads.owned_by(None):  # copied into many instances' rows: the sweep deletes it
+            data = serialization.storable_json(data, f"message {channel!r} data")
         published_id = message_id or str(uuid.uuid4())  # fixed: a retry reaches nobody twice
 
         async def publish() -> int:

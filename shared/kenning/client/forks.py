@@ -29,11 +29,14 @@ from kenning.storage.forks import ForkPoint
 # floor does not import): the original's rollback, never kept
 _COMPENSATION_KINDS = frozenset({COMPENSATION_EXECUTED, COMPENSATION_FAILED, COMPENSATION_SKIPPED})
 _COMPENSATION_STEP_PREFIX = "compensation:"
+# a child's result step is its start's id and this (kenning.engine.children.result_step_id)
+_CHILD_RESULT_SUFFIX = ":result"
 
 
 class ForkStepError(KenningError, ValueError):
-    """The step to fork from names no step of the instance's history (or one a fork
-    cannot start from: a compensation's record)."""
+    """The step to fork from names no step of the instance's history, or one a fork
+    cannot start from: a compensation's record, or a step after a ``start_child`` whose
+    child is still running (it tells only the original of its end)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,23 @@ def resolve_step(history: Sequence[ForkPoint], step: str | int) -> int:
         raise ForkStepError(
             f"step {number} is a compensation's record ({record.step_id}): fork from a step of the workflow body"
         )
+    _refuse_running_children(history[: number - 1])
     return number
+
+
+def _refuse_running_children(kept: Sequence[ForkPoint]) -> None:
+    """A kept ``start_child`` whose child is still running (and whose result is not kept
+    too) would leave the fork waiting for ever: the child is the original's, and tells
+    only it of its end. The earliest such step is where a fork can start instead: the
+    fork then starts a child of its own."""
+    kept_ids = {h.step_id for h in kept}
+    for record in kept:
+        if record.running_child is not None and record.step_id + _CHILD_RESULT_SUFFIX not in kept_ids:
+            raise ForkStepError(
+                f"step {record.number} ({record.step_id}) started child {record.running_child}, which is still "
+                f"running and tells only the original of its end: fork from step {record.number} or earlier "
+                "(the fork starts a child of its own), or once that child has ended"
+            )
 
 
 def _undone(history: Sequence[ForkPoint], number: int) -> int:

@@ -20,9 +20,11 @@ from kenning.codecs.boundary import (
     reseal,
     reset,
     seal,
+    seal_bytes,
     sealed_key_id,
     shown,
     unseal,
+    unseal_bytes,
 )
 from kenning.codecs.chain import CodecChain, PayloadCodec
 from kenning.codecs.errors import CodecError, EncryptionKeyError, PayloadEncryptedError
@@ -48,7 +50,9 @@ __all__ = [
     "reseal",
     "reset",
     "seal",
+    "seal_bytes",
     "sealed_key_id",
     "shown",
     "unseal",
+    "unseal_bytes",
 ]

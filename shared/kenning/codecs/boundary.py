@@ -24,6 +24,8 @@ from typing import Any
 from kenning.codecs.aesgcm import KEYS_VARIABLE, AesGcmCodec, key_id_of, parse_keys
 from kenning.codecs.chain import CodecChain, PayloadCodec
 from kenning.codecs.errors import CodecError, PayloadEncryptedError
+from kenning.objects import payloads
+from kenning.objects.offload import Reference
 
 ENVELOPE_KEY = "$enc"
 ENCRYPTED = "encrypted"  # what the console, the CLI and kenning.testing show without the key
@@ -106,10 +108,30 @@ def seal(value_json: Any) -> Any:
     """The stored form of a JSON-compatible value (see the module's docstring)."""
     codecs, key_id = _build()
     if not codecs or is_sealed(value_json):
-        return value_json
+        return payloads.offloaded(value_json)  # a large value leaves its row (kenning.objects.payloads)
     text = json.dumps(value_json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     encoded = codecs.encode(text.encode("utf-8"))
-    return {ENVELOPE_KEY: key_id, "v": base64.b64encode(encoded).decode("ascii")}
+    return payloads.offloaded({ENVELOPE_KEY: key_id, "v": base64.b64encode(encoded).decode("ascii")})
+
+
+def seal_bytes(raw: bytes) -> Any:
+    """The stored form of binary data (an event's) when this process has codecs: an
+    envelope of its base64 text, which the caller stores in the row's JSON column with an
+    empty ``bytea`` beside it as the sign; None without codecs (stored as it came)."""
+    if not chain():
+        return None
+    return seal(base64.b64encode(raw).decode("ascii"))
+
+
+def unseal_bytes(stored_json: Any) -> bytes:
+    """The bytes ``seal_bytes`` stored (its envelope, or the base64 text already opened)."""
+    opened = unseal(stored_json)
+    if not isinstance(opened, str):
+        raise CodecError("a sealed binary payload is not base64 text (damaged row)")
+    try:
+        return base64.b64decode(opened, validate=True)
+    except (binascii.Error, ValueError):
+        raise CodecError("a sealed binary payload is not valid base64 (damaged row)") from None
 
 
 def unseal(stored_json: Any) -> Any:
@@ -120,6 +142,10 @@ def unseal(stored_json: Any) -> Any:
     if isinstance(stored_json, dict):
         if is_sealed(stored_json):
             return _open(stored_json)
+        reference = Reference.of(stored_json)
+        if reference is not None:  # a large value, read back from the object store
+            fetched = payloads.fetched(reference)
+            return fetched if Reference.of(fetched) is not None else unseal(fetched)  # deferred: as is
         return {key: unseal(item) for key, item in stored_json.items()}
     if isinstance(stored_json, list):
         return [unseal(item) for item in stored_json]
@@ -175,9 +201,11 @@ __all__ = [
     "reseal",
     "reset",
     "seal",
+    "seal_bytes",
     "sealed_key_id",
     "shown",
     "unseal",
+    "unseal_bytes",
 ]
 
 

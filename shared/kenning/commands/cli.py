@@ -54,7 +54,8 @@ def build_parser(
 
 # the operator's mistakes: one line, exit code 2
 # (an object store's: its bucket, its credentials or an object to restore, each named)
-USER_ERRORS = (UsageError, ConfigurationError, WorkflowNotFoundError, ObjectStoreError)
+# (a payload's key: missing, or other bytes under its id; a codec not registered)
+USER_ERRORS = (UsageError, ConfigurationError, WorkflowNotFoundError, ObjectStoreError, codecs.CodecError)
 # no such table or column: the schema is missing or older than this code
 _SCHEMA_SQLSTATES = ("42P01", "42703")
 DEBUG_HINT = "rerun with --log-level debug for the traceback"

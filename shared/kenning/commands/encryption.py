@@ -16,6 +16,7 @@ from kenning import codecs
 from kenning.commands.output import emit, emit_json, table
 from kenning.db import Database, connect
 from kenning.errors import UsageError
+from kenning.objects.offload import has_references
 from kenning.runtime.config import add_database_options, add_logging_options
 from kenning.storage import encryption as encryption_sql
 
@@ -50,7 +51,9 @@ async def _rotate_column(database: Database, column: encryption_sql.SealedColumn
             rewritten = [
                 encryption_sql.StoredPayload(row.at, codecs.reseal(row.value, whole=column.whole))
                 for row in batch
-                if not codecs.is_current(row.value, whole=column.whole)
+                # a value in the object store keeps the key it was sealed with: sealed again
+                # here it would be written as an object no instance owns (kenning.objects.payloads)
+                if not codecs.is_current(row.value, whole=column.whole) and not has_references(row.value)
             ]
             await encryption_sql.sealed_rewrite(conn, column, rewritten)
         rewritten_total += len(rewritten)

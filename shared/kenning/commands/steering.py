@@ -3,8 +3,10 @@ retry, terminate, skip a compensation, fork, each on one instance or by filter i
 each recorded in the operator action log (``kenning_operator_actions``) in the
 transaction that does it, with where it came from.
 
-``refusal`` says, before anything is asked, why an action would be refused: the console
-offers only the actions it would accept and says why not the others.
+``refusal`` says, before anything is asked, why an action would be refused, from the
+instance's row; ``refusal_now`` adds what its saga's history decides (a retry after its
+compensations ran, a skip with nothing to skip). Each action refuses through them, and the
+console offers only the actions ``offers`` finds accepted: one judgement, not a copy.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -30,6 +32,7 @@ from kenning.storage import instances as instances_sql
 from kenning.storage import sagas as sagas_sql
 from kenning.storage.actions import OperatorAction
 from kenning.storage.bulk import BulkFilter
+from kenning.storage.sagas import SagaState
 
 _log = structlog.get_logger("kenning.operator")
 
@@ -75,19 +78,39 @@ class Outcome:
     status: str | None = None  # the status it met (a cancel's, under its row lock)
 
 
-def _crash_looped(row: InstanceRow) -> bool:
+class Steered(Protocol):
+    """What the refusals read of an instance: an ``InstanceRow``, or the console page's
+    bounded row (its error holding no more than its ``reason``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def cancel_requested(self) -> bool: ...
+    @property
+    def error(self) -> dict[str, Any] | None: ...
+
+
+def _crash_looped(row: Steered) -> bool:
     return row.status == "failed" and (row.error or {}).get("reason") == claims_sql.CRASH_LOOP
 
 
-def refusal(action: str, row: InstanceRow) -> str | None:
-    """Why ``action`` would be refused on this instance, or None when it would be taken.
-    (A retry after compensations ran is refused by the retry itself: it reads history.)"""
+ACTIONS = ("cancel", "retry", "terminate", "skip-compensation")
+UNDONE = "{executed} compensation(s) already undid its steps; start a new instance instead"
+
+
+def refusal(action: str, row: Steered) -> str | None:
+    """Why ``action`` would be refused on this instance, judged on its row alone, or None
+    when the row allows it (``refusal_now`` adds what its saga's history decides)."""
     ended = row.status in ("completed", "failed", "cancelled")
     if action == "cancel":
         if ended and not _crash_looped(row):
             return f"too late to cancel: it already ended {row.status}"
         if row.status == "compensating" and row.cancel_requested:
             return f"it is already being cancelled; {STALLED_SAGA}"
+        if row.cancel_requested and not ended:  # asked once: it stops at its next step boundary
+            return "it is already being cancelled: it stops at its next step boundary"
         return None
     if action == "retry":
         if row.status != "failed":
@@ -110,6 +133,41 @@ def _announce(who: Who) -> Callable[..., Any]:
     keeps it), so that a log line does not follow every operator command's output."""
     log: Callable[..., Any] = _log.debug if who.origin == "cli" else _log.info
     return log
+
+
+def saga_refusal(action: str, row: Steered, saga: SagaState) -> str | None:
+    """Why ``action`` would be refused for what the instance's saga did, or None: a retry
+    once compensations undid its steps (replaying them would be wrong) unless one failed
+    (then those run again) or it was parked as a crash loop; a skip with no compensation
+    left to run, or on a failed instance no compensation of which failed."""
+    if action == "retry" and saga.executed and not saga.failed and not _crash_looped(row):
+        return UNDONE.format(executed=saga.executed)
+    if action == "skip-compensation":
+        if row.status == "failed" and not saga.failed:
+            return "it failed in a step, not at a compensation: there is no compensation to skip"
+        if not saga.open:
+            return "it has no compensation still to run"
+    return None
+
+
+async def refusal_now(conn: Executor, action: str, row: Steered) -> str | None:
+    """Why ``action`` would be refused on this instance now: its row, then its saga."""
+    refused = refusal(action, row)
+    if refused is not None or action not in ("retry", "skip-compensation"):
+        return refused
+    return saga_refusal(action, row, await sagas_sql.saga_state(conn, row.id))
+
+
+async def offers(conn: Executor, row: Steered) -> dict[str, str | None]:
+    """Each action's refusal on this instance now (None: it would be accepted), its saga
+    read once: what the console offers, and why not the others."""
+    refused = {action: refusal(action, row) for action in ACTIONS}
+    if refused["retry"] is None or refused["skip-compensation"] is None:
+        saga = await sagas_sql.saga_state(conn, row.id)
+        for action in ("retry", "skip-compensation"):
+            if refused[action] is None:
+                refused[action] = saga_refusal(action, row, saga)
+    return refused
 
 
 async def _record(conn: Executor, who: Who, action: str, row: InstanceRow, outcome: Outcome, **extra: Any) -> None:
@@ -149,7 +207,7 @@ async def cancel(conn: Executor, row: InstanceRow, who: Who) -> Outcome:
 
 async def retry(conn: Executor, row: InstanceRow, who: Who) -> Outcome:
     """Retry a failed instance (``retry_instance``), recorded."""
-    refused = refusal("retry", row)
+    refused = await refusal_now(conn, "retry", row)
     outcome = Outcome(False, refused) if refused is not None else await _retry(conn, row)
     await _record(conn, who, "retry", row, outcome)
     return outcome
@@ -183,7 +241,7 @@ async def skip_compensation(
 ) -> Outcome:
     """Record one compensation as skipped so the saga goes on: ``comp_id``, or the one
     failing now (attempts counted, or failed for good) when it is the only one."""
-    refused = refusal("skip-compensation", row)
+    refused = await refusal_now(conn, "skip-compensation", row)
     chosen = comp_id
     if refused is None and chosen is None:
         failing = [c for c in await escapes_sql.compensations_open(conn, row.id) if c.failed or c.attempts]
@@ -333,5 +391,5 @@ async def _apply(conn: Executor, action: str, ids: list[str], reason: str) -> in
             done += bool(met and met[1])
         else:
             row = await instances_sql.instance_get(conn, instance_id)
-            done += row is not None and refusal("retry", row) is None and (await _retry(conn, row)).done
+            done += row is not None and await refusal_now(conn, "retry", row) is None and (await _retry(conn, row)).done
     return done

@@ -25,7 +25,7 @@ from typing import Any
 
 from kenning import codecs
 from kenning.commands.output import emit, emit_json
-from kenning.db import Database, connect
+from kenning.db import Database, Executor, connect
 from kenning.errors import WorkflowNotFoundError
 from kenning.runtime.config import add_commit_stall_option, add_database_options, add_logging_options
 from kenning.storage import locks as locks_sql
@@ -60,21 +60,29 @@ async def explain(database: Database, instance_id: str, *, commit_stall_seconds:
     """What ``kenning why`` reads of one instance, with its ``way_forward`` judged (the
     command's and ``kenning mcp``'s); WorkflowNotFoundError if there is no such instance."""
     async with database.connection() as conn:
-        info = await progress_sql.instance_explain(conn, instance_id)
-        if info is not None:
-            live, registered = await processes_sql.processes_workers_of(conn, info["workflow_name"])
-            info["live_workers"], info["stale_workers"] = live, registered - live
-            if info["pinned_version"] is not None:  # a pinned instance waits for its own version
-                info["live_versions"] = await processes_sql.processes_versions_of(conn, info["workflow_name"])
-            if info["status"] not in _TERMINAL:
-                key = await queues_sql.instance_key_state(conn, instance_id)
-                if key is not None:
-                    info["queue"] = queue_key(key)
-                info["commits_stalled"] = _stalled(await server_sql.commits_waiting(conn), commit_stall_seconds)
-            held = await locks_sql.expired_leases_locked(conn, limit=1, instance_id=instance_id)
-            info["locked_by"] = held[0].as_json() if held else None
+        info = await explain_on(conn, instance_id, commit_stall_seconds=commit_stall_seconds)
     if info is None:
         raise WorkflowNotFoundError(f"no workflow instance {instance_id!r}")
+    return info
+
+
+async def explain_on(conn: Executor, instance_id: str, *, commit_stall_seconds: float) -> dict[str, Any] | None:
+    """``explain`` on a connection the caller holds (the console's instance page); None:
+    no such instance."""
+    info = await progress_sql.instance_explain(conn, instance_id)
+    if info is None:
+        return None
+    live, registered = await processes_sql.processes_workers_of(conn, info["workflow_name"])
+    info["live_workers"], info["stale_workers"] = live, registered - live
+    if info["pinned_version"] is not None:  # a pinned instance waits for its own version
+        info["live_versions"] = await processes_sql.processes_versions_of(conn, info["workflow_name"])
+    if info["status"] not in _TERMINAL:
+        key = await queues_sql.instance_key_state(conn, instance_id)
+        if key is not None:
+            info["queue"] = queue_key(key)
+        info["commits_stalled"] = _stalled(await server_sql.commits_waiting(conn), commit_stall_seconds)
+    held = await locks_sql.expired_leases_locked(conn, limit=1, instance_id=instance_id)
+    info["locked_by"] = held[0].as_json() if held else None
     info["way_forward"] = way_forward(info)
     return info
 
@@ -362,7 +370,7 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
         runs += f", last {_ago(now, info['claimed_at'])}"
     out.append(("runs", runs))
     if info.get("queue"):
-        out.append(("queue", _queue(info["queue"], now)))
+        out.append(("queue", queue_text(info["queue"], now)))
     for step, attempt in sorted((info["attempts"] or {}).items()):
         out.append(
             (
@@ -400,7 +408,7 @@ def lines(info: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def _queue(queue: dict[str, Any], now: datetime) -> str:
+def queue_text(queue: dict[str, Any], now: datetime) -> str:
     """The queue and key line: the key's slots and rate window against their limits."""
     text = f"{queue['name']}, key {queue['partition_key']!r}"
     if queue["partition_strategy"] != "wait":

@@ -26,6 +26,9 @@ class ClaimedInstance:
     suspect: bool = False
     # the trace it continues (kenning.observability.tracing): its start's, or the delivery's that woke it
     trace_context: dict[str, str] | None = None
+    # its input could not be opened here (kenning.codecs: a key this worker lacks): the
+    # one-line reason; the run does not start, and the instance is released, not failed
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from kenning.core.records import HistoryRecord
 from kenning.engine.commands import Publish, ReceiveMessage, RecordStep, ReplyMessage, SendMessage, Subscribe
 from kenning.engine.history import StepRecord
 from kenning.errors import MessageAlreadyRepliedError
+from kenning.objects import payloads
 
 if TYPE_CHECKING:
     from kenning.engine.run import WorkflowRun
@@ -47,7 +48,8 @@ async def send_message(run: WorkflowRun, instance_id: str, topic: str, data: Any
     await run.before_new_step(step_id, step_name)
     # by default the id is the sending step's: a send is made once however often it is retried
     message_id = message_id or f"{run.instance_id}:{step_id}"
-    stored = serialization.storable_json(data, f"message {topic!r} data")
+    with payloads.owned_by(instance_id):  # a large value lives with the receiver's objects
+        stored = serialization.storable_json(data, f"message {topic!r} data")
     payload = {"instance_id": instance_id, "topic": topic, "message_id": message_id}
     command = SendMessage(StepRecord(step_id, MESSAGE_SENT, step_name, payload), instance_id, topic, message_id, stored)
     sent = await run.port.send_message(command)
@@ -83,7 +85,8 @@ async def publish(run: WorkflowRun, channel: str, data: Any, message_id: str | N
         return int(recorded.payload["subscribers"])
     await run.before_new_step(step_id, step_name)
     message_id = message_id or f"{run.instance_id}:{step_id}"
-    stored = serialization.storable_json(data, f"message {channel!r} data")
+    with payloads.owned_by(None):  # copied into many instances' rows: the sweep deletes it
+        stored = serialization.storable_json(data, f"message {channel!r} data")
 
     payload = {"channel": channel, "message_id": message_id}  # the port adds "subscribers"
     record = StepRecord(step_id, MESSAGE_SENT, step_name, payload)
@@ -124,8 +127,10 @@ async def reply_message(run: WorkflowRun, message_id: str, topic: str, value: An
         return
     stored = None if error is not None else serialization.storable_json(value, f"reply to message {message_id!r}")
     size = len(json.dumps(stored if error is None else error).encode())
-    if size > MAX_REPLY_BYTES:
-        raise ValueError(f"reply to message {message_id!r} ({topic!r}) is {size} bytes of JSON, over {MAX_REPLY_BYTES}")
+    if size > MAX_REPLY_BYTES:  # a large value left its row for the object store, when one is set
+        raise ValueError(
+            payloads.too_large(f"reply to message {message_id!r} ({topic!r})", size, MAX_REPLY_BYTES, unit="bytes")
+        )
     await run.before_new_step(step_id, step_name)
     payload = {"message_id": message_id, "topic": topic, "rejected": error is not None}
     replied = await run.port.reply_message(

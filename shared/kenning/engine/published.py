@@ -20,6 +20,7 @@ from kenning.core.published import check_key, search_text
 from kenning.engine.commands import PublishValue
 from kenning.engine.history import StepRecord
 from kenning.errors import UnstorableValueError
+from kenning.objects import payloads
 
 if TYPE_CHECKING:
     from kenning.engine.run import WorkflowRun
@@ -32,9 +33,7 @@ def storable_value(key: str, value: Any) -> Any:
     stored = serialization.storable_json(value, f"published value {key!r}")
     size = len(json.dumps(stored))
     if size > MAX_VALUE_CHARS:
-        raise UnstorableValueError(
-            f"published value {key!r} cannot be stored: {size} characters of JSON, more than {MAX_VALUE_CHARS}"
-        )
+        raise UnstorableValueError(payloads.too_large(f"published value {key!r}", size, MAX_VALUE_CHARS))
     return stored
 
 

@@ -408,6 +408,10 @@ class WorkflowRun:
             span = tracing.start_attempt(step_id, name, attempt, activity=activity)
             try:
                 result = await attempt_once(step)
+            except codecs.CodecError as error:  # this process's keys, not the attempt: no attempt counted
+                tracing.end_attempt(span, error)
+                await step.rollback()
+                raise
             except Exception as error:
                 # the attempt's time, not the rollback's, the hook's or the counting's after it
                 timing = StepTiming(attempt, wall_start, time.perf_counter() - monotonic_start)
@@ -482,7 +486,11 @@ class WorkflowRun:
     # ---------------------------------------------------------------- the whole run
 
     async def run(self) -> RunOutcome:
-        """Run to the next resting point."""
+        """Run to the next resting point. A payload this process cannot open (``CodecError``:
+        a key it lacks) raises out of it, nothing written: the worker's keys are wrong, not
+        the workflow, so nothing is failed or compensated."""
+        if self.claimed.unreadable is not None:
+            raise codecs.CodecError(self.claimed.unreadable)
         self.barrier.enter(asyncio.current_task())
         if self.claimed.status == "compensating" or (self.port.cancel_requested and self.cursor.empty):
             # Crash recovery of a saga (or its retry back-off), or a cancel that arrived
@@ -512,7 +520,7 @@ class WorkflowRun:
             return RunOutcome.LEASE_LOST
         except ContinuedAsNew as signal:
             return await self._continue(signal.input)
-        except StorageUnavailable:
+        except (StorageUnavailable, codecs.CodecError):
             self.port.discard()
             raise
         except NonDeterminismError as error:

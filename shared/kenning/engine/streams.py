@@ -22,6 +22,7 @@ from kenning.core.streams import check_stream_key
 from kenning.engine.commands import CloseStream, RecordStep, WriteStream
 from kenning.engine.history import StepRecord
 from kenning.errors import StreamClosedError, StreamFullError, UnstorableValueError
+from kenning.objects import Reference, payloads
 
 if TYPE_CHECKING:
     from kenning.engine.run import WorkflowRun
@@ -33,11 +34,11 @@ CLOSE_STREAM_STEP = "close_stream"
 def storable_entry(key: str, value: Any) -> Any:
     """The value as JSON, checked storable and at most ``MAX_STREAM_ENTRY_CHARS`` of JSON."""
     stored = serialization.storable_json(value, f"stream {key!r} entry")
+    if Reference.of(stored) is not None:  # a large entry left its row for the object store
+        return stored
     size = len(json.dumps(codecs.unseal(stored)))  # the bound is on the plain entry, not its envelope
     if size > MAX_STREAM_ENTRY_CHARS:
-        raise UnstorableValueError(
-            f"stream {key!r} entry cannot be stored: {size} characters of JSON, more than {MAX_STREAM_ENTRY_CHARS}"
-        )
+        raise UnstorableValueError(payloads.too_large(f"stream {key!r} entry", size, MAX_STREAM_ENTRY_CHARS))
     return stored
 
 

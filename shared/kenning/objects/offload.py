@@ -58,8 +58,9 @@ def encoded(value: Any) -> bytes:
 
 
 class Offloader:
-    """Writes values above ``threshold`` bytes of JSON to ``location`` (None: no store,
-    every value stays in its row)."""
+    """A process's store for values above ``threshold`` bytes of JSON (``location`` None:
+    no store, every value stays in its row), checked at start; the writes themselves are
+    the codec boundary's (``kenning.objects.payloads``)."""
 
     def __init__(self, location: Location | None, threshold: int = DEFAULT_OFFLOAD_BYTES) -> None:
         self.location = location
@@ -75,18 +76,6 @@ class Offloader:
     async def check(self) -> None:
         if self.store is not None:
             await self.store.check()
-
-    async def stored(self, value: Any, instance_id: str) -> Any:
-        """``value`` as its row keeps it: itself, or the reference to the object written."""
-        if self.location is None or self.store is None:
-            return value
-        data = encoded(value)
-        if len(data) <= self.threshold:
-            return value
-        digest = hashlib.sha256(data).hexdigest()
-        key = self.location.instance_prefix(instance_id) + digest
-        await self.store.put(key, data)
-        return Reference(self.location.url(key), len(data), digest).to_json()
 
 
 _STORES: dict[str, ObjectStore] = {}

@@ -112,18 +112,31 @@ def describe(error: BaseException, what: str, bucket: str, *, reading: bool = Fa
     return ObjectStoreError(f"{what}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
 
 
-_CLIENTS: dict[str, Any] = {}
+_CLIENTS: dict[tuple[str, ...], Any] = {}
+# what a boto3 client takes from the environment when it is made: a client is kept per
+# their values, so one made before they change (a test's next server) is not reused
+_CLIENT_VARIABLES = (
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_PROFILE",
+)
 
 
 def _client() -> Any:
-    """One boto3 S3 client per process (thread-safe), made on first use."""
-    client = _CLIENTS.get("s3")
+    """One boto3 S3 client per process and environment (thread-safe), made on first use."""
+    key = tuple(os.environ.get(name, "") for name in _CLIENT_VARIABLES)
+    client = _CLIENTS.get(key)
     if client is None:
         import boto3
         from botocore.config import Config
 
         config = Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 3, "mode": "standard"})
-        client = _CLIENTS["s3"] = boto3.session.Session().client("s3", config=config)
+        client = _CLIENTS[key] = boto3.session.Session().client("s3", config=config)
     return client
 
 
@@ -153,23 +166,27 @@ class ObjectStore:
         await asyncio.to_thread(self._call, f"object store s3://{self.bucket}", "head_bucket")
 
     async def put(self, key: str, data: bytes) -> None:
-        await asyncio.to_thread(self._call, f"writing s3://{self.bucket}/{key}", "put_object", Key=key, Body=data)
+        await asyncio.to_thread(self.put_now, key, data)
 
-    async def get(self, key: str) -> bytes:
-        """The object's bytes, read from the response in pieces into one buffer."""
+    def put_now(self, key: str, data: bytes) -> None:
+        """``put`` in the caller's thread (the codec boundary, which is synchronous)."""
+        self._call(f"writing s3://{self.bucket}/{key}", "put_object", Key=key, Body=data)
 
-        def read() -> bytes:
-            what = f"reading s3://{self.bucket}/{key}"
-            response = self._call(what, "get_object", Key=key)
-            try:
-                buffer = bytearray()
-                for chunk in response["Body"].iter_chunks(CHUNK_BYTES):
-                    buffer += chunk
-                return bytes(buffer)
-            except Exception as error:
-                raise describe(error, what, self.bucket, reading=True) from error
+    async def get(self, key: str) -> bytearray:
+        return await asyncio.to_thread(self.get_now, key)
 
-        return await asyncio.to_thread(read)
+    def get_now(self, key: str) -> bytearray:
+        """The object's bytes, read from the response in pieces into one buffer (not copied
+        into ``bytes``: the value's size once, not twice)."""
+        what = f"reading s3://{self.bucket}/{key}"
+        response = self._call(what, "get_object", Key=key)
+        try:
+            buffer = bytearray()
+            for chunk in response["Body"].iter_chunks(CHUNK_BYTES):
+                buffer += chunk
+            return buffer
+        except Exception as error:
+            raise describe(error, what, self.bucket, reading=True) from error
 
     async def stream(self, key: str, *, limit: int | None = None) -> AsyncGenerator[bytes, None]:
         """The object's bytes in pieces of ``CHUNK_BYTES`` (the first ``limit`` only, if

@@ -5,7 +5,8 @@ Objects are written before their row's commit (``kenning.objects.offload``), so 
 that fails (a lost lease, the database away, a worker killed between the two) leaves an
 object no row names. The sweep lists the store under ``KENNING_OBJECT_STORE``, and deletes
 an object older than the grace period that neither its instance's rows nor its parent's
-reference; the grace period covers a write whose commit is still on its way. The same
+reference; the grace period covers a write whose commit is still on its way. A channel's
+broadcast (under ``SHARED``) is kept while any mailbox or history references it. The same
 sweep deletes what retention's own deletion missed (the store away at the time).
 """
 
@@ -18,6 +19,7 @@ from urllib.parse import unquote
 
 from kenning.db import Database
 from kenning.objects import Location, ObjectStore
+from kenning.objects.payloads import SHARED
 from kenning.storage import objects as objects_sql
 
 _REFERENCE_BATCH = 500  # instances whose references one statement reads
@@ -43,9 +45,17 @@ async def sweep_orphans(database: Database, location: Location, *, grace_seconds
     by_instance: dict[str, list[str]] = defaultdict(list)
     for stored in await store.listed(base):
         quoted, slash, _ = stored.key[len(base) :].partition("/")
-        if slash and stored.modified < cutoff:
-            by_instance[unquote(quoted)].append(stored.key)
+        if slash and stored.modified < cutoff:  # SHARED stays itself: "%" is quoted in an id
+            by_instance[quoted if quoted == SHARED else unquote(quoted)].append(stored.key)
     deleted = 0
+    shared = by_instance.pop(SHARED, [])
+    if shared:  # a channel's broadcasts: referenced from any instance's rows
+        marker = location.url(location.key(SHARED)) + "/"
+        async with database.connection() as conn:
+            referenced = await objects_sql.shared_references(conn, [location.url(key) for key in shared], marker)
+        orphans = [key for key in shared if location.url(key) not in referenced]
+        await store.delete(orphans)
+        deleted += len(orphans)
     instance_ids = sorted(by_instance)
     for start in range(0, len(instance_ids), _REFERENCE_BATCH):
         batch = instance_ids[start : start + _REFERENCE_BATCH]

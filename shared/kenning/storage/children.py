@@ -38,6 +38,7 @@ from kenning.core.names import (
 )
 from kenning.core.records import FoldedWrites
 from kenning.db import Executor, statement
+from kenning.objects import payloads
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS, suspend_as
 from kenning.storage.inbox import CANCEL_TYPE
 from kenning.storage.names import notify
@@ -51,6 +52,13 @@ if TYPE_CHECKING:
 # The source of the cancellation requests a parent's end sends its children.
 PARENT_CANCEL_SOURCE = "kenning.parent"
 TERMINAL = "('completed', 'failed', 'cancelled')"  # an ended instance's statuses, as SQL
+
+
+def sealed_input(instance_id: str, input_json: Any) -> Any:
+    """An instance's input as its row keeps it; a large one goes to the object store
+    under the instance's own objects (retention deletes them with it)."""
+    with payloads.owned_by(instance_id):
+        return codecs.seal(input_json)
 
 
 def parent_end_cancels(children: str) -> str:
@@ -185,7 +193,7 @@ async def child_start_and_record(
                 "child_id": child.instance_id,
                 "workflow": child.workflow_name,
                 "hash": child.source_hash,
-                "input": json.dumps(codecs.seal(child.input_json)),
+                "input": json.dumps(sealed_input(child.instance_id, child.input_json)),
                 "trace": None if child.trace_context is None else json.dumps(child.trace_context),
                 "step_id": step_id,
                 "step_name": step_name,

@@ -312,12 +312,17 @@ def claimed_row(claim: Claim, row: Any) -> None:
     if row.park:
         claim.parked.append(ParkedInstance(row.id, row.workflow_name, row.run_count, row.runs_without_progress))
         return
+    try:
+        opened, unreadable = codecs.unseal(row.input), None
+    except codecs.CodecError as error:  # not raised here: the rest of the claim goes on
+        opened, unreadable = {}, str(error)
     claim.instances.append(
         ClaimedInstance(
             id=row.id,
             workflow_name=row.workflow_name,
             status=row.status,
-            input=codecs.unseal(row.input),
+            input=opened,
+            unreadable=unreadable,
             trace_context=row.trace_context,
             cancel_requested=row.cancel_requested,
             lease_token=row.lease_token,

@@ -316,6 +316,7 @@ _INSTANCE = statement(
            i.available_at, i.attempts, i.run_count, i.run, i.created_at, i.updated_at, i.started_at, i.finished_at,
            i.stuck_reason, i.stuck_at, i.forked_from, i.forked_from_step, i.pinned_version,
            left(i.error ->> 'type', 200) AS error_type, left(i.error ->> 'message', :preview) AS error_message,
+           left(i.error ->> 'reason', 200) AS error_reason,
            {_INSTANCE_VALUES}
     FROM kenning_instances AS i {_INSTANCE_JOIN}
     WHERE i.id = :id
@@ -437,7 +438,10 @@ async def instance_compensations(conn: Executor, instance_id: str, window: Windo
 _WAIT_VALUES, _WAIT_JOIN = _bounded({"match": "w.match"})
 _WAITS = statement(
     f"""
-    SELECT w.step_id, w.step_name, w.event_type, w.since, w.timeout_at, w.created_at, {_WAIT_VALUES}
+    -- a parent waiting for its child's end takes it whenever it came (since -infinity,
+    -- which psycopg cannot read as a datetime): NULL, "no bound"
+    SELECT w.step_id, w.step_name, w.event_type, CASE WHEN isfinite(w.since) THEN w.since END AS since,
+           w.timeout_at, w.created_at, {_WAIT_VALUES}
     FROM kenning_event_subscriptions AS w {_WAIT_JOIN}
     WHERE w.instance_id = :id ORDER BY w.created_at, w.step_id LIMIT :limit
     """

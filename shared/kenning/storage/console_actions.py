@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kenning import codecs
 from kenning.core.names import CHANNEL_INBOX, EVENT_RECEIVED
 from kenning.db import Executor, statement
 from kenning.storage.names import notify
@@ -93,10 +94,20 @@ async def inbox_page(
 ) -> list[InboxEntry]:
     """Inbox rows newest first, older than the row id ``before`` if given."""
     params = {"status": status, "event_type": event_type, "before": before, "limit": limit}
-    return [
-        InboxEntry(**{**row._asdict(), "attributes": dict(row.attributes or {})})
-        for row in await conn.execute(_INBOX_PAGE, params)
-    ]
+    return [_inbox_entry(row) for row in await conn.execute(_INBOX_PAGE, params)]
+
+
+def _inbox_entry(row: Any) -> InboxEntry:
+    """A row as the console shows it: sealed data opened, or "encrypted" without the key
+    (binary data sealed beside an empty ``data_bytes``: its size once opened)."""
+    values = {**row._asdict(), "attributes": dict(row.attributes or {}), "data": codecs.shown(row.data)}
+    if row.data_size is not None and row.data is not None:
+        opened = values["data"]
+        if opened == codecs.ENCRYPTED:
+            values["data_size"] = None  # shown as "encrypted"
+        else:
+            values["data"], values["data_size"] = None, len(codecs.unseal_bytes(opened))
+    return InboxEntry(**values)
 
 
 _INBOX_EVENT = statement(
@@ -111,7 +122,7 @@ _INBOX_EVENT = statement(
 
 async def inbox_event(conn: Executor, inbox_id: int) -> InboxEntry | None:
     row = (await conn.execute(_INBOX_EVENT, {"id": inbox_id})).first()
-    return None if row is None else InboxEntry(**{**row._asdict(), "attributes": dict(row.attributes or {})})
+    return None if row is None else _inbox_entry(row)
 
 
 def _event_start_key(source: str, event_id: str) -> str:
@@ -235,7 +246,7 @@ async def outbox_page(
     """Outbox events newest first, older than the ``created_seq`` ``before`` if given."""
     params = {"status": status, "event_type": event_type, "before": before, "limit": limit}
     return [
-        OutboxEntry(**{**row._asdict(), "extensions": dict(row.extensions or {})})
+        OutboxEntry(**{**row._asdict(), "extensions": dict(row.extensions or {}), "data": codecs.shown(row.data)})
         for row in await conn.execute(_OUTBOX_PAGE, params)
     ]
 
@@ -253,7 +264,11 @@ _OUTBOX_EVENT = statement(
 async def outbox_event(conn: Executor, event_id: str) -> OutboxEntry | None:
     """One outbox event by its id (a UUID: the caller checks the form)."""
     row = (await conn.execute(_OUTBOX_EVENT, {"id": event_id})).first()
-    return None if row is None else OutboxEntry(**{**row._asdict(), "extensions": dict(row.extensions or {})})
+    return (
+        None
+        if row is None
+        else OutboxEntry(**{**row._asdict(), "extensions": dict(row.extensions or {}), "data": codecs.shown(row.data)})
+    )
 
 
 _OUTBOX_COUNTS = statement(

@@ -9,7 +9,10 @@ drops is documented in docs/operations.md ("Forking an instance"); in short it k
 workflow body's records before the step (a replay returns them, so those steps do not run
 again) and drops everything that belongs to the original's run rather than to its
 history: its waits, its mailbox, its published values, its compensation records. A kept
-``subscribe`` step subscribes the fork to its channel too.
+``subscribe`` step subscribes the fork to its channel too. A kept ``start_child`` whose
+child is still running is refused before this statement (``fork_points`` names the child,
+``kenning.client.forks.resolve_step`` refuses): the child tells only its parent of its
+end, so the fork would wait for ever.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ from kenning import codecs
 from kenning.core.names import (
     CHANNEL_INSTANCES,
     CHANNEL_SUBSCRIBED,
+    CHILD_STARTED,
     COMPENSATION_EXECUTED,
     COMPENSATION_FAILED,
     COMPENSATION_SKIPPED,
     ON_FAILURE_PREFIX,
 )
 from kenning.db import Executor, statement
+from kenning.storage.children import TERMINAL
 from kenning.storage.names import notify
 
 # history kinds a fork never keeps: the original's rollback is not the fork's (a fork that
@@ -79,7 +84,9 @@ _INSTANCE_FORK = statement(
                     ELSE c.comp_id END) IN (SELECT step_id FROM kept)
         RETURNING comp_id
     ), subscribed AS (
-        -- a kept subscribe is not run again: the fork is subscribed as it would have been
+        -- a kept subscribe is not run again: the fork is subscribed as it would have been;
+        -- the channel is a framework field, plain with payload encryption on (only the
+        -- user's values in a record are sealed: docs/operations.md, "What stays plain")
         INSERT INTO kenning_channel_subscriptions (channel, instance_id)
         SELECT DISTINCT k.payload ->> 'channel', f.id
         FROM kept AS k CROSS JOIN inserted AS f
@@ -184,20 +191,28 @@ async def forks_of(conn: Executor, instance_id: str, *, limit: int = 100) -> lis
 
 @dataclass(frozen=True)
 class ForkPoint:
-    """A record of an instance's history, numbered as ``kenning instances show`` numbers it."""
+    """A record of an instance's history, numbered as ``kenning instances show`` numbers it;
+    ``running_child`` the child a ``start_child`` record names while that child has not
+    ended (a fork keeping the record would wait for its end for ever: only the child's
+    parent, the original, is told of it)."""
 
     number: int
     step_id: str
     kind: str
     step_name: str
+    running_child: str | None = None
 
 
 _FORK_POINTS = statement(
-    """
-    SELECT row_number() OVER (ORDER BY seq) AS number, step_id, kind, step_name
-    FROM kenning_history
-    WHERE instance_id = :id
-    ORDER BY seq
+    f"""
+    SELECT row_number() OVER (ORDER BY h.seq) AS number, h.step_id, h.kind, h.step_name, c.id AS running_child
+    FROM kenning_history AS h
+    -- the child by the id its start record names (plain: a framework field): a fork's kept
+    -- record names its original's child; a primary-key probe for start records only
+    LEFT JOIN kenning_instances AS c
+        ON h.kind = '{CHILD_STARTED}' AND c.id = h.payload ->> 'child_id' AND c.status NOT IN {TERMINAL}
+    WHERE h.instance_id = :id
+    ORDER BY h.seq
     LIMIT :limit
     """
 )
@@ -205,7 +220,7 @@ _FORK_POINTS = statement(
 
 async def fork_points(conn: Executor, instance_id: str, *, limit: int | None = None) -> list[ForkPoint]:
     """The first ``limit`` records (None: all) of an instance's history with their
-    numbers, without their payloads: what a fork's step is resolved against, and what the
-    console's fork form offers."""
+    numbers, without their payloads (a start_child's child id aside): what a fork's step
+    is resolved against, and what the console's fork form offers."""
     rows = await conn.execute(_FORK_POINTS, {"id": instance_id, "limit": limit})
-    return [ForkPoint(int(r.number), r.step_id, r.kind, r.step_name) for r in rows]
+    return [ForkPoint(int(r.number), r.step_id, r.kind, r.step_name, r.running_child) for r in rows]

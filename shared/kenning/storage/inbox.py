@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kenning import codecs
 from kenning.core.names import CHANNEL_INBOX
 from kenning.core.records import StoredEvent
 from kenning.db import Executor, statement
@@ -74,28 +75,39 @@ _INBOX_INSERT_EVENTS = statement(
 
 async def inbox_insert_events(conn: Executor, events: Sequence[NewEvent]) -> list[bool]:
     """Store ``events`` in one statement and wake workers. Returns, per event, whether it
-    was stored (False: a duplicate by ``(source, id)``, also within the batch)."""
+    was stored (False: a duplicate by ``(source, id)``, also within the batch).
+
+    JSON data is sealed (``kenning.codecs.seal``) when this process has keys: every
+    writer of events (the ingress and its broker sources, the console, ``kenning.testing``)
+    comes through here; the type, source, id and attributes stay plain for routing."""
     if not events:
         return []
+    stored = [_stored_data(e) for e in events]
     params = {
         "sources": [e.source for e in events],
         "event_ids": [e.event_id for e in events],
         "event_types": [e.event_type for e in events],
         "instance_ids": [e.instance_id for e in events],
         "attributes": [json.dumps(e.attributes, ensure_ascii=False) for e in events],
-        "data": [
-            None if e.data_bytes is not None or e.data is None else json.dumps(e.data, ensure_ascii=False)
-            for e in events
-        ],
-        "data_bytes": [e.data_bytes for e in events],
+        "data": [data for data, _ in stored],
+        "data_bytes": [data_bytes for _, data_bytes in stored],
     }
-    stored = {(row.source, row.event_id) for row in await conn.execute(_INBOX_INSERT_EVENTS, params)}
+    inserted = {(row.source, row.event_id) for row in await conn.execute(_INBOX_INSERT_EVENTS, params)}
     result = []
     for event in events:
         key = (event.source, event.event_id)
-        result.append(key in stored)
-        stored.discard(key)  # a second copy in the same batch is a duplicate
+        result.append(key in inserted)
+        inserted.discard(key)  # a second copy in the same batch is a duplicate
     return result
+
+
+def _stored_data(event: NewEvent) -> tuple[str | None, bytes | None]:
+    """(data, data_bytes) as stored: JSON sealed; binary data sealed into ``data`` with an
+    empty ``data_bytes`` as the sign (``kenning.codecs.seal_bytes``), or as it came."""
+    if event.data_bytes is not None:
+        sealed = codecs.seal_bytes(event.data_bytes)
+        return (None, event.data_bytes) if sealed is None else (json.dumps(sealed), b"")
+    return None if event.data is None else json.dumps(codecs.seal(event.data), ensure_ascii=False), None
 
 
 _INBOX_INSERT_CANCEL = statement(
@@ -315,6 +327,26 @@ async def inbox_release(conn: Executor, claims: Sequence[tuple[int, str]], delay
         {"ids": [c[0] for c in claims], "tokens": [c[1] for c in claims], "delay": delay_seconds},
     )
     return len(result.all())
+
+
+_INBOX_DEFER = statement(
+    """
+    UPDATE kenning_inbox
+    SET attempts = greatest(attempts - 1, 0), claim_token = NULL, last_error = :error,
+        available_at = now() + make_interval(secs => :delay)
+    WHERE id = :id AND claim_token = CAST(:token AS uuid) AND status = 'pending'
+    RETURNING id
+    """
+)
+
+
+async def inbox_defer(conn: Executor, inbox_id: int, token: str, *, error: str, delay_seconds: float) -> bool:
+    """Give a claimed row back, its attempt not counted, due again after ``delay_seconds``,
+    with ``error`` as its reason: a row this worker cannot read (its data sealed under a key
+    the worker lacks) waits for a worker that has the key, and is never parked for it.
+    False if the claim was lost."""
+    params = {"id": inbox_id, "token": token, "error": error[:4000], "delay": delay_seconds}
+    return (await conn.execute(_INBOX_DEFER, params)).first() is not None
 
 
 _INBOX_NEXT_AVAILABLE = statement(

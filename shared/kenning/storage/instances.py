@@ -11,7 +11,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from kenning import codecs
 from kenning.core.names import (
     ACTIVITY_FAILED,
     CHANNEL_INSTANCES,
@@ -22,7 +21,7 @@ from kenning.core.names import (
 from kenning.core.records import FoldedWrites, InstanceRow, NewInstance, StartOutcome
 from kenning.db import Executor, statement
 from kenning.storage import strategies as strategies_sql
-from kenning.storage.children import TOLD, tell_parents
+from kenning.storage.children import TOLD, sealed_input, tell_parents
 from kenning.storage.claims import CRASH_LOOP
 from kenning.storage.fencing import LEASE_FENCE, PENDING_STEP, SAVE_COMPENSATIONS
 from kenning.storage.names import notify, notify_results
@@ -199,7 +198,7 @@ async def _instances_insert(
             "id": start.instance_id,
             "name": start.workflow_name,
             "hash": start.source_hash,
-            "input": codecs.seal(start.input_json),
+            "input": sealed_input(start.instance_id, start.input_json),
             "key": start.idempotency_key,
             "not_before": None if start.not_before is None else start.not_before.isoformat(),
             "trace": start.trace_context,

@@ -53,15 +53,24 @@ class OutboxRow:
     created_seq: int
     created_at: datetime
     published_at: datetime | None
+    unreadable: str | None = None  # its data could not be opened here (a key this process lacks)
 
 
-def _row(row: Any) -> OutboxRow:
-    """A row selected with ``_COLUMNS``."""
+def _row(row: Any, *, shown: bool = False) -> OutboxRow:
+    """A row selected with ``_COLUMNS``, its data opened: for the relayer, which publishes
+    the plain event (data it cannot open: ``unreadable`` says why, nothing raised, so the
+    rest of its claim goes on), or ``shown`` to an operator ("encrypted" without a key)."""
     values = row._asdict()
     if values["data_bytes"] is not None:
         values["data_bytes"] = bytes(values["data_bytes"])
     values["extensions"] = dict(values["extensions"] or {})
-    values["data"] = codecs.unseal(values["data"])  # the relayer publishes the plain event
+    if shown:
+        values["data"] = codecs.shown(values["data"])
+        return OutboxRow(**values)
+    try:
+        values["data"] = codecs.unseal(values["data"])
+    except codecs.CodecError as error:
+        values["data"], values["unreadable"] = None, str(error)
     return OutboxRow(**values)
 
 
@@ -234,7 +243,8 @@ _OUTBOX_RELEASE = statement(
     f"""
     WITH released AS (
         UPDATE kenning_outbox
-        SET status = 'pending', lease_token = NULL, available_at = now(), attempts = greatest(attempts - 1, 0)
+        SET status = 'pending', lease_token = NULL, available_at = now() + make_interval(secs => :delay),
+            attempts = greatest(attempts - 1, 0)
         WHERE lease_token = CAST(:token AS uuid) AND status = 'publishing'
           AND id = ANY(CAST(:ids AS uuid[]))
         RETURNING id
@@ -246,11 +256,13 @@ _OUTBOX_RELEASE = statement(
 )
 
 
-async def outbox_release(conn: Executor, token: str, ids: Sequence[str]) -> int:
-    """Hand back claimed rows that were not attempted (shutdown), uncounted, due now."""
+async def outbox_release(conn: Executor, token: str, ids: Sequence[str], delay_seconds: float = 0.0) -> int:
+    """Hand back claimed rows that were not attempted (shutdown; data this relayer cannot
+    open), uncounted, due after ``delay_seconds``."""
     if not ids:
         return 0
-    row = (await conn.execute(_OUTBOX_RELEASE, {"token": token, "ids": list(ids)})).first()
+    params = {"token": token, "ids": list(ids), "delay": delay_seconds}
+    row = (await conn.execute(_OUTBOX_RELEASE, params)).first()
     return 0 if row is None else int(row.released_count)
 
 
@@ -309,7 +321,7 @@ async def outbox_list(
 ) -> list[OutboxRow]:
     """Events newest first, optionally of one status or one instance."""
     result = await conn.execute(_OUTBOX_LIST, {"status": status, "instance_id": instance_id, "limit": limit})
-    return [_row(row) for row in result]
+    return [_row(row, shown=True) for row in result]
 
 
 _OUTBOX_STATUSES = statement(

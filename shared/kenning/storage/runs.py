@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kenning import codecs
 from kenning.core.names import CHANNEL_INBOX
 from kenning.db import Executor, statement
-from kenning.storage.children import TERMINAL, parent_end_cancels
+from kenning.storage.children import TERMINAL, parent_end_cancels, sealed_input
 from kenning.storage.names import notify
 
 # how an earlier run of a chain ended (kenning_instance_runs.ended)
@@ -96,7 +95,12 @@ async def run_continue(
     """End the leased run of ``instance_id`` and make the next one with ``new_input``
     (module docstring); ``pending_steps``: steps the run recorded that were never written
     (a held-back record), counted in the summary."""
-    params = {"id": instance_id, "token": token, "input": json.dumps(codecs.seal(new_input)), "pending": pending_steps}
+    params = {
+        "id": instance_id,
+        "token": token,
+        "input": json.dumps(sealed_input(instance_id, new_input)),
+        "pending": pending_steps,
+    }
     row = (await conn.execute(_RUN_CONTINUE, params)).first()
     if row is None:
         return None

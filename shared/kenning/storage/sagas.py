@@ -8,9 +8,10 @@ instance ``compensating`` again, so a worker runs the compensations not yet exec
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from kenning.core.names import CHANNEL_INSTANCES, COMPENSATION_FAILED
+from kenning.core.names import CHANNEL_INSTANCES, COMPENSATION_EXECUTED, COMPENSATION_FAILED, COMPENSATION_SKIPPED
 from kenning.db import Executor, statement
 from kenning.storage.children import TOLD, tell_parents
 from kenning.storage.names import notify, notify_results
@@ -71,3 +72,34 @@ async def saga_retry(conn: Executor, instance_id: str) -> int | None:
     many compensations will run again, or None when it has none (not such an instance)."""
     row = (await conn.execute(_SAGA_RETRY, {"id": instance_id})).first()
     return None if row is None else int(row.cleared_count)
+
+
+_SAGA_STATE = statement(
+    f"""
+    SELECT (SELECT count(*) FROM kenning_history AS h
+            WHERE h.instance_id = :id AND h.kind = '{COMPENSATION_EXECUTED}') AS executed,
+           (SELECT count(*) FROM kenning_history AS h
+            WHERE h.instance_id = :id AND h.kind = '{COMPENSATION_FAILED}') AS failed,
+           (SELECT count(*) FROM kenning_compensations AS c
+            WHERE c.instance_id = :id AND NOT EXISTS (
+                SELECT FROM kenning_history AS h
+                WHERE h.instance_id = c.instance_id AND h.step_id = 'compensation:' || c.comp_id
+                  AND h.kind IN ('{COMPENSATION_EXECUTED}', '{COMPENSATION_SKIPPED}'))) AS open
+    """
+)
+
+
+@dataclass(frozen=True)
+class SagaState:
+    """How far an instance's saga went: what an operator's retry or skip depends on."""
+
+    executed: int  # compensations that ran (CompensationExecuted): its steps were undone
+    failed: int  # compensations that failed for good (CompensationFailed): the saga stopped at them
+    open: int  # registered compensations neither executed nor skipped: still to run (or failing)
+
+
+async def saga_state(conn: Executor, instance_id: str) -> SagaState:
+    """The instance's compensations executed, failed for good and still to run."""
+    row = (await conn.execute(_SAGA_STATE, {"id": instance_id})).first()
+    assert row is not None  # a SELECT of scalar subqueries: always one row
+    return SagaState(executed=int(row.executed), failed=int(row.failed), open=int(row.open))

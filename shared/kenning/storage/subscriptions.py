@@ -202,11 +202,15 @@ async def subscription_deliver_event(
     return [_delivery(row) for row in result]
 
 
-# A subscription takes inbox row x (the rules above the delivery's statements).
+# A subscription takes inbox row x (the rules above the delivery's statements). Data the
+# writer sealed (kenning.codecs: an object with the envelope's key) cannot be looked into
+# here: such a row is a candidate, and the worker tests ``match`` on the opened data
+# (kenning.events.data_contains), going on to the next candidate if it does not hold.
+SEALED_DATA = "(x.data ->> '$enc') IS NOT NULL"
 _TAKES = f"""x.event_type = fresh.event_type AND x.status <> 'failed'
           AND x.received_at >= coalesce(fresh.since, fresh.created_at)
           AND (x.instance_id IS NULL OR x.instance_id = fresh.instance_id)
-          AND (fresh.match IS NULL OR x.data @> fresh.match)
+          AND (fresh.match IS NULL OR x.data @> fresh.match OR {SEALED_DATA})
           AND NOT EXISTS (
               SELECT 1 FROM kenning_history AS h
               WHERE h.instance_id = fresh.instance_id AND h.kind = '{EVENT_RECEIVED}'
@@ -228,8 +232,8 @@ _SUBSCRIPTION_CLAIM_UNCHECKED = statement(
     -- the event's columns are named as in inbox.stored_event; the subscription's are renamed
     -- (the event has an instance_id of its own: the instance it is addressed to)
     SELECT fresh.instance_id AS subscription_instance_id, fresh.step_id AS subscription_step_id,
-           e.id AS inbox_id, e.source, e.event_id, e.event_type, e.instance_id, e.attributes, e.data,
-           e.data_bytes, e.received_at
+           fresh.match AS subscription_match, e.id AS inbox_id, e.source, e.event_id, e.event_type,
+           e.instance_id, e.attributes, e.data, e.data_bytes, e.received_at
     FROM fresh
     LEFT JOIN LATERAL (
         -- a parent waiting for a child (since -infinity): the child's end is one inbox row,
@@ -254,7 +258,8 @@ _SUBSCRIPTION_CLAIM_UNCHECKED = statement(
 class UncheckedSubscription:
     instance_id: str
     step_id: str
-    event: StoredEvent | None  # the oldest inbox event it takes, if any
+    event: StoredEvent | None  # the oldest inbox event it takes, if any (sealed data: may take)
+    match: Any = None  # its wait_event(match=...), to test on sealed data
 
 
 async def subscription_claim_unchecked(conn: Executor, *, limit: int) -> list[UncheckedSubscription]:
@@ -270,9 +275,44 @@ async def subscription_claim_unchecked(conn: Executor, *, limit: int) -> list[Un
             instance_id=row.subscription_instance_id,
             step_id=row.subscription_step_id,
             event=None if row.inbox_id is None else stored_event(row),
+            match=row.subscription_match,
         )
         for row in result
     ]
+
+
+_SUBSCRIPTION_CANDIDATES_AFTER = statement(
+    f"""
+    WITH fresh AS (
+        SELECT instance_id, step_id, event_type, match, since, created_at
+        FROM kenning_event_subscriptions
+        WHERE instance_id = :instance_id AND step_id = :step_id
+    )
+    SELECT x.id AS inbox_id, x.source, x.event_id, x.event_type, x.instance_id, x.attributes, x.data,
+           x.data_bytes, x.received_at
+    FROM fresh JOIN kenning_inbox AS x
+      ON x.kind = 'event' AND {_TAKES}
+         AND (x.received_at, x.id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
+    ORDER BY x.received_at, x.id
+    LIMIT :limit
+    """
+)
+
+
+async def subscription_candidates_after(
+    conn: Executor, *, instance_id: str, step_id: str, after: StoredEvent, limit: int
+) -> list[StoredEvent]:
+    """The inbox events after ``after`` (in ``subscription_claim_unchecked``'s order) that a
+    subscription may take: those whose plain data matches, and those whose data is sealed,
+    for the caller to test. Read in the transaction that locked the subscription."""
+    params = {
+        "instance_id": instance_id,
+        "step_id": step_id,
+        "after_at": after.received_at,
+        "after_id": after.inbox_id,
+        "limit": limit,
+    }
+    return [stored_event(row) for row in await conn.execute(_SUBSCRIPTION_CANDIDATES_AFTER, params)]
 
 
 _SUBSCRIPTION_DELIVER_TO = statement(

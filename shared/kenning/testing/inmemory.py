@@ -126,6 +126,9 @@ class MemoryBackend:
     ) -> bool:
         if any(e.source == source and e.event_id == event_id for e in self.inbox):
             return False  # the inbox keeps one row per (source, id): a duplicate is dropped
+        # as the worker reads it: opened (the caller sealed it as the ingress would store it),
+        # so match, handlers and event_handler workflows see the data, not its envelope
+        data = codecs.unseal(data)
         received = ReceivedEvent(
             data=data,
             type=event_type,

@@ -45,7 +45,22 @@
     }
     pending = null;
     shown = html;
+    // a <details> the reader opened (a traceback, "Why it is where it is") stays open: known
+    // by its summary's text and how many summaries of that text come before it
+    function summaries() {
+      var all = region.querySelectorAll("details > summary"), seen = {}, keyed = [];
+      for (var i = 0; i < all.length; i++) {
+        var text = all[i].textContent.trim();
+        seen[text] = (seen[text] || 0) + 1;
+        keyed.push({ key: text + "\n" + seen[text], details: all[i].parentNode });
+      }
+      return keyed;
+    }
+    var opened = {}, before = summaries();
+    for (var i = 0; i < before.length; i++) { if (before[i].details.open) { opened[before[i].key] = true; } }
     region.innerHTML = html;
+    var after = summaries();
+    for (var j = 0; j < after.length; j++) { if (opened[after[j].key]) { after[j].details.open = true; } }
     if (key) {
       var again = find(key, region);
       if (again) { again.focus({ preventScroll: true }); }

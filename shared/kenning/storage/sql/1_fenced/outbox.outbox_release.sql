@@ -4,7 +4,8 @@
 
 WITH released AS (
     UPDATE kenning_outbox
-    SET status = 'pending', lease_token = NULL, available_at = now(), attempts = greatest(attempts - 1, 0)
+    SET status = 'pending', lease_token = NULL, available_at = now() + make_interval(secs => :delay),
+        attempts = greatest(attempts - 1, 0)
     WHERE lease_token = CAST(:token AS uuid) AND status = 'publishing'
       AND id = ANY(CAST(:ids AS uuid[]))
     RETURNING id

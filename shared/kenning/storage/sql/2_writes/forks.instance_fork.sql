@@ -44,7 +44,9 @@ WITH original AS (
                 ELSE c.comp_id END) IN (SELECT step_id FROM kept)
     RETURNING comp_id
 ), subscribed AS (
-    -- a kept subscribe is not run again: the fork is subscribed as it would have been
+    -- a kept subscribe is not run again: the fork is subscribed as it would have been;
+    -- the channel is a framework field, plain with payload encryption on (only the
+    -- user's values in a record are sealed: docs/operations.md, "What stays plain")
     INSERT INTO kenning_channel_subscriptions (channel, instance_id)
     SELECT DISTINCT k.payload ->> 'channel', f.id
     FROM kept AS k CROSS JOIN inserted AS f

@@ -6,6 +6,7 @@ SELECT i.id, i.workflow_name, i.source_hash, i.status, i.idempotency_key, i.canc
        i.available_at, i.attempts, i.run_count, i.run, i.created_at, i.updated_at, i.started_at, i.finished_at,
        i.stuck_reason, i.stuck_at, i.forked_from, i.forked_from_step, i.pinned_version,
        left(i.error ->> 'type', 200) AS error_type, left(i.error ->> 'message', :preview) AS error_message,
+       left(i.error ->> 'reason', 200) AS error_reason,
        octet_length(v.input) AS input_size, CASE WHEN octet_length(v.input) <= :bound THEN i.input END AS input, CASE WHEN octet_length(v.input) > :bound THEN left(v.input, :preview) END AS input_preview, octet_length(v.result) AS result_size, CASE WHEN octet_length(v.result) <= :bound THEN i.result END AS result, CASE WHEN octet_length(v.result) > :bound THEN left(v.result, :preview) END AS result_preview, octet_length(v.error) AS error_size, CASE WHEN octet_length(v.error) <= :bound THEN i.error END AS error, CASE WHEN octet_length(v.error) > :bound THEN left(v.error, :preview) END AS error_preview
 FROM kenning_instances AS i CROSS JOIN LATERAL (SELECT CAST(i.input AS text) AS input, CAST(i.result AS text) AS result, CAST(i.error AS text) AS error OFFSET 0) AS v
 WHERE i.id = :id

@@ -12,7 +12,9 @@ SELECT i.id, i.workflow_name, i.source_hash, i.status, i.cancel_requested, i.lea
         FROM kenning_timers AS t WHERE t.instance_id = i.id) AS timers,
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'step_id', s.step_id, 'step_name', s.step_name, 'event_type', s.event_type,
-                   'match', s.match, 'since', coalesce(s.since, s.created_at),
+                   -- a child's end is taken whenever it came (since -infinity): the wait's start
+                   'match', s.match,
+                   'since', CASE WHEN isfinite(s.since) THEN s.since ELSE s.created_at END,
                    'timeout_at', s.timeout_at) ORDER BY s.created_at), '[]')
         FROM kenning_event_subscriptions AS s WHERE s.instance_id = i.id) AS subscriptions,
        (SELECT coalesce(jsonb_agg(jsonb_build_object(

@@ -13,8 +13,8 @@ WITH fresh AS (
 -- the event's columns are named as in inbox.stored_event; the subscription's are renamed
 -- (the event has an instance_id of its own: the instance it is addressed to)
 SELECT fresh.instance_id AS subscription_instance_id, fresh.step_id AS subscription_step_id,
-       e.id AS inbox_id, e.source, e.event_id, e.event_type, e.instance_id, e.attributes, e.data,
-       e.data_bytes, e.received_at
+       fresh.match AS subscription_match, e.id AS inbox_id, e.source, e.event_id, e.event_type,
+       e.instance_id, e.attributes, e.data, e.data_bytes, e.received_at
 FROM fresh
 LEFT JOIN LATERAL (
     -- a parent waiting for a child (since -infinity): the child's end is one inbox row,
@@ -26,7 +26,7 @@ LEFT JOIN LATERAL (
       AND x.event_type = fresh.event_type AND x.status <> 'failed'
       AND x.received_at >= coalesce(fresh.since, fresh.created_at)
       AND (x.instance_id IS NULL OR x.instance_id = fresh.instance_id)
-      AND (fresh.match IS NULL OR x.data @> fresh.match)
+      AND (fresh.match IS NULL OR x.data @> fresh.match OR (x.data ->> '$enc') IS NOT NULL)
       AND NOT EXISTS (
           SELECT 1 FROM kenning_history AS h
           WHERE h.instance_id = fresh.instance_id AND h.kind = 'EventReceived'
@@ -37,7 +37,7 @@ LEFT JOIN LATERAL (
        AND x.kind = 'event' AND x.event_type = fresh.event_type AND x.event_type = fresh.event_type AND x.status <> 'failed'
       AND x.received_at >= coalesce(fresh.since, fresh.created_at)
       AND (x.instance_id IS NULL OR x.instance_id = fresh.instance_id)
-      AND (fresh.match IS NULL OR x.data @> fresh.match)
+      AND (fresh.match IS NULL OR x.data @> fresh.match OR (x.data ->> '$enc') IS NOT NULL)
       AND NOT EXISTS (
           SELECT 1 FROM kenning_history AS h
           WHERE h.instance_id = fresh.instance_id AND h.kind = 'EventReceived'
