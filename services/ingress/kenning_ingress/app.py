@@ -35,10 +35,10 @@ from kenning.core.urls import hide_credentials
 from kenning.db import Database, Executor
 from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
+from kenning.hosting.config import process_id
+from kenning.hosting.presence import Presence
 from kenning.observability import metrics, tracing
 from kenning.observability.logs import configure_logging
-from kenning.runtime.config import process_id
-from kenning.runtime.presence import Presence
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import streams as streams_sql

@@ -19,8 +19,8 @@ from kenning.core.published import parse_search_pair
 from kenning.core.records import INSTANCE_STATUSES, InstanceRow
 from kenning.db import Database, Executor, connect
 from kenning.errors import UsageError, WorkflowNotFoundError
-from kenning.runtime.appload import load_app
-from kenning.runtime.config import add_database_options, add_logging_options, add_option, positive_int
+from kenning.hosting.appload import load_app
+from kenning.hosting.config import add_database_options, add_logging_options, add_option, positive_int
 from kenning.starting import InvalidInputError
 from kenning.storage import children as children_sql
 from kenning.storage import claims as claims_sql

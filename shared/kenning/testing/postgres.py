@@ -67,7 +67,7 @@ class PostgresBackend:
     async def open(self) -> None:
         url = self.database_url
         if self.embedded:
-            from kenning.runtime.embedded import embedded_postgres
+            from kenning.hosting.embedded import embedded_postgres
 
             server = embedded_postgres()
             url = await asyncio.to_thread(server.__enter__)
