@@ -89,6 +89,13 @@ class LeaseLostError(ControlSignal):
     """
 
 
+class CancelSeenBeforeWrite(ControlSignal):
+    """A write that carries the held-back step record found, in that record's fence, a
+    cancel committed since the run's last write: the record is committed, the write's own
+    rows are not. The engine ends the step as cancelled, as the check at every step
+    boundary does after a flush (``WorkflowRun.folded``)."""
+
+
 class Suspended(ControlSignal):
     """The instance gave its lease back: it waits for an event or a timer, or a retry
     back-off long enough to free the worker. The run ends; another claim resumes it."""
@@ -147,6 +154,12 @@ class WorkflowTimeoutError(KenningError):
 
 class ConfigurationError(KenningError):
     """A setting, flag or workflow definition is invalid; the message names it."""
+
+
+class MigrationBlockedError(KenningError):
+    """A migration waited its lock timeout for a table another session holds, as many
+    times as it may retry, and gave up (nothing of it committed); the message names the
+    table and the session holding it."""
 
 
 class DatabaseUnavailableError(KenningError):

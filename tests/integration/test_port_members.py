@@ -75,7 +75,7 @@ from kenning.engine.commands import (
 )
 from kenning.engine.history import StepRecord
 from kenning.engine.port import InstancePort
-from kenning.errors import LeaseLostError, StreamClosedError
+from kenning.errors import CancelSeenBeforeWrite, LeaseLostError, StreamClosedError
 from kenning.storage import claims as claims_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import writes as writes_sql
@@ -747,6 +747,34 @@ async def test_send_message_delivers_once_and_records_the_step(side: Side) -> No
     assert first.recipient_status == "pending"
     assert await side.mailbox("peer") == [("greetings", "m-1", "hi")]
     assert await side.history("i") == [("send:1", MESSAGE_SENT), ("send:2", MESSAGE_SENT)]
+
+
+@contract("send_message")
+async def test_send_message_carries_the_held_back_record_before_its_own(side: Side) -> None:
+    await side.add("peer")
+    port = await side.start("i")
+    await port.record_step(RecordStep(record("a:1"), defer=True))
+    await port.send_message(send("send:1", "peer", "m-1"))
+    assert await side.history("i") == [("a:1", ACTIVITY_COMPLETED), ("send:1", MESSAGE_SENT)]
+    assert await side.mailbox("peer") == [("greetings", "m-1", "hi")]
+
+
+@contract("send_message")
+async def test_send_message_after_a_cancel_the_held_back_record_saw_sends_nothing(side: Side) -> None:
+    """The cancel a flush before the send would have seen: the record is committed, the
+    message is not, and the engine ends the step cancelled (``WorkflowRun.folded``)."""
+    await side.add("peer")
+    port = await side.start("i")
+    await port.record_step(RecordStep(record("a:1"), defer=True))
+    await side.cancel("i")
+    with pytest.raises(CancelSeenBeforeWrite):
+        await port.send_message(send("send:1", "peer", "m-1"))
+    assert port.cancel_requested is True
+    assert await side.history("i") == [("a:1", ACTIVITY_COMPLETED)]
+    assert await side.mailbox("peer") == []
+    port.discard()
+    await port.flush()  # nothing held back any more: written once
+    assert await side.history("i") == [("a:1", ACTIVITY_COMPLETED)]
 
 
 @contract("send_message")

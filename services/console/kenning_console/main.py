@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     sqlalchemy_url(settings.database_url)  # a missing or malformed URL is a CLI error (exit 2)
     check_exposure(settings)
     if settings.migrate:
-        migrate(settings.database_url)
+        migrate(settings.database_url, settings.migration_bounds())
     structlog.get_logger("kenning.console").info(
         "console.starting",
         host=settings.host,

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     # uvicorn workers are fresh processes: hand them the settings through the environment.
     os.environ.update(settings_to_environment(settings))
     if settings.migrate:
-        migrate(settings.database_url)
+        migrate(settings.database_url, settings.migration_bounds())
     structlog.get_logger("kenning.ingress").info(
         "ingress.starting",
         host=settings.host,

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     starting = Starting.catch()  # a stop while it loads the app, migrates or connects: exit code 0
     settings = settings_from(args)
     if settings.migrate:
-        migrate(settings.database_url)
+        migrate(settings.database_url, settings.migration_bounds())
     structlog.get_logger("kenning.relayer").info(
         "relayer.starting",
         broker_url=hide_credentials(settings.broker_url),

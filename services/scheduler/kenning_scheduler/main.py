@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         scheduled_workflows(app.registry)  # a schedule's workflow that needs arguments: exit 2 now
     settings = replace(settings, database_url=database_url(settings.database_url, app))  # else the App's db_url
     if settings.migrate:
-        migrate(settings.database_url)
+        migrate(settings.database_url, settings.migration_bounds())
     structlog.get_logger("kenning.scheduler").info(
         "scheduler.starting",
         app=settings.app or None,

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     app = load_app(settings.app)
     settings = replace(settings, database_url=database_url(settings.database_url, app))  # else the App's db_url
     if settings.migrate:
-        migrate(settings.database_url)
+        migrate(settings.database_url, settings.migration_bounds())
     structlog.get_logger("kenning.worker").info(
         "worker.starting",
         app=settings.app,

@@ -3,8 +3,10 @@
 It owns how a run's progress reaches the database:
 
 - **Folding.** A finished step's record is held back until the next write and goes out
-  with it: with the next step's record, or inside the statement that completes the
-  workflow or suspends it (one round trip, one commit). Compensations registered
+  with it: with the next step's record, inside the statement that completes the
+  workflow or suspends it (one round trip, one commit), or first in the transaction of a
+  step that writes rows with its record (a message, a publish, a reply, a published
+  value, a stream entry: ``_write_with_record``, one commit). Compensations registered
   meanwhile ride along with whichever write comes next.
 - **Group commit.** Step records and completions go through the worker's
   ``GroupCommit``: the writes of instances running side by side share one statement.
@@ -71,6 +73,7 @@ from kenning.engine.commands import (
 )
 from kenning.engine.history import StepRecord
 from kenning.errors import (
+    CancelSeenBeforeWrite,
     LeaseLostError,
     StorageUnavailable,
     UnstorableValueError,
@@ -254,35 +257,41 @@ class PgInstancePort:
 
     # ------------------------------------------------------------------ error mapping
 
-    async def _storage(self, write: Awaitable[T], what: str = "a write") -> T:
-        """Await one of Kenning's own writes, mapping the database's errors to the engine's.
+    async def _storage(self, write: Awaitable[T], what: str = "a write", *, drops_held: bool = True) -> T:
+        """Await one of Kenning's own writes, mapping the database's errors to the engine's
+        (every write of the port comes through here).
 
-        A value the database refuses (SQLSTATE class 22 or 54) would be refused again on every
-        replay: that is the step's error, ``UnstorableValueError``, and the deferred record
-        that rode along is dropped. Values are checked before they get here
-        (``serialization.storable_json``); this is the guard for what the check missed."""
+        The database being away is ``StorageUnavailable``. A value the database refuses
+        (SQLSTATE class 22 or 54) would be refused again on every replay: that is the
+        step's error, ``UnstorableValueError``, and, when the write carried it
+        (``drops_held``), the held-back record that rode along is dropped. Values are
+        checked before they get here (``serialization.storable_json``); this is the
+        guard for what the check missed."""
         try:
             return await write
         except Exception as error:
             if is_unavailable(error):
-                raise self._unavailable() from error
+                raise StorageUnavailable(f"database unavailable while writing {what} of {self.instance_id}") from error
             if is_data_error(error):
-                self.discard()
+                if drops_held:
+                    self.discard()
                 reason = str(getattr(error, "orig", None) or error).strip().splitlines()
                 raise UnstorableValueError(
                     f"{what} cannot be stored: {reason[0] if reason else type(error).__name__}"
                 ) from error
             raise
 
-    def _unavailable(self) -> StorageUnavailable:
-        return StorageUnavailable(f"database unavailable while writing {self.instance_id}")
+    async def _run(self, write: Callable[[Executor], Awaitable[T]], *, transaction: bool) -> T:
+        """``write``'s statements: in one transaction, or in autocommit (one statement is
+        atomic on its own: one round trip, no BEGIN and COMMIT)."""
+        if transaction:
+            async with self.database.transaction() as conn:
+                return await write(conn)
+        async with self.database.connection() as conn:
+            return await write(conn)
 
     async def _autocommit(self, statement: Callable[[Executor], Awaitable[T]], what: str = "a write") -> T:
-        async def run() -> T:
-            async with self.database.connection() as conn:
-                return await statement(conn)
-
-        return await self._storage(run(), what)
+        return await self._storage(self._run(statement, transaction=False), what)
 
     def _lost(self, before: str) -> LeaseLostError:
         return LeaseLostError(f"lease on {self.instance_id} was lost before {before}")
@@ -392,41 +401,55 @@ class PgInstancePort:
             return await self._autocommit(statement, what)
 
     async def _write_with_record(self, write: Callable[[Executor], Awaitable[T]], record: StepRecord) -> T:
-        """``write``'s statements in one transaction: a step whose row (a message, a reply,
-        a value, a stream entry) and record commit together; ``write`` writes the record
-        (``_write_record``, whose LeaseLostError rolls the row back). The deferred record
-        (the step just before) goes first in the same transaction: one commit for both, as
-        a suspend folds it in (an agent's model response and the tool-call event after it
-        were two commits a step). Should the database refuse a value there, the two are
-        written again one after the other, so the refusal is the step's whose value it is
-        and a refused deferred record is dropped, as ``_storage`` has it."""
+        """``write``'s statements in one transaction: a step whose rows (a message, a
+        reply, a value, a stream entry) and record commit together; ``write`` writes the
+        record (``_write_record``, whose LeaseLostError rolls the rows back). Every step of
+        that shape comes through here.
 
-        async def run(held: StepRecord | None) -> T:
-            async with self.database.transaction() as conn:
-                if held is not None:
-                    await self._write_record(conn, held)
-                return await write(conn)
+        The held-back record (the step just before) goes first in the same transaction:
+        one commit for both, as a suspend folds it in (an agent's model response and the
+        tool-call event after it were two commits a step). Its fence reads the cancel flag
+        as a flush would: a cancel committed since the last write commits the record alone
+        and raises ``CancelSeenBeforeWrite`` (the engine ends the step cancelled, as after a
+        flush). Should the transaction fail, the record is held back again with the
+        compensations it took (a refused write, a closed stream, leaves the step before it
+        to the next commit, as it found it); should the database refuse a value there, the
+        two are written again one after the other, so the refusal is the step's whose value
+        it is and a refused held-back record is dropped, as ``_storage`` has it."""
+        what = f"step {record.step_id}"
+
+        async def folding(conn: Executor, held: StepRecord) -> tuple[T] | None:
+            await self._write_record(conn, held)
+            if self._cancel:
+                return None  # committed: the record, not the step's rows
+            return (await write(conn),)
 
         async with self._lock:
-            held = self._pending
+            held, self._pending = self._pending, None
             if held is not None:
-                self._pending = None
                 unsaved = list(self._unsaved)
                 try:
-                    return await run(held)
-                except Exception as error:
-                    # rolled back: the record is held back again, with the compensations it
-                    # took (a refused write, a closed stream, leaves the step before it to
-                    # the next commit, as it found it)
-                    still = {id(c) for c in self._unsaved}
-                    self._unsaved = [c for c in unsaved if id(c) not in still] + self._unsaved
-                    self._pending = held
-                    if not is_data_error(error):
-                        if is_unavailable(error):
-                            raise self._unavailable() from error
-                        raise
-                    await self._flush_locked()
-            return await self._storage(run(None), f"step {record.step_id}")
+                    written = await self._storage(
+                        self._run(lambda conn: folding(conn, held), transaction=True), what, drops_held=False
+                    )
+                except UnstorableValueError:
+                    self._hold_again(held, unsaved)
+                    await self._flush_locked()  # alone: a refusal of its own drops it
+                    written = None if self._cancel else (await self._storage(self._run(write, transaction=True), what),)
+                except Exception:
+                    self._hold_again(held, unsaved)
+                    raise
+                if written is None:
+                    raise CancelSeenBeforeWrite(f"instance {self.instance_id} was cancelled before {what}")
+                return written[0]
+            return await self._storage(self._run(write, transaction=True), what)
+
+    def _hold_again(self, held: StepRecord, unsaved: list[CompensationRecord]) -> None:
+        """After a rolled-back fold: ``held`` is held back again, with the compensations
+        its write took (those registered meanwhile stay, after them)."""
+        still = {id(c) for c in self._unsaved}
+        self._unsaved = [c for c in unsaved if id(c) not in still] + self._unsaved
+        self._pending = held
 
     async def count_attempt(self, command: CountAttempt) -> AttemptCounted:
         outcome = await self._write_now(
@@ -709,21 +732,20 @@ class PgInstancePort:
         async with self._lock:
             folded = await self._take_folded()
 
-            async def write() -> HistoryRecord | SuspendOutcome:
-                async with self.database.transaction() as conn:
-                    await messages_sql.mailbox_lock(conn, self.instance_id)
-                    return await messages_sql.message_receive_or_wait(
-                        conn,
-                        instance_id=self.instance_id,
-                        token=self.token,
-                        step_id=command.step_id,
-                        step_name=command.step_name,
-                        topic=command.topic,
-                        timeout_seconds=command.timeout_seconds,
-                        folded=folded,
-                    )
+            async def write(conn: Executor) -> HistoryRecord | SuspendOutcome:
+                await messages_sql.mailbox_lock(conn, self.instance_id)
+                return await messages_sql.message_receive_or_wait(
+                    conn,
+                    instance_id=self.instance_id,
+                    token=self.token,
+                    step_id=command.step_id,
+                    step_name=command.step_name,
+                    topic=command.topic,
+                    timeout_seconds=command.timeout_seconds,
+                    folded=folded,
+                )
 
-            outcome = await self._storage(write(), f"step {command.step_id}")
+            outcome = await self._storage(self._run(write, transaction=True), f"step {command.step_id}")
             if outcome is not SuspendOutcome.LEASE_LOST:
                 self._unsaved = []
         if outcome is SuspendOutcome.CANCELLED:
@@ -843,21 +865,7 @@ class PgInstancePort:
     async def _on_its_own(self, write: Callable[[Executor], Awaitable[T]], what: str, *, transaction: bool) -> T:
         """``write`` now, committed on its own: in a transaction when it writes with more
         than one statement, else in autocommit (its one write statement is atomic, and a
-        read after a refusal needs no transaction). Its errors are mapped as ``_storage``
-        maps them, but a refused value leaves what is held back as it is (it is not this
-        write's: the attempt writing goes on, or fails, on its own)."""
-        try:
-            if not transaction:
-                async with self.database.connection() as conn:
-                    return await write(conn)
-            async with self.database.transaction() as conn:
-                return await write(conn)
-        except Exception as error:
-            if is_unavailable(error):
-                raise StorageUnavailable(f"database unavailable while writing {what} of {self.instance_id}") from error
-            if is_data_error(error):
-                reason = str(getattr(error, "orig", None) or error).strip().splitlines()
-                raise UnstorableValueError(
-                    f"{what} cannot be stored: {reason[0] if reason else type(error).__name__}"
-                ) from error
-            raise
+        read after a refusal needs no transaction). A refused value leaves what is held
+        back as it is (it is not this write's: the attempt writing goes on, or fails, on
+        its own)."""
+        return await self._storage(self._run(write, transaction=transaction), what, drops_held=False)

@@ -19,7 +19,14 @@ from kenning.commands.argparsing import ArgumentParser, VersionAction, parse
 from kenning.core import stopping
 from kenning.core.texts import text_refusal
 from kenning.db import errors as dberrors
-from kenning.errors import ConfigurationError, KenningError, ObjectStoreError, UsageError, WorkflowNotFoundError
+from kenning.errors import (
+    ConfigurationError,
+    KenningError,
+    MigrationBlockedError,
+    ObjectStoreError,
+    UsageError,
+    WorkflowNotFoundError,
+)
 from kenning.observability.logs import configure_logging
 
 # Each subcommand is a module with ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``,
@@ -55,7 +62,15 @@ def build_parser(
 # the operator's mistakes: one line, exit code 2
 # (an object store's: its bucket, its credentials or an object to restore, each named)
 # (a payload's key: missing, or other bytes under its id; a codec not registered)
-USER_ERRORS = (UsageError, ConfigurationError, WorkflowNotFoundError, ObjectStoreError, codecs.CodecError)
+# (a migration that gave up waiting for a lock: the session holding it, named)
+USER_ERRORS = (
+    UsageError,
+    ConfigurationError,
+    WorkflowNotFoundError,
+    ObjectStoreError,
+    codecs.CodecError,
+    MigrationBlockedError,
+)
 # no such table or column: the schema is missing or older than this code
 _SCHEMA_SQLSTATES = ("42P01", "42703")
 DEBUG_HINT = "rerun with --log-level debug for the traceback"

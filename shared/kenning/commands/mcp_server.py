@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     check_exposure(settings)
     _stdlib_logging(settings.log_level)
     if settings.migrate:
-        migrate(settings.database_url)
+        migrate(settings.database_url, settings.migration_bounds())
     _log.info(
         "mcp.starting",
         transport=settings.transport,

@@ -47,6 +47,21 @@ def _milliseconds(seconds: float) -> str:
     return str(round(seconds * 1000))
 
 
+def _environment_number(flag: str, default: float, expected: str = "seconds, 0 or more") -> float:
+    """The number the flag's variable holds, or ``default`` when it is unset or blank."""
+    variable = env_name(flag)
+    raw = os.environ.get(variable)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN too
+        raise ConfigurationError(f"{variable}={raw!r} is invalid: expected {expected}")
+    return value
+
+
 @dataclass(frozen=True)
 class SessionBounds:
     """Seconds; 0 leaves a bound to the server's (or the OS's) default. The defaults
@@ -62,25 +77,12 @@ class SessionBounds:
 
     @classmethod
     def from_environment(cls) -> SessionBounds:
-        def read(flag: str, default: float) -> float:
-            variable = env_name(flag)
-            raw = os.environ.get(variable)
-            if raw is None or not raw.strip():
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                value = -1.0
-            if not value >= 0:  # NaN too
-                raise ConfigurationError(f"{variable}={raw!r} is invalid: expected seconds, 0 or more")
-            return value
-
         default = cls()
         return cls(
-            idle_in_transaction=read(IDLE_IN_TRANSACTION_FLAG, default.idle_in_transaction),
-            lock=read(LOCK_FLAG, default.lock),
-            statement=read(STATEMENT_FLAG, default.statement),
-            silence=read(SILENCE_FLAG, default.silence),
+            idle_in_transaction=_environment_number(IDLE_IN_TRANSACTION_FLAG, default.idle_in_transaction),
+            lock=_environment_number(LOCK_FLAG, default.lock),
+            statement=_environment_number(STATEMENT_FLAG, default.statement),
+            silence=_environment_number(SILENCE_FLAG, default.silence),
         )
 
     def client_parameters(self) -> dict[str, Any]:
@@ -123,3 +125,47 @@ class SessionBounds:
     def own_session(self) -> dict[str, str]:
         """Everything, for a pooled session that runs Kenning's statements only."""
         return {**self.transaction(), "statement_timeout": _milliseconds(self.statement), **self.server_tcp()}
+
+
+# The flags of a migration's bounds (``ProcessSettings``), read by ``from_environment``
+MIGRATE_LOCK_FLAG = "--migrate-lock-timeout"
+MIGRATE_RETRIES_FLAG = "--migrate-lock-retries"
+MIGRATE_STATEMENT_FLAG = "--migrate-statement-timeout"
+
+
+@dataclass(frozen=True)
+class MigrationBounds:
+    """How long a migration may wait for a table's lock (``kenning.db.migrate``).
+
+    A DDL statement asks for a strong lock (``ACCESS EXCLUSIVE`` for most ``ALTER TABLE``,
+    ``SHARE`` for ``CREATE INDEX``) and every later statement on the table queues behind
+    that request while it waits: a migration stuck behind one long transaction stops all
+    traffic on the table. So the wait is short (``lock`` seconds, below the pool
+    sessions' 10 s, so Kenning's own statements queued behind it are not failed by their
+    own bound), the whole migration rolls back and is tried again after a back-off,
+    ``retries`` times, the zero-downtime practice. A statement that runs (a backfill) is
+    not bounded unless ``statement`` is set; 0 leaves it to the server's default."""
+
+    lock: float = 3.0
+    retries: int = 5
+    statement: float = 0.0
+
+    @classmethod
+    def from_environment(cls) -> MigrationBounds:
+        default = cls()
+        return cls(
+            lock=_environment_number(MIGRATE_LOCK_FLAG, default.lock),
+            retries=int(_environment_number(MIGRATE_RETRIES_FLAG, default.retries, "a whole number, 0 or more")),
+            statement=_environment_number(MIGRATE_STATEMENT_FLAG, default.statement),
+        )
+
+    def session(self) -> dict[str, str]:
+        """The migration transaction's settings (``SET LOCAL``); a bound of 0 is not set."""
+        settings = {"lock_timeout": _milliseconds(self.lock)} if self.lock > 0 else {}
+        if self.statement > 0:
+            settings["statement_timeout"] = _milliseconds(self.statement)
+        return settings
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds before attempt ``attempt + 1``: 0.5, 1, 2, 4, then 8 s each."""
+        return float(min(8.0, 0.5 * 2**attempt))

@@ -45,14 +45,14 @@ async def send_message(run: WorkflowRun, instance_id: str, topic: str, data: Any
         if record.kind == ACTIVITY_FAILED:
             raise serialization.decode_error(record.payload)
         return str(record.payload["message_id"])
-    await run.before_new_step(step_id, step_name)
+    await run.before_new_step(step_id, step_name, flush=False)  # the port folds it in
     # by default the id is the sending step's: a send is made once however often it is retried
     message_id = message_id or f"{run.instance_id}:{step_id}"
     with payloads.owned_by(instance_id):  # a large value lives with the receiver's objects
         stored = serialization.storable_json(data, f"message {topic!r} data")
     payload = {"instance_id": instance_id, "topic": topic, "message_id": message_id}
     command = SendMessage(StepRecord(step_id, MESSAGE_SENT, step_name, payload), instance_id, topic, message_id, stored)
-    sent = await run.port.send_message(command)
+    sent = await run.folded(run.port.send_message(command))
     if sent.refused is not None:
         error = refusal(sent.refused, instance_id, topic, sent.recipient_status)
         failed = StepRecord(step_id, ACTIVITY_FAILED, step_name, serialization.encode_error(error))
@@ -69,9 +69,9 @@ async def subscribe(run: WorkflowRun, channel: str) -> None:
     step_id = run.cursor.next_step_id(SUBSCRIBE_STEP)
     if run.cursor.take(step_id, step_name) is not None:
         return
-    await run.before_new_step(step_id, step_name)
+    await run.before_new_step(step_id, step_name, flush=False)  # the port folds it in
     record = StepRecord(step_id, CHANNEL_SUBSCRIBED, step_name, {"channel": channel})
-    await run.port.subscribe(Subscribe(record, channel))
+    await run.folded(run.port.subscribe(Subscribe(record, channel)))
 
 
 async def publish(run: WorkflowRun, channel: str, data: Any, message_id: str | None) -> int:
@@ -83,14 +83,14 @@ async def publish(run: WorkflowRun, channel: str, data: Any, message_id: str | N
     recorded = run.cursor.take(step_id, step_name)
     if recorded is not None:
         return int(recorded.payload["subscribers"])
-    await run.before_new_step(step_id, step_name)
+    await run.before_new_step(step_id, step_name, flush=False)  # the port folds it in
     message_id = message_id or f"{run.instance_id}:{step_id}"
     with payloads.owned_by(None):  # copied into many instances' rows: the sweep deletes it
         stored = serialization.storable_json(data, f"message {channel!r} data")
 
     payload = {"channel": channel, "message_id": message_id}  # the port adds "subscribers"
     record = StepRecord(step_id, MESSAGE_SENT, step_name, payload)
-    reached = await run.port.publish(Publish(record, channel, message_id, stored))
+    reached = await run.folded(run.port.publish(Publish(record, channel, message_id, stored)))
     run.log.debug("message.published", step=step_id, channel=channel, subscribers=reached)
     return reached
 
@@ -131,10 +131,12 @@ async def reply_message(run: WorkflowRun, message_id: str, topic: str, value: An
         raise ValueError(
             payloads.too_large(f"reply to message {message_id!r} ({topic!r})", size, MAX_REPLY_BYTES, unit="bytes")
         )
-    await run.before_new_step(step_id, step_name)
+    await run.before_new_step(step_id, step_name, flush=False)  # the port folds it in
     payload = {"message_id": message_id, "topic": topic, "rejected": error is not None}
-    replied = await run.port.reply_message(
-        ReplyMessage(StepRecord(step_id, MESSAGE_REPLIED, step_name, payload), message_id, stored, error)
+    replied = await run.folded(
+        run.port.reply_message(
+            ReplyMessage(StepRecord(step_id, MESSAGE_REPLIED, step_name, payload), message_id, stored, error)
+        )
     )
     if not replied:
         failure = MessageAlreadyRepliedError(

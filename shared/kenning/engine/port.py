@@ -6,6 +6,9 @@ holds both to what each member's docstring says.
 Errors are the port's to map: a write refused because the lease moved raises
 ``LeaseLostError``, the database being away ``StorageUnavailable``, a value the database
 cannot store ``UnstorableValueError`` (the held-back record that rode along is dropped).
+A step's write that carries the held-back record (a message, a reply, a published value,
+a stream entry) raises ``CancelSeenBeforeWrite`` when that record's fence sees a cancel:
+the record is committed, the step's rows are not.
 Every write tells the port whether cancellation was requested; ``cancel_requested``
 reports the latest answer.
 """

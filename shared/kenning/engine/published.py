@@ -49,7 +49,7 @@ async def publish_value(run: WorkflowRun, key: str, value: Any) -> None:
     searchable = key in run.workflow.search_attributes
     stored = storable_value(key, value)  # first: a NUL or lone surrogate is UnstorableValueError
     text = search_text(key, value) if searchable else None
-    await run.before_new_step(step_id, step_name)
+    await run.before_new_step(step_id, step_name, flush=False)  # the port folds it in
     record = StepRecord(step_id, VALUE_PUBLISHED, step_name, {"key": key})
-    await run.port.publish_value(PublishValue(record, key, stored, searchable, text))
+    await run.folded(run.port.publish_value(PublishValue(record, key, stored, searchable, text)))
     run.log.debug("value.published", step=step_id, key=key, searchable=searchable)

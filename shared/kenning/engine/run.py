@@ -58,6 +58,7 @@ from kenning.engine.saga import undo_saga
 from kenning.engine.streams import close_stream, write_stream
 from kenning.errors import (
     ActivityTimeoutError,
+    CancelSeenBeforeWrite,
     ContinuedAsNew,
     HeartbeatTimeoutError,
     LeaseLostError,
@@ -356,6 +357,17 @@ class WorkflowRun:
         if flush:
             await self.port.flush()
         self.raise_if_cancelled()
+
+    async def folded(self, write: Awaitable[T]) -> T:
+        """A port write that carries the held-back record (after ``before_new_step(...,
+        flush=False)``): one commit where a flush and the write were two. A cancel that the
+        record's write sees ends the step before its rows are written, as the flush and
+        the check would have ended it (``CancelSeenBeforeWrite``)."""
+        try:
+            return await write
+        except CancelSeenBeforeWrite:
+            self.raise_if_cancelled()
+            raise  # the port saw a cancel, so raise_if_cancelled has raised
 
     def raise_if_cancelled(self) -> None:
         if self.cancelled or self.port.cancel_requested:

@@ -72,7 +72,7 @@ async def write_stream(run: WorkflowRun, key: str, value: Any, publish: bool) ->
     await run.before_new_step(step_id, step_name, flush=False)
     record = StepRecord(step_id, STREAM_WRITTEN, step_name, {"key": key})
     try:
-        entry = await run.port.write_stream(WriteStream(key, stored, record, publish=publish))
+        entry = await run.folded(run.port.write_stream(WriteStream(key, stored, record, publish=publish)))
     except (StreamClosedError, StreamFullError) as refused:
         # recorded as the step's failure, raised again on replay: the code after it may
         # write on, and its steps keep their numbers
@@ -94,5 +94,7 @@ async def close_stream(run: WorkflowRun, key: str) -> None:
     if run.cursor.take(step_id, step_name) is not None:
         return
     await run.before_new_step(step_id, step_name, flush=False)  # folded in, as a write's
-    await run.port.close_stream(CloseStream(key, StepRecord(step_id, STREAM_CLOSED, step_name, {"key": key})))
+    await run.folded(
+        run.port.close_stream(CloseStream(key, StepRecord(step_id, STREAM_CLOSED, step_name, {"key": key})))
+    )
     run.log.debug("stream.closed", step=step_id, key=key)

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 
 from kenning.core.names import env_name
 from kenning.db import PGBOUNCER_MODES
-from kenning.db.bounds import SessionBounds
+from kenning.db.bounds import MigrationBounds, SessionBounds
 from kenning.observability.logs import LEVELS
 
 # parser -> {flag: variable}, for ``declared_variables`` (tests, docs)
@@ -365,6 +365,25 @@ class ProcessSettings:
 
     database_url: str = setting("", help="PostgreSQL URL (postgresql://user:pass@host/db)")
     migrate: bool = setting(True, help="bring the schema up to date at start")
+    # a migration's waits for a table's lock (kenning.db.bounds.MigrationBounds)
+    migrate_lock_timeout: float = setting(
+        MigrationBounds.lock,
+        type=non_negative_float,
+        help="seconds a migration waits for a table's lock (every statement on that table queues behind it "
+        "meanwhile) before it rolls back and is tried again; 0: no bound",
+    )
+    migrate_lock_retries: int = setting(
+        MigrationBounds.retries,
+        type=non_negative_int,
+        help="times a migration whose lock wait ran out is tried again (after 0.5, 1, 2, 4, then 8 s) before it "
+        "gives up naming the session that holds the lock",
+    )
+    migrate_statement_timeout: float = setting(
+        MigrationBounds.statement,
+        type=non_negative_float,
+        help="seconds a migration's statement may run (a long backfill) before the server cancels it; 0: the "
+        "server's default",
+    )
     log_level: str = setting("info", choices=LEVELS, help="log level")
     log_format: str = setting("auto", choices=LOG_FORMATS, help="log format")
     pgbouncer: str = setting(
@@ -426,6 +445,11 @@ class ProcessSettings:
         help="a value whose JSON is larger than this many bytes goes to --object-store, its row keeping a reference",
     )
 
+    def migration_bounds(self) -> MigrationBounds:
+        return MigrationBounds(
+            lock=self.migrate_lock_timeout, retries=self.migrate_lock_retries, statement=self.migrate_statement_timeout
+        )
+
     def database_bounds(self) -> SessionBounds:
         return SessionBounds(
             idle_in_transaction=self.database_idle_in_transaction_timeout,
@@ -464,6 +488,10 @@ def _add_shared(parser: argparse.ArgumentParser, *names: str) -> None:
 
 def add_database_options(parser: argparse.ArgumentParser) -> None:
     _add_shared(parser, "database_url")
+
+
+def add_migration_options(parser: argparse.ArgumentParser) -> None:
+    _add_shared(parser, "migrate_lock_timeout", "migrate_lock_retries", "migrate_statement_timeout")
 
 
 def add_commit_stall_option(parser: argparse.ArgumentParser) -> None:

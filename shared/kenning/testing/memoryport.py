@@ -70,7 +70,7 @@ from kenning.engine.commands import (
 from kenning.engine.history import StepRecord
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
-from kenning.errors import LeaseLostError
+from kenning.errors import CancelSeenBeforeWrite, LeaseLostError
 from kenning.testing.memorystate import (
     MemoryInstance,
     MemoryStream,
@@ -162,6 +162,19 @@ class MemoryPort:
         that cancellation was requested: the fence alone guards it)."""
         self._fence(what)
         self._fold()
+
+    def _write_step(self, what: str) -> None:
+        """``_write`` for a step whose rows commit with its record (a message, a reply, a
+        value, a stream entry): a held-back record whose fence sees a cancel is written
+        alone and ``CancelSeenBeforeWrite`` raised, the step's rows unwritten."""
+        self._fence(what)
+        self._cancel_seen_by_held_back(what)
+        self._fold()
+
+    def _cancel_seen_by_held_back(self, what: str) -> None:
+        if self._pending is not None and self._cancel:
+            self._fold()
+            raise CancelSeenBeforeWrite(f"instance {self.instance.id} was cancelled before {what}")
 
     def _fold(self) -> None:
         """What is held back, written (after the fence): the deferred record, then the
@@ -341,7 +354,7 @@ class MemoryPort:
         self.instance.lease_token = None
 
     async def send_message(self, command: SendMessage) -> MessageSent:
-        self._write(f"send message at {command.record.step_id}")
+        self._write_step(f"send message at {command.record.step_id}")
         recipient = self.instance.peers.get(command.instance_id)
         if recipient is None and command.instance_id == self.instance.id:
             recipient = self.instance
@@ -356,12 +369,12 @@ class MemoryPort:
         return MessageSent(None, recipient.status)
 
     async def subscribe(self, command: Subscribe) -> None:
-        self._write(f"subscribe at {command.record.step_id}")
+        self._write_step(f"subscribe at {command.record.step_id}")
         self.instance.channels.add(command.channel)
         self._append(command.record)
 
     async def publish(self, command: Publish) -> int:
-        self._write(f"publish at {command.record.step_id}")
+        self._write_step(f"publish at {command.record.step_id}")
         peers = {self.instance.id: self.instance, **self.instance.peers}
         reached = 0
         for peer in sorted(peers.values(), key=lambda i: i.id):
@@ -375,7 +388,7 @@ class MemoryPort:
         return reached
 
     async def reply_message(self, command: ReplyMessage) -> bool:
-        self._write(f"reply at {command.record.step_id}")
+        self._write_step(f"reply at {command.record.step_id}")
         if command.message_id in self.instance.replies:
             return False
         self.instance.replies[command.message_id] = (command.value, command.error)
@@ -383,7 +396,7 @@ class MemoryPort:
         return True
 
     async def publish_value(self, command: PublishValue) -> None:
-        self._write(f"publish value at {command.record.step_id}")
+        self._write_step(f"publish value at {command.record.step_id}")
         self.instance.values[command.key] = command.value
         if command.search_value is not None:
             self.instance.search_attributes[command.key] = command.search_value
@@ -393,6 +406,8 @@ class MemoryPort:
 
     async def write_stream(self, command: WriteStream) -> StreamEntry:
         self._fence(f"write stream {command.key}")
+        if command.record is not None:
+            self._cancel_seen_by_held_back(f"write stream {command.key}")
         if self.instance.stream_closed(command.key):
             raise stream_closed_error(self.instance.id, command.key)
         stream = self.instance.streams.setdefault(command.key, MemoryStream())
@@ -430,6 +445,7 @@ class MemoryPort:
     async def close_stream(self, command: CloseStream) -> None:
         self._fence(f"close stream {command.key}")
         if command.record is not None:
+            self._cancel_seen_by_held_back(f"close stream {command.key}")
             self._fold()
         self.instance.streams.setdefault(command.key, MemoryStream()).closed = True
         if command.record is not None:
