@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 
-from kenning.runtime.executables import find_executable
+from kenning.hosting.executables import find_executable
 from tests.tcp_proxy import TcpForwarder
 
 AMQP_URL = os.environ.get("KENNING_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kenning.runtime.embedded import embedded_postgres
+from kenning.hosting.embedded import embedded_postgres
 
 
 class OwnedPostgres:

@@ -40,7 +40,7 @@ import psycopg
 
 from kenning.client import Client
 from kenning.db.migrate import migrate
-from kenning.runtime.embedded import with_database
+from kenning.hosting.embedded import with_database
 from tests.apps import chaos as chaos_app
 from tests.chaos_cron import CRON_APP, CronPhase
 from tests.chaos_keys import KeysPhase

@@ -25,7 +25,7 @@ import structlog
 
 from kenning.db import Database, connect
 from kenning.db.migrate import migrate
-from kenning.runtime.embedded import ensure_system_user, postgres_server, with_database
+from kenning.hosting.embedded import ensure_system_user, postgres_server, with_database
 from tests import logguard, parallel, tiers
 from tests.support import ProcessPool
 

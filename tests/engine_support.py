@@ -21,7 +21,7 @@ from kenning import (
     wait_timer,
     workflow,
 )
-from kenning.engine.memory import MemoryInstance
+from kenning.testing.memorystate import MemoryInstance
 
 CALLS: Counter[str] = Counter()
 UNDONE: list[str] = []

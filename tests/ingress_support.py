@@ -19,7 +19,7 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 from sqlalchemy.engine import make_url
 
-from kenning.runtime.embedded import with_database
+from kenning.hosting.embedded import with_database
 from tests.support import ProcessPool, free_port
 from tests.tcp_proxy import TcpForwarder
 

@@ -1,6 +1,6 @@
 """docs/configuration.md, generated from the settings declarations: every flag of every
 ``kenning`` command with its environment variable, default and meaning, as the command's
-own parser declares them (``kenning.runtime.config``), so the reference cannot drift from the code.
+own parser declares them (``kenning.hosting.config``), so the reference cannot drift from the code.
 
 ``python -m kenning_devtools.configdoc > docs/configuration.md`` writes it;
 ``tests/unit/test_configuration_reference.py`` fails when the file is not what this prints.
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 
 from kenning.commands.cli import SUBCOMMANDS, build_parser
-from kenning.runtime.config import declared_variables
+from kenning.hosting.config import declared_variables
 
 # processes first, in the order a reader meets them; then the tools
 _ORDER = ("ingress", "worker", "scheduler", "relayer", "console", "up")

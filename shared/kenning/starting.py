@@ -4,7 +4,7 @@ workflow and a cron tick all check before anything is written.
 ``prepare_start`` turns what the caller has into a ``Start``: the instance id (given, or
 ``<workflow>-<uuid>``), the input serialized to JSON, checked storable and bound to the
 workflow's signature, the idempotency key, the queue, and the workflow's definition row.
-No I/O: the engine prepares a child's start with it, and ``kenning.clients.starts``
+No I/O: the engine prepares a child's start with it, and ``kenning.client.starts``
 inserts what it returns.
 """
 

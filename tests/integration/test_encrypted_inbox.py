@@ -18,11 +18,11 @@ import pytest
 from kenning import Client, codecs
 from kenning.commands.encryption import rotate
 from kenning.db import Database
-from kenning.engine.memory import contains
 from kenning.events import data_contains
 from kenning.storage import inbox as inbox_sql
 from kenning.storage.inbox import NewEvent
 from kenning.testing import WorkflowEnvironment
+from kenning.testing.memorystate import contains
 from kenning_worker.inbox import InboxSettings
 from tests.apps import sealed_events
 from tests.apps.sealed_events import EVENT

@@ -18,7 +18,7 @@ import pytest
 
 from kenning import Client, WorkflowNotFoundError, codecs
 from kenning.client import InvalidInputError
-from kenning.clients.forks import ForkStepError
+from kenning.client.forks import ForkStepError
 from kenning.db import Database
 from kenning.storage import actions as actions_sql
 from kenning.storage import history as history_sql

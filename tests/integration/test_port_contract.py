@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from kenning import RequestError
-from kenning.engine.memory import MemoryEvent, MemoryInstance
 from kenning.examples import orders
 from kenning.testing import InstanceState, WorkflowEnvironment
+from kenning.testing.memorystate import MemoryEvent, MemoryInstance
 from tests.apps import contract
 from tests.apps import requests as request_apps
 from tests.logguard import expect_log

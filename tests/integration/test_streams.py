@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from kenning import Client, StreamEntry, WorkflowFailedError, WorkflowNotFoundError
-from kenning.clients.streams import StreamReaders
+from kenning.client.streams import StreamReaders
 from kenning.core.limits import MAX_STREAM_ENTRIES, MAX_STREAM_ENTRY_CHARS
 from kenning.db import Database
 from kenning.storage import escapes as escapes_sql

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from kenning.runtime.embedded import with_database
+from kenning.hosting.embedded import with_database
 from tests.support import kenning_command
 
 

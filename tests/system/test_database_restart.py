@@ -22,7 +22,7 @@ import psycopg
 
 from kenning import Client, DatabaseUnavailableError, KenningError
 from kenning.db.migrate import migrate
-from kenning.runtime.embedded import with_database
+from kenning.hosting.embedded import with_database
 from tests.chaos_postgres import owned_postgres
 from tests.support import ProcessPool, workers_started
 

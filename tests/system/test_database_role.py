@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from kenning import Client
-from kenning.runtime.embedded import with_database
+from kenning.hosting.embedded import with_database
 from tests.ingress_support import binary, cloud_event, start_ingress
 from tests.support import REPO_ROOT, ProcessPool, kenning_command
 

@@ -11,13 +11,13 @@ import uuid
 
 import pytest
 
-from kenning.runtime.executables import find_executable
+from kenning.hosting.executables import find_executable
 
 # Each process reports once it has imported everything, then waits for the go: the useradd
 # runs then start within a millisecond of each other, where the race is.
 _FIRST_USE = """
 import pwd, sys
-from kenning.runtime.embedded import ensure_system_user
+from kenning.hosting.embedded import ensure_system_user
 print("ready", flush=True)
 sys.stdin.readline()
 ensure_system_user(sys.argv[1])

@@ -20,7 +20,7 @@ import pytest
 
 from kenning import Client
 from kenning.db import Database
-from kenning.runtime.scrape import scrape as scrape_text
+from kenning.hosting.scrape import scrape as scrape_text
 from kenning.storage.queues import queues_overview
 from tests.ingress_support import batch, binary, cloud_event, start_ingress
 from tests.logguard import expect_log

@@ -33,7 +33,7 @@ from sqlalchemy.engine import make_url
 
 from kenning.client import Client
 from kenning.db import Database, connect, executor_of, statement
-from kenning.runtime.executables import find_executable
+from kenning.hosting.executables import find_executable
 from tests.ingress_support import cloud_event, start_ingress, structured
 from tests.relayer_support import relayer_process, start_receiver
 from tests.relayer_support import statuses as outbox_statuses

@@ -198,7 +198,7 @@ _NOTIFY_FINISHED = statement(
 
 async def _notified(database: Database, database_url: str, ids: list[str], *, joined: bool) -> list[str]:
     """The payloads a listener receives when a statement finishes ``ids``; ``joined``:
-    it holds the listeners' lock, as kenning.clients.results does."""
+    it holds the listeners' lock, as kenning.client.results does."""
     with psycopg.connect(database_url, autocommit=True) as listener:
         if joined:
             listener.execute(

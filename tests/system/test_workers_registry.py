@@ -18,7 +18,7 @@ import httpx
 import psutil
 import psycopg
 
-from kenning.runtime.presence import EXPIRY_INTERVALS, FORGET_AFTER
+from kenning.hosting.presence import EXPIRY_INTERVALS, FORGET_AFTER
 from tests.support import ProcessPool, eventually, free_port, kenning_command, workers_started
 
 INTERVAL = "0.1"  # --presence-interval: stale 0.3 s after the last heartbeat, deleted 6 s after

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from kenning.errors import ConfigurationError
-from kenning.runtime.config import add_settings, declared_variables, settings_from_args
-from kenning.runtime.presence import code_version
+from kenning.hosting.config import add_settings, declared_variables, settings_from_args
+from kenning.hosting.presence import code_version
 from kenning_worker.worker import CODE_VERSION_MAX_LENGTH, WorkerSettings, check_code_version
 
 

@@ -14,8 +14,8 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from kenning.db import Executor
-from kenning.runtime import commitwatch
-from kenning.runtime.commitwatch import CommitWatch
+from kenning.hosting import commitwatch
+from kenning.hosting.commitwatch import CommitWatch
 
 
 class Log:

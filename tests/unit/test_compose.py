@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from kenning.commands.cli import SUBCOMMANDS, build_parser
-from kenning.runtime.config import declared_variables
+from kenning.hosting.config import declared_variables
 from tests.support import REPO_ROOT
 
 SCHEMA = json.loads((REPO_ROOT / "tests" / "schemas" / "compose-spec.json").read_text())

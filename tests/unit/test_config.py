@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kenning.commands.cli import SUBCOMMANDS, build_parser
-from kenning.runtime.config import declared_variables
+from kenning.hosting.config import declared_variables
 from kenning_ingress.parsing import EventLimits
 from kenning_ingress.settings import IngressSettings, settings_from_environment, settings_to_environment
 from tests.support import REPO_ROOT

@@ -25,9 +25,10 @@ from kenning import (
     workflow,
 )
 from kenning.core.names import CHILD_STARTED, EVENT_RECEIVED, TIMER_EXPIRED
-from kenning.engine.memory import MemoryInstance, run_family, run_once
 from kenning.engine.outcomes import RunOutcome
 from kenning.serialization import decode_error
+from kenning.testing.memoryport import run_family, run_once
+from kenning.testing.memorystate import MemoryInstance
 from tests.logguard import expect_log
 
 app = App()

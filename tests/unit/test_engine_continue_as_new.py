@@ -26,8 +26,9 @@ from kenning import (
     workflow,
 )
 from kenning.core.names import MESSAGE_RECEIVED
-from kenning.engine.memory import MemoryInstance, run_family, run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
+from kenning.testing.memoryport import run_family, run_once, run_until_rest
+from kenning.testing.memorystate import MemoryInstance
 from tests.logguard import expect_log
 
 app = App()

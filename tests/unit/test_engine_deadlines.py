@@ -23,9 +23,10 @@ from kenning import (
     on_failure,
     workflow,
 )
-from kenning.engine.memory import MemoryInstance, run_once
 from kenning.engine.outcomes import RunOutcome
 from kenning.starting import prepare_start
+from kenning.testing.memoryport import run_once
+from kenning.testing.memorystate import MemoryInstance
 from tests.logguard import expect_log
 
 app = App()

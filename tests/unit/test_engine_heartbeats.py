@@ -25,8 +25,9 @@ from kenning import (
     activity,
     workflow,
 )
-from kenning.engine.memory import MemoryInstance, run_once
 from kenning.engine.outcomes import RunOutcome
+from kenning.testing.memoryport import run_once
+from kenning.testing.memorystate import MemoryInstance
 from tests.logguard import expect_log
 
 app = App()

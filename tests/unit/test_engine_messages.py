@@ -25,8 +25,9 @@ from kenning import (
 )
 from kenning.core.mailbox import Undelivered
 from kenning.core.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED, MESSAGE_RECEIVED, MESSAGE_SENT, MESSAGE_TIMEOUT
-from kenning.engine.memory import MemoryInstance, run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
+from kenning.testing.memoryport import run_once, run_until_rest
+from kenning.testing.memorystate import MemoryInstance
 
 app = App()
 HANDLED: Counter[str] = Counter()

@@ -16,9 +16,10 @@ from kenning import WorkflowContext, activity, wait_event, workflow
 from kenning.core.names import ACTIVITY_COMPLETED, EVENT_RECEIVED, PATCH_MARKER
 from kenning.core.records import ClaimedInstance
 from kenning.engine.history import PATCH_STEP_PREFIX
-from kenning.engine.memory import MemoryInstance, run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.replayonly import Verdict, replay_only
+from kenning.testing.memoryport import run_once, run_until_rest
+from kenning.testing.memorystate import MemoryInstance
 from tests import engine_support as wf
 from tests.logguard import expect_log
 

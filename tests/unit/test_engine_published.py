@@ -28,8 +28,9 @@ from kenning import (
 )
 from kenning.core.limits import MAX_VALUE_CHARS
 from kenning.core.names import VALUE_PUBLISHED
-from kenning.engine.memory import MemoryInstance, run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
+from kenning.testing.memoryport import run_once, run_until_rest
+from kenning.testing.memorystate import MemoryInstance
 from tests.logguard import expect_log
 
 app = App()

@@ -13,10 +13,11 @@ from kenning import App, WorkflowContext, activity, wait_event, wait_timer, work
 from kenning.core.names import ACTIVITY_COMPLETED
 from kenning.core.records import SuspendOutcome
 from kenning.engine.commands import Suspend
-from kenning.engine.memory import MemoryInstance, MemoryPort, run_once
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.run import WorkflowRun
 from kenning.errors import LeaseLostError
+from kenning.testing.memoryport import MemoryPort, run_once
+from kenning.testing.memorystate import MemoryInstance
 from tests.logguard import expect_log
 
 CALLS: Counter[str] = Counter()

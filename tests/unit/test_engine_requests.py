@@ -12,8 +12,9 @@ import pytest
 from kenning import App, MessageAlreadyRepliedError, WorkflowContext, activity, receive, wait_timer, workflow
 from kenning.core.limits import MAX_REPLY_BYTES
 from kenning.core.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED, MESSAGE_RECEIVED, MESSAGE_REPLIED
-from kenning.engine.memory import MemoryInstance, run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
+from kenning.testing.memoryport import run_once, run_until_rest
+from kenning.testing.memorystate import MemoryInstance
 
 app = App()
 DECIDED: Counter[str] = Counter()

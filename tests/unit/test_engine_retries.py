@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import pytest
 
 from kenning.core.names import ACTIVITY_COMPLETED, ACTIVITY_FAILED, COMPENSATION_EXECUTED
-from kenning.engine.memory import run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
 from kenning.engine.retries import GiveUp, GiveUpReason, RetryAfter, after_counting, before_counting
 from kenning.errors import TerminalError
 from kenning.retry import RetryPolicy
+from kenning.testing.memoryport import run_once, run_until_rest
 from tests import engine_support as wf
 from tests.logguard import expect_log
 

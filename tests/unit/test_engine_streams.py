@@ -28,8 +28,9 @@ from kenning import (
 )
 from kenning.core.limits import MAX_STREAM_ENTRY_CHARS
 from kenning.core.names import ACTIVITY_FAILED, STREAM_CLOSED, STREAM_WRITTEN
-from kenning.engine.memory import MemoryInstance, run_once
 from kenning.engine.outcomes import RunOutcome
+from kenning.testing.memoryport import run_once
+from kenning.testing.memorystate import MemoryInstance
 from tests.logguard import expect_log
 
 app = App()

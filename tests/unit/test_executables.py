@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kenning.runtime import executables
+from kenning.hosting import executables
 
 
 def _program(folder: Path, name: str) -> Path:

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from kenning.runtime.config import declared_variables, options
+from kenning.hosting.config import declared_variables, options
 from kenning_ingress.main import add_arguments, settings_from
 from kenning_ingress.parsing import DEFAULT_LIMITS, EventLimits
 from kenning_ingress.settings import IngressSettings

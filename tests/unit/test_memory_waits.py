@@ -12,8 +12,9 @@ import pytest
 
 from kenning import App, EventTimeoutError, WorkflowContext, wait_event, workflow
 from kenning.core.names import EVENT_TIMEOUT
-from kenning.engine.memory import MemoryEvent, MemoryInstance, contains, run_once, stamp
 from kenning.engine.outcomes import RunOutcome
+from kenning.testing.memoryport import run_once
+from kenning.testing.memorystate import MemoryEvent, MemoryInstance, contains, stamp
 
 app = App()
 

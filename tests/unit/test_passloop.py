@@ -1,4 +1,4 @@
-"""The service runtime's loop, without a database: passes run again at once, after their
+"""The services' pass loop (``kenning.hosting.passloop``), without a database: passes run again at once, after their
 delay or on a wake-up; a failing pass is logged and retried; stop ends the loop."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kenning.runtime.passloop import PassLoop
+from kenning.hosting.passloop import PassLoop
 
 
 class Log:

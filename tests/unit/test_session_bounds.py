@@ -7,7 +7,7 @@ import pytest
 
 from kenning.db.bounds import SessionBounds
 from kenning.errors import ConfigurationError
-from kenning.runtime.config import ProcessSettings
+from kenning.hosting.config import ProcessSettings
 
 
 def test_the_defaults_derive_from_the_lease_and_reach_both_ends() -> None:

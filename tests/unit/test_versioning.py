@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from kenning import ConfigurationError, WorkflowContext, workflow
+from kenning.hosting.presence import code_version
 from kenning.registry import REGISTRY
-from kenning.runtime.presence import code_version
 from kenning.workflow import Workflow
 
 

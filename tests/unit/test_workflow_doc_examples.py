@@ -11,8 +11,9 @@ import types
 from pathlib import Path
 
 from kenning import App
-from kenning.engine.memory import MemoryInstance, run_once, run_until_rest
 from kenning.engine.outcomes import RunOutcome
+from kenning.testing.memoryport import run_once, run_until_rest
+from kenning.testing.memorystate import MemoryInstance
 from tests.logguard import expect_log
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "workflows.md"

@@ -15,7 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from kenning.core.names import ACTIVITY_COMPLETED
-from kenning.runtime.embedded import with_database
+from kenning.hosting.embedded import with_database
 from kenning.storage import claims as claims_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql

@@ -16,8 +16,8 @@ import psycopg
 import structlog
 
 from kenning.db.migrate import migrate
-from kenning.runtime.config import add_logging_options, add_option, positive_float, positive_int
-from kenning.runtime.embedded import postgres_server, with_database
+from kenning.hosting.config import add_logging_options, add_option, positive_float, positive_int
+from kenning.hosting.embedded import postgres_server, with_database
 from kenning_devtools.bench import (
     agent,
     console,

@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 
 from kenning.core.names import ACTIVITY_COMPLETED
 from kenning.db.migrate import migrate
-from kenning.runtime.embedded import with_database
+from kenning.hosting.embedded import with_database
 from kenning_devtools.bench import throughput
 from kenning_devtools.bench.limits import CLAIM
 

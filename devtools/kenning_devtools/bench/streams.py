@@ -5,7 +5,7 @@ Three runs: one stream, ``many`` streams written at once (one instance each), an
 stream with ``readers`` SSE clients. The latency of an entry is the reader's wall clock
 when its event arrives minus the writer's when it called ``write_stream`` (one machine,
 one clock). During the last run the ingress's LISTEN connections are counted: its
-readers share one per process (``kenning.clients.streams``), however many there are.
+readers share one per process (``kenning.client.streams``), however many there are.
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from kenning.app import App
 from kenning.core.names import env_name
 from kenning.core.urls import hide_credentials
 from kenning.db.migrate import migrate
-from kenning.runtime.appload import broker_url, database_url, load_app
-from kenning.runtime.config import add_logging_options, add_option, port_number, positive_int
-from kenning.runtime.embedded import embedded_postgres, with_database
+from kenning.hosting.appload import broker_url, database_url, load_app
+from kenning.hosting.config import add_logging_options, add_option, port_number, positive_int
+from kenning.hosting.embedded import embedded_postgres, with_database
 from kenning_devtools.ports import free_ports
 from kenning_devtools.up.claims import check_ports_free, data_dir_lock
 from kenning_devtools.up.hints import hints

@@ -29,7 +29,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from kenning import serialization
-from kenning.clients.starts import start_on
+from kenning.client.starts import start_on
 from kenning.commands import steering
 from kenning.core.limits import MAX_ID_LENGTH
 from kenning.core.records import TERMINAL_STATUSES, InstanceRow

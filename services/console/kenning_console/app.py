@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 from kenning.app import App
 from kenning.core.names import env_name
 from kenning.db import Database
-from kenning.runtime.scrape import readiness_body
+from kenning.hosting.scrape import readiness_body
 from kenning.storage import inbox as inbox_sql
 from kenning_console import (
     actionlog,
@@ -77,7 +77,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """Ready unless its commits do not complete (``kenning.runtime.commitwatch``) or the
+    """Ready unless its commits do not complete (``kenning.hosting.commitwatch``) or the
     database does not answer."""
     console = console_of(request)
     reason = console.readiness() if console.readiness is not None else None

@@ -1,6 +1,6 @@
 """The console's fork: a form on an instance's page that makes a new instance with its
 history before a chosen step, running today's code from that step
-(``kenning instances fork``; ``kenning.clients.forks``). As the other actions: a GET page
+(``kenning instances fork``; ``kenning.client.forks``). As the other actions: a GET page
 that says what will happen, a POST with the form's CSRF token that does it, logged
 (``console.action``) and recorded in the operator action log (origin ``console``); then
 the fork's page. A step it does not have or an input its workflow refuses comes back in
@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from kenning.clients.forks import ForkStepError
+from kenning.client.forks import ForkStepError
 from kenning.commands import steering
 from kenning.core.records import InstanceRow
 from kenning.starting import InvalidInputError

@@ -13,9 +13,9 @@ import uvicorn
 from kenning.app import App
 from kenning.core.database_urls import redacted, sqlalchemy_url
 from kenning.db.migrate import migrate
-from kenning.runtime import exposure
-from kenning.runtime.appload import database_url, load_app
-from kenning.runtime.config import add_settings, settings_from_args
+from kenning.hosting import exposure
+from kenning.hosting.appload import database_url, load_app
+from kenning.hosting.config import add_settings, settings_from_args
 from kenning_console.app import create_app
 from kenning_console.settings import ConsoleSettings
 

@@ -14,9 +14,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Scope
 
+from kenning.hosting.request_metrics import RequestMetrics
+from kenning.hosting.scrape import CONTENT_TYPE, scrape
 from kenning.observability import metrics
-from kenning.runtime.request_metrics import RequestMetrics
-from kenning.runtime.scrape import CONTENT_TYPE, scrape
 from kenning_console.state import console_of
 
 PATH = "/metrics"

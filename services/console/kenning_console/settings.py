@@ -1,11 +1,11 @@
-"""``kenning console``'s settings, declared once (``kenning.runtime.config``)."""
+"""``kenning console``'s settings, declared once (``kenning.hosting.config``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kenning.runtime.config import ProcessSettings, positive_float, positive_int, setting
+from kenning.hosting.config import ProcessSettings, positive_float, positive_int, setting
 
 
 @dataclass(frozen=True, kw_only=True)

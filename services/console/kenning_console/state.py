@@ -21,7 +21,7 @@ from kenning_console.settings import ConsoleSettings
 from kenning_console.standing import Standings
 
 if TYPE_CHECKING:
-    from kenning.clients.streams import StreamReaders
+    from kenning.client.streams import StreamReaders
     from kenning_console.live import Watchers
 
 T = TypeVar("T")

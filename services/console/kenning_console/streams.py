@@ -4,7 +4,7 @@
 format (``kenning.core.streams``: an ``entry`` event per entry, ``id:`` its offset, a
 ``close`` event at the end): the page's script shows each entry as it comes, and a
 reconnecting ``EventSource`` resumes after ``Last-Event-ID``. The console's readers share
-one LISTEN connection and one read per stream per wake (``kenning.clients.streams``),
+one LISTEN connection and one read per stream per wake (``kenning.client.streams``),
 opened by the first reader; its streams count toward ``--console-max-streams`` with the
 live-update ones.
 """
@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from kenning.clients.results import ResultWaits
-from kenning.clients.streams import StreamReaders
+from kenning.client.results import ResultWaits
+from kenning.client.streams import StreamReaders
 from kenning.core.streams import SSE_CLOSE, SSE_KEEPALIVE, check_stream_key, sse_entry, sse_start_offset
 from kenning.errors import WorkflowNotFoundError
 from kenning.storage import streams as streams_sql

@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from kenning.runtime.config import process_id
-from kenning.runtime.presence import Presence
+from kenning.hosting.config import process_id
+from kenning.hosting.presence import Presence
 from kenning.storage import processes as processes_sql
 from kenning_console.pages import BadRequestError, render
 from kenning_console.state import Console, console_of

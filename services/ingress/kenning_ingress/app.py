@@ -28,17 +28,17 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from kenning import codecs
-from kenning.clients.results import ResultWaits
-from kenning.clients.streams import StreamReaders
+from kenning.client.results import ResultWaits
+from kenning.client.streams import StreamReaders
 from kenning.core.streams import sse_start_offset
 from kenning.core.urls import hide_credentials
 from kenning.db import Database, Executor
 from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
+from kenning.hosting.config import process_id
+from kenning.hosting.presence import Presence
 from kenning.observability import metrics, tracing
 from kenning.observability.logs import configure_logging
-from kenning.runtime.config import process_id
-from kenning.runtime.presence import Presence
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import streams as streams_sql

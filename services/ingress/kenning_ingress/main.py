@@ -11,9 +11,9 @@ import uvicorn
 from kenning.core.database_urls import redacted, sqlalchemy_url
 from kenning.core.urls import hide_credentials
 from kenning.db.migrate import migrate
-from kenning.runtime import exposure
-from kenning.runtime.config import add_settings, settings_from_args
-from kenning.runtime.service import Starting
+from kenning.hosting import exposure
+from kenning.hosting.config import add_settings, settings_from_args
+from kenning.hosting.service import Starting
 from kenning_ingress.metrics import shared_metrics_directory
 from kenning_ingress.protocol import IngressProtocol
 from kenning_ingress.settings import IngressSettings, settings_to_environment

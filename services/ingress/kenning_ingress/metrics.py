@@ -23,9 +23,9 @@ from starlette.responses import Response
 from starlette.types import ASGIApp
 
 from kenning.db import Database
+from kenning.hosting.request_metrics import RequestMetrics
+from kenning.hosting.scrape import CONTENT_TYPE, scrape
 from kenning.observability import metrics
-from kenning.runtime.request_metrics import RequestMetrics
-from kenning.runtime.scrape import CONTENT_TYPE, scrape
 
 MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's name for it
 # the route label: the first path segment of these; any other POST is an event

@@ -1,4 +1,4 @@
-"""``kenning ingress``'s settings, declared once (``kenning.runtime.config``).
+"""``kenning ingress``'s settings, declared once (``kenning.hosting.config``).
 
 ``IngressSettings`` makes the command's flags, their ``KENNING_*`` variables, defaults and
 help. ``kenning ingress`` writes the settings it parsed back to the environment before
@@ -12,8 +12,8 @@ import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kenning.runtime import config
-from kenning.runtime.config import ProcessSettings, positive_float, positive_int, setting
+from kenning.hosting import config
+from kenning.hosting.config import ProcessSettings, positive_float, positive_int, setting
 from kenning_ingress.parsing import DEFAULT_LIMITS, EventLimits
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024

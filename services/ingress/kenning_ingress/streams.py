@@ -10,7 +10,7 @@ connection reconnects with ``Last-Event-ID`` (the last offset it got; EventSourc
 it by itself) and gets the entries after it, each once, in order; ``?offset=N`` starts at
 N. A comment line every ``KEEPALIVE_SECONDS`` keeps proxies from closing an idle
 response. The readers of a process share its one LISTEN connection and one read per
-stream per wake (``kenning.clients.streams``).
+stream per wake (``kenning.client.streams``).
 
 uvicorn waits for responses in flight before it stops, and an event stream never ends by
 itself: when the process is asked to stop, every event stream ends where it is, without a
@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 
 from kenning import codecs
-from kenning.clients.streams import StreamReaders
+from kenning.client.streams import StreamReaders
 from kenning.core.streams import SSE_CLOSE, SSE_KEEPALIVE, check_stream_key, sse_entry
 from kenning.errors import WorkflowNotFoundError
 

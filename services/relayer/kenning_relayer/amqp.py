@@ -28,7 +28,7 @@ from cloudevents.core.bindings import rabbitmq
 from cloudevents.core.formats.json import JSONFormat
 
 from kenning.core.urls import hide_credentials, query_options, split_url
-from kenning.runtime import amqp
+from kenning.hosting import amqp
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
 from kenning_relayer.publish import RetrySchedule, error_text, failed_attempt, to_cloudevent
 from kenning_relayer.settings import ContentMode, RelayerSettings

@@ -19,7 +19,7 @@ from typing import Any
 
 from kenning.db import connect
 from kenning.errors import ConfigurationError
-from kenning.runtime.config import add_database_options, add_logging_options, positive_int
+from kenning.hosting.config import add_database_options, add_logging_options, positive_int
 from kenning.storage import outbox as outbox_sql
 from kenning.storage.outbox import OUTBOX_STATUSES, OutboxRow
 

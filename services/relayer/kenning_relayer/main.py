@@ -11,12 +11,12 @@ from kenning.core.urls import hide_credentials
 from kenning.db import connect
 from kenning.db.migrate import migrate
 from kenning.errors import ConfigurationError
+from kenning.hosting.appload import broker_url, database_url, load_app
+from kenning.hosting.config import add_settings, settings_from_args
+from kenning.hosting.loop import run as run_loop
+from kenning.hosting.scrape import serving_metrics
+from kenning.hosting.service import Starting, serve
 from kenning.observability import metrics, tracing
-from kenning.runtime.appload import broker_url, database_url, load_app
-from kenning.runtime.config import add_settings, settings_from_args
-from kenning.runtime.loop import run as run_loop
-from kenning.runtime.scrape import serving_metrics
-from kenning.runtime.service import Starting, serve
 from kenning_relayer.settings import RelayerSettings
 from kenning_relayer.targets import check_url
 

@@ -25,11 +25,11 @@ from kenning.core.names import CHANNEL_OUTBOX
 from kenning.core.urls import hide_credentials
 from kenning.db import Database
 from kenning.db.errors import is_unavailable
+from kenning.hosting.config import process_id
+from kenning.hosting.passloop import PassLoop, listening
+from kenning.hosting.presence import Presence
 from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
-from kenning.runtime.config import process_id
-from kenning.runtime.passloop import PassLoop, listening
-from kenning.runtime.presence import Presence
 from kenning.storage import outbox as outbox_sql
 from kenning.storage.outbox import OutboxOutcome, OutboxRow
 from kenning_relayer.publish import RetrySchedule

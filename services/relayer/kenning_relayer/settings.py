@@ -1,4 +1,4 @@
-"""``kenning relayer``'s settings, declared once (``kenning.runtime.config``), light enough to
+"""``kenning relayer``'s settings, declared once (``kenning.hosting.config``), light enough to
 import for ``kenning --help``."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from kenning.runtime.config import ServiceSettings, non_negative_float, positive_float, positive_int, setting
+from kenning.hosting.config import ServiceSettings, non_negative_float, positive_float, positive_int, setting
 
 ContentMode = Literal["binary", "structured"]
 CONTENT_MODES: tuple[ContentMode, ...] = ("binary", "structured")

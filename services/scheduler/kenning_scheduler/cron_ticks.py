@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from kenning.clients.starts import start_on
+from kenning.client.starts import start_on
 from kenning.core.records import Definition
 from kenning.db import Database, Executor
 from kenning.db.errors import is_unavailable, sqlstate

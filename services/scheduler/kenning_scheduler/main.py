@@ -10,12 +10,12 @@ import structlog
 from kenning.app import App
 from kenning.db import connect
 from kenning.db.migrate import migrate
+from kenning.hosting.appload import database_url, load_app
+from kenning.hosting.config import add_settings, settings_from_args
+from kenning.hosting.loop import run as run_loop
+from kenning.hosting.scrape import serving_metrics
+from kenning.hosting.service import Starting, serve
 from kenning.observability import metrics
-from kenning.runtime.appload import database_url, load_app
-from kenning.runtime.config import add_settings, settings_from_args
-from kenning.runtime.loop import run as run_loop
-from kenning.runtime.scrape import serving_metrics
-from kenning.runtime.service import Starting, serve
 from kenning.schedules import scheduled_workflows
 from kenning_scheduler.scheduler import Scheduler, SchedulerSettings
 

@@ -21,12 +21,12 @@ import structlog
 from kenning.app import App
 from kenning.core.names import CHANNEL_TIMERS
 from kenning.db import Database
+from kenning.hosting.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
+from kenning.hosting.passloop import PassLoop, listening
+from kenning.hosting.presence import Presence
+from kenning.hosting.retention import RetentionSettings
 from kenning.observability import metrics
 from kenning.observability.faults import fault_point
-from kenning.runtime.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
-from kenning.runtime.passloop import PassLoop, listening
-from kenning.runtime.presence import Presence
-from kenning.runtime.retention import RetentionSettings
 from kenning.schedules import scheduled_workflows
 from kenning.storage import deadlines as deadlines_sql
 from kenning.storage import messages as messages_sql
@@ -47,7 +47,7 @@ _BUSY_BACKOFF_MAX = 0.1
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerSettings(ServiceSettings):
-    """``kenning scheduler``'s options (``kenning.runtime.config``)."""
+    """``kenning scheduler``'s options (``kenning.hosting.config``)."""
 
     PROCESS: ClassVar[str] = "scheduler"
 
@@ -71,7 +71,7 @@ class SchedulerSettings(ServiceSettings):
         help="report instances due longer than this and still not claimed (instances.overdue), per workflow",
     )
     retention: RetentionSettings = settings_group(RetentionSettings)  # noqa: RUF009
-    # the object store's upkeep (kenning.runtime.objects), with --object-store set
+    # the object store's upkeep (kenning.hosting.objects), with --object-store set
     object_sweep_interval: float = setting(
         3600.0, type=positive_float, help="seconds between sweeps of --object-store for objects no row references"
     )

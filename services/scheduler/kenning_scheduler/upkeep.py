@@ -27,10 +27,10 @@ from typing import Any
 
 from kenning.db import Database
 from kenning.errors import ObjectStoreError
+from kenning.hosting.objects import delete_instances_objects, sweep_orphans
+from kenning.hosting.retention import RetentionPolicy, SweepResult, sweep_batch
 from kenning.objects import Location
 from kenning.observability import metrics
-from kenning.runtime.objects import delete_instances_objects, sweep_orphans
-from kenning.runtime.retention import RetentionPolicy, SweepResult, sweep_batch
 from kenning.storage import locks as locks_sql
 from kenning.storage import progress as progress_sql
 
@@ -39,7 +39,7 @@ _STUCK_BATCH = 100
 
 
 class ObjectUpkeep:
-    """The object store's share of the upkeep (``kenning.runtime.objects``): an expired
+    """The object store's share of the upkeep (``kenning.hosting.objects``): an expired
     instance's objects deleted with its rows, and the orphan sweep at its own interval.
 
     A store that fails is one error line naming what to fix; the timers go on, and what

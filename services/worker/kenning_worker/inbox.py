@@ -38,7 +38,7 @@ import structlog
 
 from kenning import codecs
 from kenning.app import App
-from kenning.clients.starts import start_on
+from kenning.client.starts import start_on
 from kenning.core.names import CHILD_EVENT_SOURCE, CHILD_EVENT_TYPE
 from kenning.core.records import StoredEvent
 from kenning.db import Database, Executor, executor_of
@@ -47,11 +47,11 @@ from kenning.errors import ObjectStoreError, ObjectStoreUnavailable, TerminalErr
 from kenning.events import ReceivedEvent, data_contains, event_from_inbox, event_history_payload
 from kenning.flow import BATCH_PARAMETER, Batch, BatchedEvent
 from kenning.hooks import call_hook
+from kenning.hosting.config import add_settings, positive_float, positive_int, setting, settings_from_args
+from kenning.hosting.passloop import PassLoop
 from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
 from kenning.registry import qualified_name
-from kenning.runtime.config import add_settings, positive_float, positive_int, setting, settings_from_args
-from kenning.runtime.passloop import PassLoop
 from kenning.starting import InvalidInputError, Start, prepare_start
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import instances as instances_sql
@@ -79,7 +79,7 @@ _NO_RECEIVER_TYPES = 100
 
 @dataclass(frozen=True)
 class InboxSettings:
-    """The inbox loop's options, part of ``kenning worker``'s (``kenning.runtime.config``)."""
+    """The inbox loop's options, part of ``kenning worker``'s (``kenning.hosting.config``)."""
 
     enabled: bool = setting(True, flag="--inbox", help="process the inbox (CloudEvents, cancellations)")
     batch_size: int = setting(100, flag="--inbox-batch-size", type=positive_int, help="inbox rows claimed at once")

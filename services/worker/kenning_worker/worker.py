@@ -48,13 +48,13 @@ from kenning.errors import (
     ObjectStoreUnavailable,
     StorageUnavailable,
 )
+from kenning.hosting.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
+from kenning.hosting.passloop import PassLoop, listening
+from kenning.hosting.presence import Presence, code_version
 from kenning.objects import Offloader, payloads, restored
 from kenning.objects.offload import has_references
 from kenning.observability import metrics, tracing
 from kenning.observability.faults import fault_point
-from kenning.runtime.config import ServiceSettings, positive_float, positive_int, process_id, setting, settings_group
-from kenning.runtime.passloop import PassLoop, listening
-from kenning.runtime.presence import Presence, code_version
 from kenning.storage import claims as claims_sql
 from kenning.storage import history as history_sql
 from kenning.storage import instances as instances_sql
@@ -96,7 +96,7 @@ def check_code_version(text: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerSettings(ServiceSettings):
-    """``kenning worker``'s options (``kenning.runtime.config``)."""
+    """``kenning worker``'s options (``kenning.hosting.config``)."""
 
     PROCESS: ClassVar[str] = "worker"
 

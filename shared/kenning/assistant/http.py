@@ -2,7 +2,7 @@
 
 Every request but ``GET /healthz`` carries ``Authorization: Bearer <token>`` when a token
 is set (compared in constant time), else is answered 401 with a JSON error; without a
-token the server listens on loopback only (``kenning.runtime.exposure``, as the console).
+token the server listens on loopback only (``kenning.hosting.exposure``, as the console).
 """
 
 from __future__ import annotations

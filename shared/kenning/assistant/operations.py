@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kenning.app import App
-from kenning.clients.forks import ForkStepError
+from kenning.client.forks import ForkStepError
 from kenning.commands import replay_check, steering, why
 from kenning.commands import schedules as schedules_command
 from kenning.commands.steering import Who

@@ -26,7 +26,7 @@ from pydantic import Field
 from kenning.assistant.operations import BULK_ACTIONS, MAX_PAGE, Operations, bounded
 from kenning.commands.cli import explain
 from kenning.commands.steering import Who
-from kenning.runtime.presence import kenning_version
+from kenning.hosting.presence import kenning_version
 from kenning.storage.processes import KINDS
 
 _log = structlog.get_logger("kenning.mcp")

@@ -1,11 +1,11 @@
-"""``kenning mcp``'s settings, declared once (``kenning.runtime.config``)."""
+"""``kenning mcp``'s settings, declared once (``kenning.hosting.config``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kenning.runtime.config import ProcessSettings, port_number, setting
+from kenning.hosting.config import ProcessSettings, port_number, setting
 
 TRANSPORTS = ("stdio", "http")
 

@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 from kenning.commands.output import emit, emit_json, table
 from kenning.db import connect
-from kenning.runtime.config import add_database_options, add_logging_options, positive_int
+from kenning.hosting.config import add_database_options, add_logging_options, positive_int
 from kenning.storage import actions as actions_sql
 
 HELP = "list what operators did (cancel, retry, terminate, bulk actions, queue pauses), newest first"

@@ -16,8 +16,8 @@ from kenning import codecs
 from kenning.commands.output import emit, emit_json, table
 from kenning.db import Database, connect
 from kenning.errors import UsageError
+from kenning.hosting.config import add_database_options, add_logging_options
 from kenning.objects.offload import has_references
-from kenning.runtime.config import add_database_options, add_logging_options
 from kenning.storage import encryption as encryption_sql
 
 HELP = "re-encrypt stored payloads under the first KENNING_ENCRYPTION_KEYS key (rotate), or make a key (new-key)"

@@ -13,8 +13,8 @@ import asyncio
 
 from kenning.commands.output import emit, emit_json, table
 from kenning.db import connect
-from kenning.runtime.config import add_database_options, add_logging_options, add_settings, settings_from_args
-from kenning.runtime.retention import RetentionSettings, SweepResult, count_expired, sweep
+from kenning.hosting.config import add_database_options, add_logging_options, add_settings, settings_from_args
+from kenning.hosting.retention import RetentionSettings, SweepResult, count_expired, sweep
 
 HELP = "delete expired finished instances, processed inbox and published outbox rows now (--dry-run: count them)"
 

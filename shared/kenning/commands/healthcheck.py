@@ -13,7 +13,7 @@ import time
 
 import httpx
 
-from kenning.runtime.config import positive_float
+from kenning.hosting.config import positive_float
 
 HELP = "container healthcheck: an HTTP URL or a health file"
 

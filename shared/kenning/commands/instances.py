@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kenning import codecs
-from kenning.clients.forks import ForkStepError
+from kenning.client.forks import ForkStepError
 from kenning.commands import steering
 from kenning.commands.output import emit, emit_json, table
 from kenning.commands.start import json_object
@@ -19,8 +19,8 @@ from kenning.core.published import parse_search_pair
 from kenning.core.records import INSTANCE_STATUSES, InstanceRow
 from kenning.db import Database, Executor, connect
 from kenning.errors import UsageError, WorkflowNotFoundError
-from kenning.runtime.appload import load_app
-from kenning.runtime.config import add_database_options, add_logging_options, add_option, positive_int
+from kenning.hosting.appload import load_app
+from kenning.hosting.config import add_database_options, add_logging_options, add_option, positive_int
 from kenning.starting import InvalidInputError
 from kenning.storage import children as children_sql
 from kenning.storage import claims as claims_sql

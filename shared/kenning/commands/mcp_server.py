@@ -23,9 +23,9 @@ from kenning.core.database_urls import redacted, sqlalchemy_url
 from kenning.db import connect
 from kenning.db.migrate import migrate
 from kenning.errors import UsageError
-from kenning.runtime import exposure
-from kenning.runtime.appload import database_url, load_app
-from kenning.runtime.config import add_settings, settings_from_args
+from kenning.hosting import exposure
+from kenning.hosting.appload import database_url, load_app
+from kenning.hosting.config import add_settings, settings_from_args
 
 HELP = "serve an MCP server over the database for AI assistants (read-only unless --allow-actions)"
 

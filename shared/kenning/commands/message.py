@@ -8,12 +8,12 @@ import asyncio
 from typing import Any
 
 from kenning.client import Client
-from kenning.clients.unavailable import COMMAND_RETRY_SECONDS
+from kenning.client.unavailable import COMMAND_RETRY_SECONDS
 from kenning.commands.output import emit, emit_json
 from kenning.commands.send import json_value
 from kenning.errors import MessageUndeliverableError, UnstorableValueError, UsageError, WorkflowNotFoundError
-from kenning.runtime.appload import database_url
-from kenning.runtime.config import add_database_options, add_logging_options
+from kenning.hosting.appload import database_url
+from kenning.hosting.config import add_database_options, add_logging_options
 
 HELP = "send a message to a workflow instance's mailbox"
 

@@ -9,7 +9,7 @@ import structlog
 from kenning.core.database_urls import redacted
 from kenning.db.bounds import MigrationBounds
 from kenning.db.migrate import migrate
-from kenning.runtime.config import add_database_options, add_logging_options, add_migration_options
+from kenning.hosting.config import add_database_options, add_logging_options, add_migration_options
 
 HELP = "bring the database schema up to date"
 

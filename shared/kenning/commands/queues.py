@@ -16,7 +16,7 @@ from kenning.commands.output import emit, emit_json, table
 from kenning.commands.steering import cli_who
 from kenning.db import connect
 from kenning.errors import UsageError
-from kenning.runtime.config import add_database_options, add_logging_options
+from kenning.hosting.config import add_database_options, add_logging_options
 from kenning.storage import actions as actions_sql
 from kenning.storage import queues as queues_sql
 from kenning.storage.actions import OperatorAction

@@ -21,8 +21,8 @@ from kenning.core.suggest import did_you_mean
 from kenning.db import Database, Executor, connect
 from kenning.engine.replayonly import ReplayReport, Verdict, replay_only
 from kenning.errors import UsageError
-from kenning.runtime.appload import database_url, load_app
-from kenning.runtime.config import add_database_options, add_logging_options, add_option, positive_int
+from kenning.hosting.appload import database_url, load_app
+from kenning.hosting.config import add_database_options, add_logging_options, add_option, positive_int
 from kenning.storage import history as history_sql
 from kenning.storage import replaycheck as replaycheck_sql
 from kenning.storage.replaycheck import ReplayCandidate

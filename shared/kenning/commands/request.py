@@ -15,12 +15,12 @@ import sys
 from typing import Any
 
 from kenning.client import Client
-from kenning.clients.unavailable import COMMAND_RETRY_SECONDS
+from kenning.client.unavailable import COMMAND_RETRY_SECONDS
 from kenning.commands.output import emit_json
 from kenning.commands.send import json_value
 from kenning.errors import MessageUndeliverableError, RequestTimeoutError, UnstorableValueError, UsageError
-from kenning.runtime.appload import database_url
-from kenning.runtime.config import add_database_options, add_logging_options, non_negative_float
+from kenning.hosting.appload import database_url
+from kenning.hosting.config import add_database_options, add_logging_options, non_negative_float
 
 HELP = "send a request to a workflow instance and print its reply"
 

@@ -28,7 +28,7 @@ from kenning.core.suggest import did_you_mean
 from kenning.db import Database, Executor, connect
 from kenning.db.errors import sqlstate
 from kenning.errors import KenningError, UsageError
-from kenning.runtime.config import add_database_options, add_logging_options
+from kenning.hosting.config import add_database_options, add_logging_options
 from kenning.schedules import next_tick_of, tick_instance_id, tick_key, ticks_between, trigger_key
 from kenning.storage import actions as actions_sql
 from kenning.storage import instances as instances_sql

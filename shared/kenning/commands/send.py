@@ -15,7 +15,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from kenning.commands.output import emit
 from kenning.errors import UsageError
-from kenning.runtime.config import add_logging_options, add_option
+from kenning.hosting.config import add_logging_options, add_option
 
 
 def json_value(text: str) -> Any:

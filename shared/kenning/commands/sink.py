@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from kenning.runtime.config import add_logging_options, add_option, positive_int
+from kenning.hosting.config import add_logging_options, add_option, positive_int
 
 _log = structlog.get_logger("kenning.sink")
 

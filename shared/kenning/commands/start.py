@@ -11,9 +11,9 @@ from kenning.client import Client, InvalidInputError, ResultTimeoutError
 from kenning.commands.output import emit, emit_json
 from kenning.core.suggest import did_you_mean
 from kenning.errors import UsageError
+from kenning.hosting.appload import database_url, load_app
+from kenning.hosting.config import add_database_options, add_logging_options, add_option
 from kenning.registry import REGISTRY
-from kenning.runtime.appload import database_url, load_app
-from kenning.runtime.config import add_database_options, add_logging_options, add_option
 from kenning.storage import definitions as definitions_sql
 
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from kenning.clients.forks import Fork, fork_action, fork_instance
+from kenning.client.forks import Fork, fork_action, fork_instance
 from kenning.core.records import InstanceRow
 from kenning.db import Database, Executor
 from kenning.errors import UsageError
@@ -278,7 +278,7 @@ async def fork(
     arguments: dict[str, Any] | None = None,
     reason: str | None = None,
 ) -> Fork:
-    """Fork one instance at ``step`` (``kenning.clients.forks``), recorded. A step it
+    """Fork one instance at ``step`` (``kenning.client.forks``), recorded. A step it
     does not have raises ``ForkStepError``, an input its workflow refuses
     ``InvalidInputError``: nothing was done, so nothing is recorded."""
     forked = await fork_instance(conn, row, step, arguments)

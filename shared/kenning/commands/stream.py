@@ -17,8 +17,8 @@ import sys
 from kenning.client import Client
 from kenning.core.streams import check_stream_key, entry_as_json
 from kenning.errors import UsageError
-from kenning.runtime.appload import database_url
-from kenning.runtime.config import add_database_options, add_logging_options, non_negative_int
+from kenning.hosting.appload import database_url
+from kenning.hosting.config import add_database_options, add_logging_options, non_negative_int
 
 HELP = "read a workflow instance's durable stream"
 

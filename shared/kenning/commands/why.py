@@ -27,7 +27,7 @@ from kenning import codecs
 from kenning.commands.output import emit, emit_json
 from kenning.db import Database, Executor, connect
 from kenning.errors import WorkflowNotFoundError
-from kenning.runtime.config import add_commit_stall_option, add_database_options, add_logging_options
+from kenning.hosting.config import add_commit_stall_option, add_database_options, add_logging_options
 from kenning.storage import locks as locks_sql
 from kenning.storage import processes as processes_sql
 from kenning.storage import progress as progress_sql

@@ -1,7 +1,7 @@
 """``kenning workers list``: who is running, from the fleet's registry.
 
 Every process (worker, scheduler, relayer, ingress, console) registers and heartbeats
-(``kenning.runtime.presence``); this lists them, live or stale, with where they run
+(``kenning.hosting.presence``); this lists them, live or stale, with where they run
 (host, pid), on which version (Kenning's, and a worker's code fingerprint), and what
 each says of itself: a worker's workflows, queues and how busy it is (running /
 concurrency). ``--kind worker`` keeps one kind, ``--live`` only the live ones.
@@ -16,7 +16,7 @@ from typing import Any
 
 from kenning.commands.output import emit, emit_json, table
 from kenning.db import connect
-from kenning.runtime.config import add_database_options, add_logging_options
+from kenning.hosting.config import add_database_options, add_logging_options
 from kenning.storage import processes as processes_sql
 from kenning.storage.processes import ProcessEntry
 

@@ -1,5 +1,5 @@
 """A SIGTERM while the ``kenning`` command is still importing is a clean stop (exit code
-0), as one while a service starts or runs is (``kenning.runtime.service``), not the
+0), as one while a service starts or runs is (``kenning.hosting.service``), not the
 signal's default death (-15). Taken over when this module is imported, the first thing
 ``import kenning`` does, and only in the ``kenning`` command's own process: a program that imports ``kenning`` keeps
 its own SIGTERM. The command hands SIGTERM back (``release``) before it runs the

@@ -111,7 +111,7 @@ def entry_as_json(entry: StreamEntry) -> dict[str, Any]:
 
 
 # The latest entries' events, by the entry object: the readers of one stream share its
-# entries (kenning.clients.streams), so 1,000 of them encode each entry once, not 1,000 times.
+# entries (kenning.client.streams), so 1,000 of them encode each entry once, not 1,000 times.
 _ENCODED: OrderedDict[int, tuple[StreamEntry, bytes]] = OrderedDict()
 _ENCODED_KEPT = 4096  # events, and bytes of them at most:
 _ENCODED_BYTES = 16 * 1024 * 1024

@@ -31,7 +31,7 @@ from typing import Any
 from kenning.core.names import env_name
 from kenning.errors import ConfigurationError
 
-# The flags (``kenning.runtime.config.ProcessSettings``), whose variables ``from_environment``
+# The flags (``kenning.hosting.config.ProcessSettings``), whose variables ``from_environment``
 # reads for a process that was given no settings (``kenning.Client``, operator commands).
 IDLE_IN_TRANSACTION_FLAG = "--database-idle-in-transaction-timeout"
 LOCK_FLAG = "--database-lock-timeout"

@@ -457,7 +457,7 @@ class Database:
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[Executor]:
         """A connection of its own, outside the pool, in autocommit mode: for a task that
-        must not queue behind the pool's users (``kenning.runtime.commitwatch``). Nothing
+        must not queue behind the pool's users (``kenning.hosting.commitwatch``). Nothing
         is prepared on it (it may lead to a pooler); connecting is bounded even where the
         pool's connects are not."""
         driver = await psycopg.AsyncConnection.connect(
@@ -504,7 +504,7 @@ def connect(
 ) -> Database:
     """The connections of a process. ``pgbouncer`` and ``direct_url`` not given (a
     ``Client`` in an application) come from ``KENNING_PGBOUNCER`` and
-    ``KENNING_DIRECT_DATABASE_URL`` (``kenning.runtime.config.ProcessSettings``), and
+    ``KENNING_DIRECT_DATABASE_URL`` (``kenning.hosting.config.ProcessSettings``), and
     ``bounds`` from their ``KENNING_DATABASE_*_TIMEOUT`` variables."""
     return Database(
         url=url,

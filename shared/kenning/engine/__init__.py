@@ -11,10 +11,10 @@
   published values and durable streams, each as steps of a run;
 - ``commands`` and ``port``: what the engine asks of its ``InstancePort``;
 - ``outcomes``: where a run, and a step's retries, come to rest;
-- ``replayonly``: a run over recorded history that writes nothing (``kenning replay-check``);
-- ``memory``: an in-memory port, for tests without a database.
+- ``replayonly``: a run over recorded history that writes nothing (``kenning replay-check``).
 
-The worker's PostgreSQL port is ``kenning_worker.port``; the architecture's "Engine shape"
+The worker's PostgreSQL port is ``kenning_worker.port``, the in-memory one
+``kenning.testing.memoryport``; the architecture's "Engine shape"
 table (docs/architecture.md) says the same, and ``tests/unit/test_engine_layout.py`` holds
 both to this folder.
 """

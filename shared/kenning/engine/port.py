@@ -1,6 +1,7 @@
 """``InstancePort``: everything the engine needs from the outside world, for one claimed
 instance. The worker's PostgreSQL adapter (``kenning_worker.port``) and the in-memory one
-(``kenning.engine.memory``) implement it.
+(``kenning.testing.memoryport``) implement it; ``tests/integration/test_port_members.py``
+holds both to what each member's docstring says.
 
 Errors are the port's to map: a write refused because the lease moved raises
 ``LeaseLostError``, the database being away ``StorageUnavailable``, a value the database
@@ -67,7 +68,9 @@ class InstancePort(Protocol):
     def save_compensation(self, command: SaveCompensation) -> None: ...
 
     async def flush(self) -> None:
-        """Write what is held back (a deferred step record, unsaved compensations)."""
+        """Write the held-back step record, with the unsaved compensations riding along;
+        with no record held back, compensations wait for the next write that carries them
+        (``SaveCompensation``: a step's record, a suspend, the saga's beginning)."""
         ...
 
     def discard(self) -> None:

@@ -40,7 +40,7 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
 
 def library_defaults() -> None:
     """Unless structlog is configured: Kenning's lines go to the standard library's
-    ``logging``, to loggers named as Kenning's (``kenning.clients.results``...). A program that
+    ``logging``, to loggers named as Kenning's (``kenning.client.results``...). A program that
     configured ``logging`` gets them through its handlers and levels; one that did not
     gets Python's last resort: warnings and errors on stderr, nothing below, never
     stdout. The line is its event and fields in logfmt."""

@@ -10,7 +10,7 @@ Two kinds, by what they cost:
   ``kenning.storage.metrics``, never per event.
 
 Beside them one gauge every process sets of itself, ``COMMIT_STALL``: how long its commit
-probe waits (``kenning.runtime.commitwatch``).
+probe waits (``kenning.hosting.commitwatch``).
 
 Each family names the processes that export it (``exported_by``): every process imports
 this module, but a scrape of the worker carries the worker's families only, not 35 empty
@@ -18,7 +18,7 @@ ones of the others. The database gauges come from one kind of process,
 ``DATABASE_GAUGES_PROCESS`` (the scheduler): were every process to repeat them, a sum
 over processes would multiply the backlog by the number of processes.
 
-``kenning.runtime.scrape`` serves them at ``/metrics``. Label values are bounded by the
+``kenning.hosting.scrape`` serves them at ``/metrics``. Label values are bounded by the
 code (workflow, activity and route names, outcomes), never by data (no instance ids);
 where a value comes from data (event types, workflow names in the database), the first
 ``MAX_LABEL_VALUES`` keep their own series and the rest count as ``other``.
@@ -285,7 +285,7 @@ COMMIT_STALL = _exported_by(
     Gauge(
         "kenning_commit_stall_seconds",
         "How long this process's commit probe has waited for its commit (0: commits complete); past "
-        "--commit-stall-seconds the process is not ready (kenning.runtime.commitwatch)",
+        "--commit-stall-seconds the process is not ready (kenning.hosting.commitwatch)",
         # the ingress's uvicorn workers: the longest wait of the live ones
         multiprocess_mode="livemax",
     ),

@@ -11,7 +11,7 @@ again) and drops everything that belongs to the original's run rather than to it
 history: its waits, its mailbox, its published values, its compensation records. A kept
 ``subscribe`` step subscribes the fork to its channel too. A kept ``start_child`` whose
 child is still running is refused before this statement (``fork_points`` names the child,
-``kenning.clients.forks.resolve_step`` refuses): the child tells only its parent of its
+``kenning.client.forks.resolve_step`` refuses): the child tells only its parent of its
 end, so the fork would wait for ever.
 """
 

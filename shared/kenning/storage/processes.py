@@ -2,7 +2,7 @@
 
 Every long-running process (worker, scheduler, relayer, ingress, console) registers at
 start, heartbeats ``last_seen`` (with what it says of itself: ``details``) and deregisters
-when it stops cleanly (``kenning.runtime.presence``). One that dies without a word stops
+when it stops cleanly (``kenning.hosting.presence``). One that dies without a word stops
 heartbeating: once ``last_seen`` is older than its own ``expires_after_seconds`` it is
 *stale* (shown so), and the scheduler deletes it once silent for ``forget_after`` times
 its expiry. Liveness is
@@ -94,7 +94,7 @@ _PROCESS_COMMIT_PROBE = statement("UPDATE kenning_processes SET details = detail
 
 
 async def process_commit_probe(conn: Executor, process_id: str) -> bool:
-    """One small committed write on the process's own row (``kenning.runtime.commitwatch``
+    """One small committed write on the process's own row (``kenning.hosting.commitwatch``
     times it); False if its row is missing (nothing was written: register it)."""
     return (await conn.execute(_PROCESS_COMMIT_PROBE, {"id": process_id})).rowcount > 0
 

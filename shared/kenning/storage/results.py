@@ -1,4 +1,4 @@
-"""SQL of a connection that listens for finished instances (``kenning.clients.results``)."""
+"""SQL of a connection that listens for finished instances (``kenning.client.results``)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ as ``fencing.LEASE_FENCE``), then the header: the order the statements that end
 instances take them in (``close_ended_streams``), so the two never deadlock, and a
 write after the end finds the lease gone. Writes and closes notify ``CHANNEL_RESULTS``
 with the instance's id while a client listens, as its end does: a reader waits on the
-client's one LISTEN connection (``kenning.clients.results``).
+client's one LISTEN connection (``kenning.client.results``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import structlog
 from kenning import codecs, serialization
 from kenning.activity import Activity
 from kenning.app import App
-from kenning.client import named_arguments, search_where
+from kenning.client.client import named_arguments, search_where
 from kenning.core.mailbox import Undelivered, request_answer, request_refusal
 from kenning.core.names import STATUS_VALUE_KEY
 from kenning.core.published import PublishedStatus, status_of

@@ -1,4 +1,4 @@
-"""The environment's in-memory backend: the engine on ``kenning.engine.memory``'s port,
+"""The environment's in-memory backend: the engine on ``kenning.testing.memoryport``'s port,
 with what the worker's inbox loop and the scheduler do done here, on a virtual clock.
 
 The clock starts at the wall clock's time and moves only when the environment skips
@@ -24,11 +24,12 @@ import structlog
 from kenning import codecs
 from kenning.core.records import TERMINAL_STATUSES
 from kenning.engine.commands import SuspendOnEvent
-from kenning.engine.memory import MemoryEvent, MemoryInstance, child_end_payload, run_once, stamp
 from kenning.events import ReceivedEvent, event_history_payload
 from kenning.flow import BATCH_PARAMETER
 from kenning.starting import InvalidInputError, Start, prepare_start
 from kenning.storage.replies import RequestState
+from kenning.testing.memoryport import run_once
+from kenning.testing.memorystate import MemoryEvent, MemoryInstance, child_end_payload, stamp
 from kenning.testing.state import HistoryEntry, InstanceState, OutgoingEvent
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from kenning import codecs
 from kenning.client import Client
-from kenning.clients.starts import start_on
+from kenning.client.starts import start_on
 from kenning.core.cancelling import cancel_and_wait
 from kenning.core.limits import MAX_STREAM_ENTRIES
 from kenning.db import Database, connect
@@ -67,7 +67,7 @@ class PostgresBackend:
     async def open(self) -> None:
         url = self.database_url
         if self.embedded:
-            from kenning.runtime.embedded import embedded_postgres
+            from kenning.hosting.embedded import embedded_postgres
 
             server = embedded_postgres()
             url = await asyncio.to_thread(server.__enter__)

@@ -73,7 +73,7 @@ class _database_of_its_own:  # noqa: N801 - used as a context manager, named lik
     """A new database on ``server`` for one test, dropped after it."""
 
     def __init__(self, server: str) -> None:
-        from kenning.runtime.embedded import with_database
+        from kenning.hosting.embedded import with_database
 
         self.name = f"kenning_env_{uuid.uuid4().hex[:12]}"
         self.admin = with_database(server, "postgres")

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from kenning.core.urls import hide_credentials, query_options, split_url
 from kenning.errors import ConfigurationError
-from kenning.runtime import amqp
+from kenning.hosting import amqp
 
 AMQP_SCHEMES = ("amqp", "amqps")
 NATS_SCHEMES = ("nats", "tls")

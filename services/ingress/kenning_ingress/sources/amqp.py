@@ -26,7 +26,7 @@ import aio_pika
 import structlog
 from aio_pika.abc import AbstractIncomingMessage
 
-from kenning.runtime import amqp
+from kenning.hosting import amqp
 from kenning.storage.inbox import NewEvent
 from kenning_ingress.parsing import EventLimits, InvalidEventError
 from kenning_ingress.sources import amqp_frames

@@ -3,7 +3,7 @@
 ``serve`` is what each long-running process (worker, scheduler, relayer) runs on its
 event loop: SIGTERM and SIGINT call the service's ``stop()`` (it stops taking work and
 drains what it holds, each service by its own rules), the health file is touched while
-the service runs (``kenning.runtime.health``), and the database pool is closed however the
+the service runs (``kenning.hosting.health``), and the database pool is closed however the
 service ends. The process's exit code is the command's: 0 after a stop.
 
 Before ``serve`` the service starts: it loads its app, migrates, connects (a second or
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Protocol
 
-from kenning.runtime.health import heartbeat
+from kenning.hosting.health import heartbeat
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

@@ -428,14 +428,14 @@ class ProcessSettings:
         help="seconds a database connection may go unanswered (TCP keepalives unanswered, data unacknowledged) "
         "before either end drops it; 0: the operating system's (two hours and more)",
     )
-    # the fleet's registry (kenning.runtime.presence): stale after three missed heartbeats
+    # the fleet's registry (kenning.hosting.presence): stale after three missed heartbeats
     presence_interval: float = setting(
         10.0,
         type=positive_float,
         help="seconds between the heartbeats that keep this process in `kenning workers list`; after three missed "
         "it shows as stale",
     )
-    # kenning.runtime.commitwatch: a primary that takes connections but finishes no commit
+    # kenning.hosting.commitwatch: a primary that takes connections but finishes no commit
     commit_stall_seconds: float = setting(
         5.0,
         type=positive_float,
@@ -472,7 +472,7 @@ class ProcessSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class ServiceSettings(ProcessSettings):
-    """The options of a process that runs a pass loop (``kenning.runtime.passloop``)."""
+    """The options of a process that runs a pass loop (``kenning.hosting.passloop``)."""
 
     poll_interval: float = setting(1.0, type=positive_float, help="fallback poll when a NOTIFY is missed (s)")
     listen: bool = setting(True, help="wake on LISTEN/NOTIFY (else poll only)")
@@ -480,7 +480,7 @@ class ServiceSettings(ProcessSettings):
         "", help="PostgreSQL itself, not a transaction-mode pooler, for LISTEN (default: --database-url)"
     )
     health_file: str = setting("", help="touched every 5 s while alive (for healthchecks)")
-    # per process: several processes on one host cannot share a port (kenning.runtime.scrape)
+    # per process: several processes on one host cannot share a port (kenning.hosting.scrape)
     metrics_port: int = setting(
         0, type=port_number, per_process=True, help="serve Prometheus metrics on GET /metrics at this port; 0: off"
     )

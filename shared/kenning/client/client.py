@@ -1,4 +1,4 @@
-"""``kenning.Client``: start, inspect, await and cancel workflow instances.
+"""``Client``: start, inspect, await and cancel workflow instances (``kenning.Client``).
 
 Starting (``kenning.starting``) inserts a runnable instance and notifies workers in one
 statement; it never runs workflow code in the caller.
@@ -17,11 +17,11 @@ from typing_extensions import ParamSpec, TypeVar
 
 from kenning import codecs, serialization
 from kenning.app import database_url_of_apps, warn_unloaded_hooks
-from kenning.clients.forks import Fork, fork_action, fork_instance
-from kenning.clients.results import DEFAULT_POLL_INTERVAL, ResultWaits
-from kenning.clients.starts import Starter
-from kenning.clients.streams import StreamReaders
-from kenning.clients.unavailable import DEFAULT_RETRY_SECONDS, retried
+from kenning.client.forks import Fork, fork_action, fork_instance
+from kenning.client.results import DEFAULT_POLL_INTERVAL, ResultWaits
+from kenning.client.starts import Starter
+from kenning.client.streams import StreamReaders
+from kenning.client.unavailable import DEFAULT_RETRY_SECONDS, retried
 from kenning.core.mailbox import Undelivered, refusal, request_answer, request_refusal
 from kenning.core.names import STATUS_VALUE_KEY
 from kenning.core.published import PublishedStatus, check_key, search_text, status_of
@@ -39,7 +39,7 @@ from kenning.errors import (
 )
 from kenning.objects import payloads, restored
 from kenning.registry import REGISTRY
-from kenning.starting import InvalidInputError as InvalidInputError  # re-exported: kenning.client's API
+from kenning.starting import InvalidInputError as InvalidInputError  # re-exported by kenning.client
 from kenning.starting import StartedInstance as StartedInstance  # re-exported
 from kenning.starting import prepare_start
 from kenning.storage import actions as actions_sql
@@ -74,7 +74,7 @@ class Client:
         """``retry_seconds``: how long a call that is safe to repeat (a read, a cancel, a
         message or request, whose id is fixed before the first attempt) is retried while
         the database is unavailable before it raises ``DatabaseUnavailableError``; a start
-        raises it at once (``kenning.clients.unavailable``)."""
+        raises it at once (``kenning.client.unavailable``)."""
         if retry_seconds < 0:
             raise ValueError(f"retry_seconds must not be negative, got {retry_seconds}")
         self.retry_seconds = retry_seconds
@@ -216,7 +216,7 @@ class Client:
         """Wait for the instance to finish and return its result, of the workflow's return
         type when given what ``start`` returned (an id alone says nothing of its type):
         woken by the NOTIFY of
-        the statement that finished it (``kenning.clients.results``), read again every
+        the statement that finished it (``kenning.client.results``), read again every
         ``result_poll_interval`` seconds in case a notification was missed.
 
         Raises ``WorkflowFailedError`` if it failed or was cancelled, ``TimeoutError``

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kenning.db import Database
-from kenning.runtime.config import non_negative_float, positive_float, positive_int, setting
+from kenning.hosting.config import non_negative_float, positive_float, positive_int, setting
 from kenning.storage import inbox as inbox_sql
 from kenning.storage import outbox as outbox_sql
 from kenning.storage import retention as retention_sql

@@ -6,7 +6,7 @@ every statement that wrote something waits in its commit, for ever, while connec
 reads go on working. Without a watch the processes hold their work and log nothing, and
 only an HTTP client timing out shows anything is wrong.
 
-Every long-running process runs one (``kenning.runtime.presence`` starts it beside the
+Every long-running process runs one (``kenning.hosting.presence`` starts it beside the
 heartbeat): every ``PROBE_SECONDS`` it commits one small write, the process's own row of
 the registry (``storage.processes.process_commit_probe``), on a connection of its own, so
 the probe never queues behind the pool's users and nothing it measures is a busy pool.

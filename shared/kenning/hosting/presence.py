@@ -12,7 +12,7 @@ The scheduler deletes entries silent for ``FORGET_AFTER`` times their expiry.
 The registry is for operators, never for correctness: no claim or lease reads it, and a
 database that does not answer only delays the next heartbeat (a warning, then retried).
 Beside the heartbeat, each process probes its commits on its own row
-(``kenning.runtime.commitwatch``): ``Presence.commits`` says whether they complete.
+(``kenning.hosting.commitwatch``): ``Presence.commits`` says whether they complete.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import structlog
 
 from kenning.db import Database, Executor
 from kenning.db.errors import is_unavailable
-from kenning.runtime.commitwatch import CommitWatch
+from kenning.hosting.commitwatch import CommitWatch
 from kenning.storage import processes as processes_sql
 
 _log = structlog.get_logger("kenning.presence")

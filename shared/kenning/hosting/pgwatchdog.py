@@ -7,7 +7,7 @@ none stops the server. Two remedies, both here:
 
 - a watchdog process, started next to each user of the server, that notices its parent's
   death (it is re-parented), strikes the dead PID from the list and stops the server when no
-  live user remains (``python -m kenning.runtime.pgwatchdog``);
+  live user remains (``python -m kenning.hosting.pgwatchdog``);
 - on start, :func:`stop_orphan` strikes dead PIDs and stops a server nobody alive uses, so the
   next ``kenning up`` starts its own server and really stops it again.
 """
@@ -30,8 +30,8 @@ from typing import Any
 import psutil
 import structlog
 
+from kenning.hosting.config import add_logging_options
 from kenning.observability.logs import configure_logging
-from kenning.runtime.config import add_logging_options
 
 _log = structlog.get_logger("kenning.pgwatchdog")
 
@@ -135,7 +135,7 @@ def start(pgdata: Path) -> subprocess.Popen[bytes]:
         [
             sys.executable,
             "-m",
-            "kenning.runtime.pgwatchdog",
+            "kenning.hosting.pgwatchdog",
             "--pgdata",
             str(pgdata.resolve()),
             "--parent",
@@ -160,7 +160,7 @@ def watch(pgdata: Path, parent: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kenning.runtime.pgwatchdog", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kenning.hosting.pgwatchdog", description=__doc__)
     parser.add_argument("--pgdata", type=Path, required=True)
     parser.add_argument("--parent", type=int, required=True)
     add_logging_options(parser)

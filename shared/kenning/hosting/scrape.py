@@ -13,7 +13,7 @@ The worker, scheduler and relayer serve it on ``--metrics-port`` (off by default
 waits on the database without blocking anything and no thread touches the process's
 objects; it stops after the service drained (a scrape during the drain is answered).
 The same server answers ``GET /readyz``: 200, or 503 with the reason the process is not
-ready (its commits do not complete: ``kenning.runtime.commitwatch``), as the ingress's
+ready (its commits do not complete: ``kenning.hosting.commitwatch``), as the ingress's
 and the console's ``/readyz`` do.
 The ingress and the console serve it as a route of their app; with several
 uvicorn workers it uses ``prometheus_client``'s multiprocess mode, so the one worker

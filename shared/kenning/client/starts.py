@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import structlog
 
-from kenning.clients.folding import fold_on, folds
+from kenning.client.folding import fold_on, folds
 from kenning.core.cancelling import cancel_and_wait
 from kenning.core.records import NewInstance, StartOutcome
 from kenning.db import Database, Executor
@@ -64,7 +64,7 @@ async def start_on(
     Inside a transaction pass ``registered``: the definitions written are listed there
     for the caller to add to ``known`` once it committed; without it they are added to
     ``known`` at once (the statement committed on its own). A debounced start or a
-    batched event is folded into its key's burst (``kenning.clients.folding``): inside
+    batched event is folded into its key's burst (``kenning.client.folding``): inside
     a transaction only."""
     if folds(start):
         assert registered is not None, "a folded start joins the caller's transaction"

@@ -25,7 +25,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import structlog
 
-from kenning.clients.results import ResultWaits
+from kenning.client.results import ResultWaits
 from kenning.core.cancelling import cancel_and_wait, wait_until_set
 from kenning.core.streams import StreamEntry, check_stream_key
 from kenning.db import Database
