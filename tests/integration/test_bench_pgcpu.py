@@ -1,6 +1,7 @@
 """The bench's PostgreSQL CPU: a backend that exits inside the measured window keeps the CPU
 it spent in it, and takes none of what it spent before away (the sum of live ``postgres``
-processes the throughput table used went negative then)."""
+processes the throughput table used went negative then); and a server other databases use
+in the window is told apart, as their CPU is in the same tree."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import psutil
 import psycopg
 import pytest
 
-from kenning_devtools.bench.pgcpu import postmaster_of, tree_cpu_seconds
+from kenning.runtime.embedded import with_database
+from kenning_devtools.bench.pgcpu import other_work, postmaster_of, shared, tree_cpu_seconds
 
 # about half a second of one backend's CPU; counters tick in 10 ms
 BURN = "SELECT count(*) FROM generate_series(1, 5000000)"
@@ -60,3 +62,14 @@ def test_the_servers_tree_reading_never_falls_while_backends_come_and_go(databas
     assert len(values) == len(readings)
     assert values == sorted(values)
     assert values[-1] > values[0]
+
+
+def test_another_databases_session_marks_the_server_shared(database_url: str) -> None:
+    before = other_work(database_url)
+    with psycopg.connect(with_database(database_url, "postgres"), autocommit=True) as other:
+        other.execute("SELECT 1")
+        during = other_work(database_url)
+    assert during.sessions >= 1
+    assert shared(before, during)
+    assert shared(before._replace(sessions=0), during._replace(sessions=0, transactions=before.transactions + 1))
+    assert not shared(before._replace(sessions=0), before._replace(sessions=0))

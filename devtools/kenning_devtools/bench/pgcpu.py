@@ -11,14 +11,17 @@ reaped one whole, so the total never falls.
 
 ``pg_stat_database``/``pg_stat_statements`` were not used: they count time (and
 statements), not CPU, and leave out the background writers and the backend starts. What
-this does not separate: other clients of the same server (the tests' shared server) are
-in the tree; the bench's own embedded or container server has no others.
+the tree cannot separate is other clients of the same server (the tests' shared server):
+their backends are children of the same postmaster, and an exited one's CPU is in the same
+``cutime``. So the window's other work is read too (:func:`other_work`), and a server others
+used in it is reported as not measured rather than with their CPU; the bench's own
+embedded or container server has no others.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 import psycopg
@@ -72,3 +75,28 @@ def tree_cpu_seconds(postmaster: psutil.Process) -> float | None:
         if (before.children_user, before.children_system) == (after.children_user, after.children_system):
             return _own_and_reaped(after) + live
     return _own_and_reaped(after) + live  # churning too fast to catch still: off by a child at most
+
+
+class OtherWork(NamedTuple):
+    """Other databases' use of the server: transactions so far and sessions now."""
+
+    transactions: int
+    sessions: int
+
+
+def other_work(url: str) -> OtherWork:
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        row = conn.execute(
+            "SELECT (SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database"
+            "        WHERE datname <> current_database()) AS transactions,"
+            "       (SELECT count(*) FROM pg_stat_activity"
+            "        WHERE backend_type = 'client backend' AND datname <> current_database()) AS sessions"
+        ).fetchone()
+    assert row is not None  # an aggregate's row
+    return OtherWork(int(row["transactions"]), int(row["sessions"]))
+
+
+def shared(before: OtherWork, after: OtherWork) -> bool:
+    """Whether other databases used the server between two readings (a busy backend may
+    hold its counters back for seconds, so the sessions seen at either end count too)."""
+    return before.transactions != after.transactions or before.sessions > 0 or after.sessions > 0

@@ -12,7 +12,7 @@ import psycopg
 
 from kenning.client import Client
 from kenning_devtools.bench.limits import commits, commits_when_alone
-from kenning_devtools.bench.pgcpu import postmaster_of, tree_cpu_seconds
+from kenning_devtools.bench.pgcpu import other_work, postmaster_of, shared, tree_cpu_seconds
 from kenning_devtools.bench.processes import fleet
 from kenning_devtools.bench.workflows import bench_three
 
@@ -72,6 +72,7 @@ async def run_throughput(
         )
         await asyncio.sleep(0.5)  # let them connect and LISTEN
         cpu_before = running.cpu_seconds(procs)
+        others_before = other_work(url)
         pg_before = tree_cpu_seconds(postmaster) if postmaster is not None else None
         me = psutil.Process()
         client_before, machine_before = sum(me.cpu_times()[:2]), psutil.cpu_times()
@@ -91,6 +92,8 @@ async def run_throughput(
         elapsed = time.monotonic() - started
         cpu = running.cpu_seconds(procs) - cpu_before
         pg_after = tree_cpu_seconds(postmaster) if postmaster is not None else None
+        if shared(others_before, other_work(url)):
+            pg_after = None  # the tree holds other clients' CPU too (pgcpu's docstring)
         client_cpu, machine_after = sum(me.cpu_times()[:2]) - client_before, psutil.cpu_times()
     # read once the workers have stopped: a busy backend defers its counters for up to
     # 10 s (PGSTAT_IDLE_INTERVAL) and flushes them when it exits
