@@ -74,7 +74,8 @@ def tree_cpu_seconds(postmaster: psutil.Process) -> float | None:
         # (live, then reaped) or not at all: read again
         if (before.children_user, before.children_system) == (after.children_user, after.children_system):
             return _own_and_reaped(after) + live
-    return _own_and_reaped(after) + live  # churning too fast to catch still: off by a child at most
+    # backends churning too fast to catch still: off by the children reaped during the last read
+    return _own_and_reaped(after) + live
 
 
 class OtherWork(NamedTuple):
