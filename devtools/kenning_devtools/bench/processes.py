@@ -90,13 +90,3 @@ def fleet(database_url: str) -> Iterator[Fleet]:
     finally:
         running.stop()
     shutil.rmtree(running.log_dir, ignore_errors=True)  # kept when the block failed, for its logs
-
-
-def postgres_cpu_seconds() -> float | None:
-    """CPU of every local ``postgres`` process, or None when the server is not local."""
-    total, found = 0.0, False
-    for proc in psutil.process_iter(["name", "cpu_times"]):
-        if proc.info["name"] in ("postgres", "postmaster") and proc.info["cpu_times"] is not None:
-            found = True
-            total += proc.info["cpu_times"].user + proc.info["cpu_times"].system
-    return total if found else None

@@ -12,7 +12,8 @@ import psycopg
 
 from kenning.client import Client
 from kenning_devtools.bench.limits import commits, commits_when_alone
-from kenning_devtools.bench.processes import fleet, postgres_cpu_seconds
+from kenning_devtools.bench.pgcpu import other_work, postmaster_of, shared, tree_cpu_seconds
+from kenning_devtools.bench.processes import fleet
 from kenning_devtools.bench.workflows import bench_three
 
 APP = "kenning_devtools.bench.workflows"
@@ -63,6 +64,7 @@ async def run_throughput(
 ) -> dict[str, Any]:
     """``env``: the workers' extra variables (the encryption section's keys)."""
     await _reset(url)
+    postmaster = postmaster_of(url)  # None: not on this machine, so its CPU is not measured
     with fleet(url) as running:
         procs = running.spawn_all(
             [(["worker", "--app", APP, "--no-migrate", "--concurrency", str(concurrency)], "worker.started")] * workers,
@@ -70,7 +72,8 @@ async def run_throughput(
         )
         await asyncio.sleep(0.5)  # let them connect and LISTEN
         cpu_before = running.cpu_seconds(procs)
-        pg_before = postgres_cpu_seconds()
+        others_before = other_work(url)
+        pg_before = tree_cpu_seconds(postmaster) if postmaster is not None else None
         me = psutil.Process()
         client_before, machine_before = sum(me.cpu_times()[:2]), psutil.cpu_times()
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -88,7 +91,9 @@ async def run_throughput(
             polls = await _wait_completed(url, workflows, timeout=max(120.0, workflows / 5))
         elapsed = time.monotonic() - started
         cpu = running.cpu_seconds(procs) - cpu_before
-        pg_after = postgres_cpu_seconds()
+        pg_after = tree_cpu_seconds(postmaster) if postmaster is not None else None
+        if shared(others_before, other_work(url)):
+            pg_after = None  # the tree holds other clients' CPU too (pgcpu's docstring)
         client_cpu, machine_after = sum(me.cpu_times()[:2]) - client_before, psutil.cpu_times()
     # read once the workers have stopped: a busy backend defers its counters for up to
     # 10 s (PGSTAT_IDLE_INTERVAL) and flushes them when it exits
@@ -112,6 +117,6 @@ async def run_throughput(
         "client_cpu_ms_per_workflow": round(1000 * client_cpu / workflows, 3),
         "machine_cpu_busy": _busy_share(machine_before, machine_after),
         "postgres_cpu_ms_per_workflow": (
-            round(1000 * (pg_after - pg_before) / workflows, 3) if pg_before is not None and pg_after else None
+            None if pg_before is None or pg_after is None else round(1000 * (pg_after - pg_before) / workflows, 3)
         ),
     }
