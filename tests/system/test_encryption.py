@@ -171,6 +171,8 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
     shown = json.loads(without.stdout)
     assert shown["input"] == "encrypted" and shown["result"] == {"result": "encrypted"}
     assert MARKER not in without.stdout
+    carbon = [r for r in shown["history"] if r["payload"] == {"bytes": True, "data": "encrypted"}]
+    assert [r["payload_bytes"] for r in carbon] == [None]
     # other bytes under the right id: one line naming the key, exit code 2, nothing shown
     wrong = run_kenning(show, {"KENNING_DATABASE_URL": database_url, codecs.KEYS_VARIABLE: K1_WRONG})
     assert wrong.returncode == 2 and wrong.stdout == ""

@@ -159,9 +159,12 @@ async def history_shown(conn: Executor, instance_id: str) -> list[dict[str, Any]
 def _shown_payload(payload: Any, payload_bytes: bytes | None) -> dict[str, Any]:
     """A record's payload for operators ("encrypted" without the key); bytes sealed in its
     ``data`` beside an empty ``payload_bytes`` (``kenning.codecs.seal_bytes``) opened back
-    into ``payload_bytes``, as if stored as they came."""
+    into ``payload_bytes``, as if stored as they came (without the key: ``"data":
+    "encrypted"`` and no bytes)."""
     shown = codecs.shown(payload)
-    if payload_bytes is None or not isinstance(shown, dict) or shown.get("data") in (None, codecs.ENCRYPTED):
+    if payload_bytes is None or not isinstance(shown, dict) or shown.get("data") is None:
         return {"payload": shown, "payload_bytes": payload_bytes}
+    if shown["data"] == codecs.ENCRYPTED:
+        return {"payload": shown, "payload_bytes": None}
     opened = codecs.unseal_bytes(shown["data"])
     return {"payload": {k: v for k, v in shown.items() if k != "data"}, "payload_bytes": opened}
