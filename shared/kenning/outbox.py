@@ -91,7 +91,11 @@ def _encode_data(event_data: Any, content_type: str | None) -> tuple[str | None,
     if event_data is None:
         return None, None, content_type
     if isinstance(event_data, bytes | bytearray | memoryview):
-        return None, bytes(event_data), content_type or BINARY_CONTENT_TYPE
+        raw = bytes(event_data)
+        sealed = codecs.seal_bytes(raw)  # in ``data`` beside an empty ``data_bytes`` (the sign), or as it came
+        if sealed is None:
+            return None, raw, content_type or BINARY_CONTENT_TYPE
+        return json.dumps(sealed), b"", content_type or BINARY_CONTENT_TYPE
     value = serialization.to_json(event_data)  # pydantic models, dataclasses, datetimes...
     if not is_json_content_type(content_type) and not isinstance(value, str):
         raise TypeError(

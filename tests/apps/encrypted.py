@@ -1,8 +1,9 @@
 """A workflow that stores a marker in every kind of user payload (issue 36, item 1):
-its input, an activity's result and (on a first attempt) its error, an outbox event, a
-published value, a stream entry, a received message and its reply, a compensation's
-arguments, a timer the scheduler fires, and its result; and a workflow waiting for an event by
-``match`` (the event's data sealed in the inbox by the ingress)."""
+its input, an activity's result (JSON and ``bytes``) and (on a first attempt) its error,
+an outbox event (JSON and binary data), a published value, a stream entry, a received
+message and its reply, a compensation's arguments, a timer the scheduler fires, and its
+result; and a workflow waiting for an event by ``match`` (the event's data sealed in the
+inbox by the ingress)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,15 @@ async def charge(ctx: WorkflowContext, card: str) -> dict[str, Any]:
         ctx.heartbeat("tried")
         raise RuntimeError(f"declined {card}")
     await send_event_transactional(ctx, "card.charged", "tests/encryption", {"card": card})
+    # binary data: sealed in the outbox, opened by the relayer to publish the original bytes
+    await send_event_transactional(ctx, "card.imprinted", "tests/encryption", b"\xff imprint of " + card.encode())
     return {"receipt": f"receipt of {card}"}
+
+
+@activity
+async def imprint(ctx: WorkflowContext, card: str) -> bytes:
+    """A ``bytes`` result: sealed in its history record, read back whole on replay."""
+    return f"carbon of {card}".encode()
 
 
 @compensation
@@ -51,12 +60,13 @@ async def ship(ctx: WorkflowContext, card: str) -> None:
 @workflow(name="encryption.pay")
 async def pay(ctx: WorkflowContext, card: str) -> str:
     receipt = await charge(ctx, card)
+    carbon = await imprint(ctx, card)
     await publish_value(ctx, "receipt", receipt)
     await write_stream(ctx, "log", {"charged": card})
     note = await receive(ctx, "note")
     await note.reply(ctx, {"noted": note.data})
     await wait_timer(ctx, 0.2)
-    return f"paid {receipt['receipt']} after {note.data}"
+    return f"paid {receipt['receipt']} after {note.data}, {carbon.decode()}"
 
 
 @workflow(name="encryption.fails")

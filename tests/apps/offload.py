@@ -15,6 +15,7 @@ from kenning import (
     close_stream,
     publish_value,
     receive,
+    send_event_transactional,
     start_child,
     subscribe,
     wait_event,
@@ -63,6 +64,22 @@ async def large_then_receive(ctx: WorkflowContext, size: int, seed: str = "k") -
     text = await make_blob(ctx, size, seed)
     await receive(ctx, "go")
     return await digest(ctx, text)
+
+
+@activity
+async def make_bytes(ctx: WorkflowContext, size: int, seed: str) -> bytes:
+    """A large ``bytes`` result, also sent as an outbox event's binary data."""
+    data = b"\xff" + blob(size, seed).encode()
+    await send_event_transactional(ctx, "blob.made", "tests/offload", data)
+    return data
+
+
+@workflow
+async def large_bytes_then_receive(ctx: WorkflowContext, size: int, seed: str = "k") -> str:
+    """A large ``bytes`` result (sealed with keys), then a wait: the replay reads it back."""
+    data = await make_bytes(ctx, size, seed)
+    await receive(ctx, "go")
+    return hashlib.sha256(data).hexdigest()
 
 
 @workflow

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,11 +23,12 @@ import pytest
 
 from kenning import Client, WorkflowFailedError, codecs
 from kenning.db import Database
+from kenning.storage import outbox as outbox_sql
 from tests.apps import encrypted
 from tests.console_support import console_ready, spawn_console
 from tests.ingress_support import Ingress, binary, cloud_event, start_ingress
 from tests.logguard import expect_log
-from tests.relayer_support import insert_events, outbox_row, running_relayer, start_receiver
+from tests.relayer_support import insert_events, outbox_row, relayer_process, running_relayer, start_receiver
 from tests.scheduler_support import spawn_scheduler
 from tests.support import ProcessPool, eventually, run_kenning
 
@@ -35,6 +37,10 @@ MARKER = "MARKER-4111-1111-1111-1111"
 K1 = "k1:" + base64.b64encode(b"\x01" * 32).decode()
 K2 = "k2:" + base64.b64encode(b"\x02" * 32).decode()
 K1_WRONG = "k1:" + base64.b64encode(b"\x03" * 32).decode()
+# the pay workflow's result: its activity's bytes result (carbon) read back on replay
+# an outbox event's binary data (not UTF-8: the receiver keeps it as bytes)
+IMPRINT = b"\xff imprint of " + MARKER.encode()
+PAID = f"paid receipt of {MARKER} after note {MARKER}, carbon of {MARKER}"
 
 
 @pytest.fixture
@@ -131,26 +137,42 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
         failing = await client.start(encrypted.fails, card=MARKER)
         reply = await client.request(paid.instance_id, "note", f"note {MARKER}", timeout=60)
         assert reply == {"noted": f"note {MARKER}"}
-        assert await client.result(paid, timeout=60) == f"paid receipt of {MARKER} after note {MARKER}"
+        assert await client.result(paid, timeout=60) == PAID
         with pytest.raises(WorkflowFailedError, match=f"cannot ship to {MARKER}"):
             await client.result(failing, timeout=60)
         assert await client.get_value(paid.instance_id, "receipt") == {"receipt": f"receipt of {MARKER}"}
 
     before = dump(database_url)
     assert tables_holding(before, MARKER) == set(), "plaintext of an encrypted payload in the database"
+    # an event's data, an activity's bytes result and an outbox event's binary data
     assert tables_holding(before, MARKER.encode().hex()) == set(), "binary plaintext (bytea) in the database"
     assert '"$enc": "k1"' in before
+
+    # the relayer opens the outbox's binary data and publishes the bytes sent
+    receiver = await start_receiver(processes)
+    relayer_process(processes, database_url, receiver.url, env=env)
+
+    def imprints() -> list[bytes]:
+        events = [e for e in receiver.events() if e.get("attributes", {}).get("type") == "card.imprinted"]
+        return [base64.b64decode(e["data_base64"]) for e in events]
+
+    await eventually(lambda: bool(imprints()), timeout=60, message="the binary event published")
+    assert imprints() == [IMPRINT]
 
     # the CLI opens payloads with the key and shows "encrypted" without it
     show = ["instances", "show", paid.instance_id, "--json"]
     with_key = run_kenning(show, {"KENNING_DATABASE_URL": database_url, codecs.KEYS_VARIABLE: K1})
     assert with_key.returncode == 0, with_key.stderr
     assert json.loads(with_key.stdout)["input"] == {"card": MARKER}
+    carbon = [r for r in json.loads(with_key.stdout)["history"] if r["payload"] == {"bytes": True}]
+    assert [r["payload_bytes"] for r in carbon] == [f"<{len(f'carbon of {MARKER}')} bytes>"]
     without = run_kenning(show, {"KENNING_DATABASE_URL": database_url})
     assert without.returncode == 0, without.stderr
     shown = json.loads(without.stdout)
     assert shown["input"] == "encrypted" and shown["result"] == {"result": "encrypted"}
     assert MARKER not in without.stdout
+    carbon = [r for r in shown["history"] if r["payload"] == {"bytes": True, "data": "encrypted"}]
+    assert [r["payload_bytes"] for r in carbon] == [None]
     # other bytes under the right id: one line naming the key, exit code 2, nothing shown
     wrong = run_kenning(show, {"KENNING_DATABASE_URL": database_url, codecs.KEYS_VARIABLE: K1_WRONG})
     assert wrong.returncode == 2 and wrong.stdout == ""
@@ -209,7 +231,7 @@ async def test_no_plaintext_reaches_the_database_and_rotation_moves_every_row(
 
     codecs.configure(keys=K2)
     async with Client(database=database) as client:
-        assert await client.result(paid.instance_id, timeout=10) == f"paid receipt of {MARKER} after note {MARKER}"
+        assert await client.result(paid.instance_id, timeout=10) == PAID
         # a wrong key under the right id: one line saying so, nothing changed in the row
         codecs.configure(keys="k2:" + base64.b64encode(b"\x09" * 32).decode())
         with pytest.raises(codecs.EncryptionKeyError, match="does not decrypt with key 'k2'") as caught:
@@ -252,6 +274,19 @@ async def test_a_relayer_without_the_key_dead_letters_nothing_and_publishes_once
     expect_log("outbox.unreadable")
     receiver = await start_receiver(processes)
     sealed = await insert_events(database, 2, data=codecs.seal({"card": MARKER}))
+    binary_id = str(uuid.uuid4())  # binary data, sealed as send_event_transactional seals it
+    async with database.transaction() as conn:
+        await outbox_sql.outbox_insert(
+            conn,
+            event_id=binary_id,
+            instance_id=None,
+            event_type="card.imprinted",
+            source="/tests",
+            content_type="application/octet-stream",
+            data_json=json.dumps(codecs.seal_bytes(IMPRINT)),
+            data_bytes=b"",
+        )
+    sealed.append(binary_id)
     (plain,) = await insert_events(database, 1, data={"n": 1})
     codecs.configure(keys="k9:" + base64.b64encode(b"\x09" * 32).decode())
     async with running_relayer(database, receiver.url, max_attempts=2):
@@ -264,5 +299,7 @@ async def test_a_relayer_without_the_key_dead_letters_nothing_and_publishes_once
         await eventually(
             lambda: all(receiver.accepted()[i] == 1 for i in sealed), timeout=30, message="sealed events published"
         )
-    published = [e for e in receiver.events() if e.get("attributes", {}).get("id") in sealed]
+    published = [e for e in receiver.events() if e.get("attributes", {}).get("id") in sealed[:2]]
     assert [e["data"] for e in published] == [{"card": MARKER}] * 2
+    (binary_event,) = [e for e in receiver.events() if e.get("attributes", {}).get("id") == binary_id]
+    assert base64.b64decode(binary_event["data_base64"]) == IMPRINT

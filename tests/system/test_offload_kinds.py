@@ -6,6 +6,7 @@ retention deletes every kind's objects with their instance."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Callable, Iterator
@@ -14,7 +15,7 @@ import httpx
 import psycopg
 import pytest
 
-from kenning import Client
+from kenning import Client, codecs
 from kenning.db import Database
 from kenning.objects import payloads
 from tests.apps.offload import blob
@@ -22,6 +23,7 @@ from tests.console_support import console_ready, spawn_console
 from tests.logguard import expect_log
 from tests.objects_support import S3Server, seaweedfs
 from tests.ports import free_ports
+from tests.relayer_support import relayer_process, start_receiver
 from tests.scheduler_support import spawn_scheduler
 from tests.support import ProcessPool, eventually, run_kenning
 
@@ -135,6 +137,48 @@ async def test_every_payload_kind_leaves_its_row_is_read_back_and_expires_with_i
     sql.execute("UPDATE kenning_workflow_definitions SET retention_seconds = 60 WHERE workflow_name = 'every_kind'")
     sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '1 day' WHERE id = %s", (instance_id,))
     await eventually(lambda: s3.object_keys(f"kenning/{instance_id}/") == [], timeout=60, message="objects deleted")
+
+
+async def test_sealed_bytes_above_the_threshold_leave_their_rows_and_come_back_whole(
+    database: Database,
+    database_url: str,
+    processes: ProcessPool,
+    sql: Sql,
+    s3: S3Server,
+    store_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With keys, an activity's ``bytes`` result and an outbox event's binary data are
+    sealed as JSON envelopes, so a large one is offloaded like any value: the replay reads
+    the result back from the store, and the relayer publishes the bytes sent."""
+    keys = {codecs.KEYS_VARIABLE: "k1:" + base64.b64encode(b"\x01" * 32).decode()}
+    monkeypatch.setenv(codecs.KEYS_VARIABLE, keys[codecs.KEYS_VARIABLE])
+    codecs.reset()
+    env = {**store_env, **keys}
+    await _worker(processes, database_url, env)
+    size = 200_000  # above KENNING_OFFLOAD_BYTES (65536) once sealed
+    data = b"\xff" + blob(size, "bytes").encode()
+    try:
+        async with Client(database=database) as client:
+            started = await client.start("large_bytes_then_receive", size=size, seed="bytes")
+            instance_id = started.instance_id
+            await eventually(_status_is(sql, instance_id, "waiting_for_message"), timeout=120, message="waiting")
+            await client.send_message(instance_id, "go", None)
+            assert await client.result(instance_id, timeout=120) == hashlib.sha256(data).hexdigest()
+    finally:
+        codecs.reset()
+    stored = _one(
+        sql, "SELECT payload -> 'data' FROM kenning_history WHERE instance_id = %s AND payload ? 'bytes'", instance_id
+    )
+    _reference(stored, s3, instance_id)
+    _reference(_one(sql, "SELECT data FROM kenning_outbox WHERE instance_id = %s", instance_id), s3, instance_id)
+    assert _one(sql, "SELECT octet_length(data_bytes) FROM kenning_outbox WHERE instance_id = %s", instance_id) == 0
+
+    receiver = await start_receiver(processes)
+    relayer_process(processes, database_url, receiver.url, env=env)
+    await eventually(lambda: bool(receiver.events()), timeout=60, message="the binary event published")
+    (event,) = receiver.events()
+    assert base64.b64decode(event["data_base64"]) == data
 
 
 async def test_a_message_whose_object_is_gone_is_one_line_and_the_instance_waits_for_it(

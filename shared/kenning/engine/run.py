@@ -667,12 +667,16 @@ async def _off_the_loop(seal: Callable[..., R], *args: Any) -> R:
 
 def _encode_result(act: Activity[Any], result: Any) -> tuple[Any, bytes | None]:
     if isinstance(result, bytes | bytearray | memoryview):
-        return {"bytes": True}, bytes(result)
+        sealed = codecs.seal_bytes(bytes(result))
+        if sealed is None:
+            return {"bytes": True}, bytes(result)
+        return {"bytes": True, "data": sealed}, b""  # an empty payload_bytes: the sign of sealed bytes
     return {"result": serialization.storable_json(result, f"activity {act.name}: result")}, None
 
 
 def _decode_result(act: Activity[Any], record: HistoryRecord) -> Any:
-    if record.payload_bytes is not None:
-        return record.payload_bytes
+    if record.payload_bytes is not None:  # sealed in the payload (opened or not), or as it came
+        data = (record.payload or {}).get("data")
+        return codecs.unseal_bytes(data) if data is not None else record.payload_bytes
     annotation = serialization.type_hints(act.func).get("return", inspect.Parameter.empty)
     return serialization.from_json((record.payload or {}).get("result"), annotation)

@@ -245,10 +245,19 @@ async def outbox_page(
 ) -> list[OutboxEntry]:
     """Outbox events newest first, older than the ``created_seq`` ``before`` if given."""
     params = {"status": status, "event_type": event_type, "before": before, "limit": limit}
-    return [
-        OutboxEntry(**{**row._asdict(), "extensions": dict(row.extensions or {}), "data": codecs.shown(row.data)})
-        for row in await conn.execute(_OUTBOX_PAGE, params)
-    ]
+    return [_outbox_entry(row) for row in await conn.execute(_OUTBOX_PAGE, params)]
+
+
+def _outbox_entry(row: Any) -> OutboxEntry:
+    """An outbox row as the console shows it, as ``_inbox_entry`` shows an inbox row."""
+    values = {**row._asdict(), "extensions": dict(row.extensions or {}), "data": codecs.shown(row.data)}
+    if row.data_size is not None and row.data is not None:  # binary data sealed beside an empty data_bytes
+        opened = values["data"]
+        if opened == codecs.ENCRYPTED:
+            values["data_size"] = None  # shown as "encrypted"
+        else:
+            values["data"], values["data_size"] = None, len(codecs.unseal_bytes(opened))
+    return OutboxEntry(**values)
 
 
 _OUTBOX_EVENT = statement(
@@ -264,11 +273,7 @@ _OUTBOX_EVENT = statement(
 async def outbox_event(conn: Executor, event_id: str) -> OutboxEntry | None:
     """One outbox event by its id (a UUID: the caller checks the form)."""
     row = (await conn.execute(_OUTBOX_EVENT, {"id": event_id})).first()
-    return (
-        None
-        if row is None
-        else OutboxEntry(**{**row._asdict(), "extensions": dict(row.extensions or {}), "data": codecs.shown(row.data)})
-    )
+    return None if row is None else _outbox_entry(row)
 
 
 _OUTBOX_COUNTS = statement(

@@ -146,8 +146,7 @@ async def history_shown(conn: Executor, instance_id: str) -> list[dict[str, Any]
             "step_id": row.step_id,
             "kind": row.kind,
             "step_name": row.step_name,
-            "payload": codecs.shown(row.payload),  # operators without the key see "encrypted"
-            "payload_bytes": row.payload_bytes,
+            **_shown_payload(row.payload, row.payload_bytes),
             "created_at": row.created_at,
             "attempts": row.attempts,
             "started_at": row.started_at,
@@ -155,3 +154,17 @@ async def history_shown(conn: Executor, instance_id: str) -> list[dict[str, Any]
         }
         for row in await conn.execute(_HISTORY_SHOWN, {"id": instance_id})
     ]
+
+
+def _shown_payload(payload: Any, payload_bytes: bytes | None) -> dict[str, Any]:
+    """A record's payload for operators ("encrypted" without the key); bytes sealed in its
+    ``data`` beside an empty ``payload_bytes`` (``kenning.codecs.seal_bytes``) opened back
+    into ``payload_bytes``, as if stored as they came (without the key: ``"data":
+    "encrypted"`` and no bytes)."""
+    shown = codecs.shown(payload)
+    if payload_bytes is None or not isinstance(shown, dict) or shown.get("data") is None:
+        return {"payload": shown, "payload_bytes": payload_bytes}
+    if shown["data"] == codecs.ENCRYPTED:
+        return {"payload": shown, "payload_bytes": None}
+    opened = codecs.unseal_bytes(shown["data"])
+    return {"payload": {k: v for k, v in shown.items() if k != "data"}, "payload_bytes": opened}

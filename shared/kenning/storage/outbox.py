@@ -64,13 +64,20 @@ def _row(row: Any, *, shown: bool = False) -> OutboxRow:
     if values["data_bytes"] is not None:
         values["data_bytes"] = bytes(values["data_bytes"])
     values["extensions"] = dict(values["extensions"] or {})
+    # binary data sealed in ``data`` beside an empty ``data_bytes``: opened into ``data_bytes``
+    sealed_bytes = values["data_bytes"] is not None and values["data"] is not None
     if shown:
         values["data"] = codecs.shown(values["data"])
+        if sealed_bytes and values["data"] != codecs.ENCRYPTED:
+            values["data"], values["data_bytes"] = None, codecs.unseal_bytes(values["data"])
         return OutboxRow(**values)
     try:
-        values["data"] = codecs.unseal(values["data"])
+        if sealed_bytes:
+            values["data"], values["data_bytes"] = None, codecs.unseal_bytes(values["data"])
+        else:
+            values["data"] = codecs.unseal(values["data"])
     except codecs.CodecError as error:
-        values["data"], values["unreadable"] = None, str(error)
+        values["data"], values["data_bytes"], values["unreadable"] = None, None, str(error)
     return OutboxRow(**values)
 
 
