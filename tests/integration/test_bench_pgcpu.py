@@ -11,7 +11,7 @@ import psutil
 import psycopg
 import pytest
 
-from kenning.runtime.embedded import with_database
+from kenning.hosting.embedded import with_database
 from kenning_devtools.bench.pgcpu import other_work, postmaster_of, shared, tree_cpu_seconds
 
 # about half a second of one backend's CPU; counters tick in 10 ms
