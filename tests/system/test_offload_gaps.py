@@ -6,6 +6,7 @@ other than the worker is honoured as the variable is."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -15,7 +16,7 @@ import httpx
 import psycopg
 import pytest
 
-from kenning import Client
+from kenning import Client, codecs
 from kenning.db import Database
 from kenning.objects import payloads
 from kenning.storage.inbox import NewEvent, inbox_insert_events
@@ -28,6 +29,7 @@ from tests.scheduler_support import spawn_scheduler
 from tests.support import ProcessPool, eventually
 
 APP = "tests.apps.offload"
+KEY = "k1:" + base64.b64encode(b"\x01" * 32).decode()
 Sql = psycopg.Connection[tuple[object, ...]]
 SWEEPING = {
     "KENNING_OBJECT_SWEEP_GRACE": "1",
@@ -44,10 +46,13 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 
 @pytest.fixture(autouse=True)
 def fresh_payload_settings() -> Iterator[None]:
-    """The process reads KENNING_OBJECT_STORE once: each test reads its own."""
+    """The process reads KENNING_OBJECT_STORE (and KENNING_ENCRYPTION_KEYS) once: each
+    test reads its own."""
     payloads.reset()
+    codecs.reset()
     yield
     payloads.reset()
+    codecs.reset()
 
 
 @pytest.fixture
@@ -68,12 +73,26 @@ def _status(sql: Sql, instance_id: str) -> object:
     return None if row is None else row[0]
 
 
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
 async def test_a_childs_result_its_parent_took_outlives_the_childs_retention(
-    database: Database, database_url: str, processes: ProcessPool, sql: Sql, s3: S3Server, store_env: dict[str, str]
+    database: Database,
+    database_url: str,
+    processes: ProcessPool,
+    sql: Sql,
+    s3: S3Server,
+    store_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    encrypted: bool,
 ) -> None:
     """The parent's history keeps the child's result by the child's reference: retention
     of the child (its workflow's, shorter than the parent's) keeps that object, and the
-    sweep deletes it only once the parent is gone too."""
+    sweep deletes it only once the parent is gone too. Under encryption too: the child's
+    end is recorded as its row keeps it (its result sealed by the child), so the reference
+    stays in sight of the sweep rather than inside an envelope of the parent's."""
+    if encrypted:
+        store_env = {**store_env, codecs.KEYS_VARIABLE: KEY}
+        monkeypatch.setenv(codecs.KEYS_VARIABLE, KEY)  # the test's client opens the parent's result
+        codecs.reset()
     await _worker(processes, database_url, store_env)
     size = 400_000
     async with Client(database=database) as client:
@@ -91,6 +110,7 @@ async def test_a_childs_result_its_parent_took_outlives_the_childs_retention(
     taken = [u.removeprefix(f"s3://{s3.bucket}/") for u in urls if u != f"s3://{s3.bucket}/kenning/{parent}/"]
     taken = [key for key in taken if not key.startswith(f"kenning/{parent}/")]
     assert taken, urls  # the parent's history names an object of its child
+    assert all(key.startswith(f"kenning/{child}/") for key in taken), taken  # the child's own, not a copy
     assert all(key in s3.object_keys() for key in taken)
     folder = taken[0].rsplit("/", 1)[0]
     spawn_scheduler(processes, database_url, env={**store_env, **SWEEPING})
@@ -105,6 +125,7 @@ async def test_a_childs_result_its_parent_took_outlives_the_childs_retention(
     for key in taken:  # and it is the value the parent took
         body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
         assert hashlib.sha256(body).hexdigest() == key.rsplit("/", 1)[1]
+        assert codecs.is_sealed(json.loads(body)) is encrypted  # sealed by the child's worker, under the key
     # the parent expires: nothing references the child's object any more, the sweep deletes it
     sql.execute(
         "UPDATE kenning_workflow_definitions SET retention_seconds = 60 WHERE workflow_name = 'large_child_result'"

@@ -159,6 +159,22 @@ def batched_start(wf: Workflow[Any], batch: Batch, event_data: Any, data: dict[s
     return dataclasses.replace(start, batch=BatchedEvent(key, batch.max_size, batch.max_wait, seq, event_data))
 
 
+def _history_payload(stored: StoredEvent, event: ReceivedEvent) -> tuple[dict[str, Any], bytes | None]:
+    """The ``EventReceived`` row for ``event``. A child's end keeps its data as the inbox
+    row holds it: the child's result and error in it are sealed already, as the child's
+    row keeps them (``tell_parents`` copies them), so a reference to the child's object
+    stays one the object store's upkeep sees (``kenning.hosting.objects.kept_elsewhere``).
+    Opened and sealed again, the child's large result would be copied to a second object
+    and the child's kept by nothing once its inbox row is gone, or, under encryption, its
+    reference hidden inside the parent's envelope and the object deleted with the child.
+    The same payload ``storage.children``'s ``_ENDED_PAYLOAD`` records from the child's row."""
+    if not _is_child_end(stored) or stored.data_bytes is not None:
+        return event_history_payload(event)
+    payload, _ = event_history_payload(dataclasses.replace(event, data=None))
+    payload["data"] = stored.data
+    return payload, None
+
+
 def _is_child_end(stored: StoredEvent) -> bool:
     """A child's end told to its parent (kenning/storage/children.py::tell_parents). Its
     receiver is the parent, which takes it from the inbox if it waits for that child, else
@@ -509,7 +525,7 @@ class InboxProcessor:
             await self.database.bound_transaction(conn)
         for wf in self.starters.get(stored.event_type, []):
             await self._start(conn, wf, event, log, started, seq=stored.inbox_id)
-        payload, payload_bytes = event_history_payload(event)
+        payload, payload_bytes = _history_payload(stored, event)
         deliveries = await subscriptions_sql.subscription_deliver_event(
             conn,
             event_type=stored.event_type,
@@ -602,7 +618,7 @@ class InboxProcessor:
                     continue
                 stored, event = taken
                 try:
-                    payload, payload_bytes = event_history_payload(event)
+                    payload, payload_bytes = _history_payload(stored, event)
                 except ObjectStoreError as error:  # left unchecked: the next round tries again
                     self.log.error("inbox.object_store_unavailable", error=str(error), inbox_id=stored.inbox_id)
                     continue
