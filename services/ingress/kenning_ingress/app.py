@@ -38,6 +38,7 @@ from kenning.db.groupcommit import GroupCommit
 from kenning.errors import ObjectStoreError
 from kenning.hosting.config import process_id
 from kenning.hosting.presence import Presence
+from kenning.objects import payloads
 from kenning.observability import metrics, tracing
 from kenning.observability.logs import configure_logging
 from kenning.storage import inbox as inbox_sql
@@ -154,6 +155,8 @@ class Ingress:
         thread first, where a large value's upload to the object store does not hold up the
         other requests, and one that fails (``ObjectStoreError``) fails this request only;
         then the shared group commit."""
+        if not payloads.enabled():  # no upload: sealed here, no thread's hop per request
+            return await self._inbox.store(inbox_sql.sealed(events))
         return await self._inbox.store(await asyncio.to_thread(inbox_sql.sealed, events))
 
     def _stream_readers(self) -> StreamReaders:
