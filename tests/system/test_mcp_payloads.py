@@ -20,12 +20,12 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import TextContent
 
-from kenning import Client, codecs
+from kenning import Client, WorkflowFailedError, codecs
 from kenning.db import Database
 from kenning.objects import payloads
-from tests.apps import offload, published
+from tests.apps import core, offload, published
 from tests.apps.offload import blob
-from tests.logguard import LogGuard
+from tests.logguard import LogGuard, expect_log
 from tests.objects_support import S3Server, seaweedfs
 from tests.support import REPO_ROOT, running_worker
 from tests.system.test_mcp import CLIENT, refused
@@ -100,6 +100,7 @@ async def test_values_opened_with_the_key_encrypted_without_it_offloaded_ones_pr
     store = {**s3.env, "KENNING_OBJECT_STORE": s3.url(), "KENNING_OFFLOAD_BYTES": str(THRESHOLD)}
     for name, value in store.items():
         monkeypatch.setenv(name, value)
+    expect_log("instance.failed", workflow="saga")
     ids: dict[str, str] = {}
     worker_store: dict[str, Any] = {"object_store": s3.url(), "offload_bytes": THRESHOLD}
     async with Client(database=database) as client:
@@ -113,6 +114,11 @@ async def test_values_opened_with_the_key_encrypted_without_it_offloaded_ones_pr
                 started = await client.start(offload.large_values, size=size, seed=name)
                 assert (await client.result(started.instance_id, timeout=60))["text"] == blob(size, name)
                 ids[name] = started.instance_id
+        async with running_worker(database, core.app, **worker_store):  # a sealed error message
+            failed = await client.start(core.saga, amount=1, fail=True)
+            with pytest.raises(WorkflowFailedError):
+                await client.result(failed.instance_id, timeout=60)
+            ids["failed"] = failed.instance_id
         async with running_worker(database, published.app, **worker_store):  # a sealed published value, offloaded
             waiting = await client.start(published.publishes_later)
             ids["published"] = waiting.instance_id
@@ -142,11 +148,15 @@ async def test_values_opened_with_the_key_encrypted_without_it_offloaded_ones_pr
         assert blob(10, "small") in json.dumps(steps)
         answer, text = await shown(session, ids["published"])
         assert blob(200, "published") in json.dumps(answer_value(answer)) and '"$enc"' not in text
+        answer, text = await shown(session, ids["failed"])  # the error, in why's lines too
+        assert '"$enc"' not in text and "'$enc'" not in text
+        assert answer["instance"]["error_message"] == "no courier"
+        assert any(line.endswith(": no courier") for line in answer["why"]["lines"]), answer["why"]
 
     async with session_with(database_url, log, store) as session:  # no key: "encrypted"
-        for name in ("large", "medium", "small", "published"):
+        for name in ("large", "medium", "small", "published", "failed"):
             answer, text = await shown(session, ids[name])
-            assert '"$enc"' not in text and codecs.ENCRYPTED in text, name
+            assert '"$enc"' not in text and "'$enc'" not in text and codecs.ENCRYPTED in text, name
             assert blob(200, name) not in text
         answer, _ = await shown(session, ids["small"])
         assert answer["instance"]["result"] == {"result": codecs.ENCRYPTED}

@@ -102,7 +102,7 @@ def _error_message(instance: dict[str, Any]) -> None:
     """The start of an error's message, read in SQL from the stored error: a sealed
     message's text is its envelope's, so it is taken from the opened error instead."""
     message = instance.get("error_message")
-    if not isinstance(message, str) or not message.startswith('{"' + codecs.ENVELOPE_KEY + '"'):
+    if not isinstance(message, str) or opening.envelope_at(message) != 0:
         return
     error = instance.get("error")
     opened = error.get("message") if isinstance(error, dict) else codecs.ENCRYPTED

@@ -98,7 +98,7 @@ async def opened(value: Any, bounds: Bounds, depth: int = _DEPTH) -> Any:
 _ENVELOPE_STARTS = (_SEALED_HEAD, '{"v": "')
 
 
-def _envelope_at(preview: str) -> int:
+def envelope_at(preview: str) -> int:
     """Where in a preview's text an envelope may begin (-1: none does)."""
     found = [at for at in (preview.find(head) for head in _ENVELOPE_STARTS) if at >= 0]
     return min(found, default=-1)
@@ -114,7 +114,7 @@ async def bounded_column(
         if row.get(name) is not None:
             row[name] = await _fitted(await opened(row[name], bounds), row, name, preview_name, bounds)
         return
-    if not isinstance(preview, str) or _envelope_at(preview) < 0:
+    if not isinstance(preview, str) or envelope_at(preview) < 0:
         return  # plain text's start: as it is
     size = int(row.get(size_name or f"{name}_size") or 0)
     if whole is not None and size <= OPEN_LIMIT:  # read whole, opened: the plain parts kept
@@ -122,7 +122,7 @@ async def bounded_column(
     elif _has_key():
         row[preview_name] = f"({codecs.ENCRYPTED}: {size} bytes, more than the {OPEN_LIMIT} opened here)"
     else:
-        row[preview_name] = preview[: _envelope_at(preview)] + codecs.ENCRYPTED
+        row[preview_name] = preview[: envelope_at(preview)] + codecs.ENCRYPTED
 
 
 async def _fitted(value: Any, row: dict[str, Any], name: str, preview_name: str, bounds: Bounds) -> Any:
