@@ -179,3 +179,35 @@ async def test_an_ingress_without_a_store_keeps_a_large_event_inline_and_the_wai
         started = await client.start("sealed.takes_one", order="inline")
         await status_is(sql, started.instance_id, "completed")
         assert await client.result(started.instance_id, timeout=60) == 7
+
+
+@pytest.mark.parametrize("keys", ["", KEY], ids=["plain", "encrypted"])
+async def test_a_batch_of_large_events_holds_every_one(
+    database: Database,
+    database_url: str,
+    processes: ProcessPool,
+    sql: Sql,
+    s3: S3Server,
+    monkeypatch: pytest.MonkeyPatch,
+    keys: str,
+) -> None:
+    """A batch workflow's input gathers its events: sealed, or offloaded with the first
+    large one, it must still take the next ones (tests/apps/flow.py: five per batch)."""
+    env = store_env(s3, keys)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    ingress = start_ingress(processes, database_url, env=env)
+    worker = processes.worker(database_url, "tests.apps.flow", env=env)
+    await eventually(lambda: '"worker.started"' in processes.log_of(worker), timeout=60, message="worker up")
+    for n in range(5):
+        headers, body = binary(cloud_event("reading.taken", {"tenant": "big", "n": n, "pad": PAD}))
+        answer = httpx.post(f"{ingress.url}/", headers=headers, content=body, timeout=60)
+        assert answer.status_code == 202, answer.text
+    rows = sql.execute("SELECT id FROM kenning_instances WHERE workflow_name = 'reading.taken'").fetchall()
+    assert len(rows) == 1
+    (instance_id,) = rows[0]
+    await status_is(sql, str(instance_id), "completed")
+    async with Client(database=database) as client:
+        batch = await client.result(str(instance_id), timeout=60)
+    assert [event["n"] for event in batch] == [0, 1, 2, 3, 4]
+    assert all(event["pad"] == PAD for event in batch)
