@@ -211,3 +211,34 @@ async def test_a_batch_of_large_events_holds_every_one(
         batch = await client.result(str(instance_id), timeout=60)
     assert [event["n"] for event in batch] == [0, 1, 2, 3, 4]
     assert all(event["pad"] == PAD for event in batch)
+
+
+async def test_a_debounced_burst_keeps_its_latest_input_sealed(
+    database: Database,
+    database_url: str,
+    processes: ProcessPool,
+    sql: Sql,
+    s3: S3Server,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A start joining a burst replaces its input: sealed like the first one, never in
+    plain text (tests/apps/flow.py: doc.edited, debounced by doc)."""
+    env = store_env(s3, KEY)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    ingress = start_ingress(processes, database_url, env=env)
+    worker = processes.worker(database_url, "tests.apps.flow", env=env)
+    await eventually(lambda: '"worker.started"' in processes.log_of(worker), timeout=60, message="worker up")
+    doc = "secret-document-marker"
+    for n in range(3):
+        headers, body = binary(cloud_event("doc.edited", {"doc": doc, "n": n}))
+        answer = httpx.post(f"{ingress.url}/", headers=headers, content=body, timeout=60)
+        assert answer.status_code == 202, answer.text
+    rows = sql.execute("SELECT id FROM kenning_instances WHERE workflow_name = 'doc.edited'").fetchall()
+    assert len(rows) == 1
+    instance_id = str(rows[0][0])
+    await status_is(sql, instance_id, "completed")
+    stored = sql.execute("SELECT input::text FROM kenning_instances WHERE id = %s", (instance_id,)).fetchone()
+    assert stored is not None and doc not in str(stored[0]) and '"$enc"' in str(stored[0])
+    async with Client(database=database) as client:
+        assert await client.result(instance_id, timeout=60) == {"doc": doc, "n": 2}

@@ -50,6 +50,17 @@ _NEWEST_BURST = """burst AS (
     )"""
 _OPEN = "i.status = 'pending' AND i.run_count = 0 AND NOT i.cancel_requested AND i.available_at > now()"
 
+# The new input is sealed like every input (encrypted, or offloaded when large) under the
+# burst instance's objects, so the burst is found first (its instance row locked), then joined.
+_DEBOUNCE_PLACE = statement(
+    f"""
+    WITH {_NEWEST_BURST}
+    SELECT i.id FROM burst AS b JOIN kenning_instances AS i ON i.id = b.instance_id
+    WHERE {_OPEN}
+    FOR UPDATE OF i
+    """
+)
+
 _DEBOUNCE_JOIN = statement(
     f"""
     WITH {_NEWEST_BURST}, joined AS (
@@ -61,7 +72,7 @@ _DEBOUNCE_JOIN = statement(
                                 ELSE least(now() + make_interval(secs => :period),
                                            b.opened_at + make_interval(secs => :max_wait)) END
         FROM burst AS b
-        WHERE i.id = b.instance_id AND {_OPEN}
+        WHERE i.id = b.instance_id AND i.id = :id AND {_OPEN}
         RETURNING i.id
     ), counted AS (
         UPDATE kenning_bursts AS f
@@ -89,11 +100,16 @@ async def debounce_join(
     """Fold a start into its key's open burst (its input replaces the burst's, its due time
     moves on; ``seq``: an event's inbox id, recorded); the burst's instance id, or None
     when the key has no open burst."""
+    found = {"name": workflow_name, "key": key, "kind": DEBOUNCE}
+    place = (await conn.execute(_DEBOUNCE_PLACE, found)).first()
+    if place is None:
+        return None
+    with payloads.owned_by(str(place.id)):  # sealed as the burst's first input was
+        sealed = codecs.seal(input_json)
     params = {
-        "name": workflow_name,
-        "key": key,
-        "kind": DEBOUNCE,
-        "input": json.dumps(input_json),
+        **found,
+        "id": str(place.id),
+        "input": json.dumps(sealed),
         "period": period,
         "max_wait": max_wait,
         "seq": seq,
