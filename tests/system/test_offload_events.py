@@ -192,18 +192,18 @@ async def test_a_batch_of_large_events_holds_every_one(
     keys: str,
 ) -> None:
     """A batch workflow's input gathers its events: sealed, or offloaded with the first
-    large one, it must still take the next ones (tests/apps/flow.py: five per batch)."""
+    large one, it must still take the next ones (sealed.batch: five per batch)."""
     env = store_env(s3, keys)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     ingress = start_ingress(processes, database_url, env=env)
-    worker = processes.worker(database_url, "tests.apps.flow", env=env)
+    worker = processes.worker(database_url, APP, env=env)
     await eventually(lambda: '"worker.started"' in processes.log_of(worker), timeout=60, message="worker up")
     for n in range(5):
-        headers, body = binary(cloud_event("reading.taken", {"tenant": "big", "n": n, "pad": PAD}))
+        headers, body = binary(cloud_event("sealed.batch", {"tenant": "big", "n": n, "pad": PAD}))
         answer = httpx.post(f"{ingress.url}/", headers=headers, content=body, timeout=60)
         assert answer.status_code == 202, answer.text
-    rows = sql.execute("SELECT id FROM kenning_instances WHERE workflow_name = 'reading.taken'").fetchall()
+    rows = sql.execute("SELECT id FROM kenning_instances WHERE workflow_name = 'sealed.batch'").fetchall()
     assert len(rows) == 1
     (instance_id,) = rows[0]
     await status_is(sql, str(instance_id), "completed")
