@@ -94,6 +94,13 @@ def event_from_inbox(stored: StoredEvent) -> ReceivedEvent:
     )
 
 
+def opaque_to_sql(data: Any) -> bool:
+    """Whether SQL containment could not test inbox data (``kenning.storage.subscriptions.
+    SEALED_DATA``, the same test): sealed (an envelope's key) or offloaded (a reference's),
+    the key's value not null, as ``data ->> key IS NOT NULL`` reads it."""
+    return isinstance(data, dict) and (data.get(codecs.ENVELOPE_KEY) is not None or data.get("$ref") is not None)
+
+
 def data_contains(data: Any, match: Any) -> bool:
     """PostgreSQL's ``data @> match`` for jsonb, in Python: a ``wait_event(match=...)`` tested
     on inbox data that is sealed, which SQL cannot look into. Objects contain every key of

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from kenning import App, EventTimeoutError, WorkflowContext, start_child, wait_event, wait_timer, workflow
+from kenning import App, Batch, EventTimeoutError, WorkflowContext, start_child, wait_event, wait_timer, workflow
 
 app = App("kenning-sealed-events-tests")
 EVENT = "order.paid"
@@ -47,3 +47,9 @@ async def parent(ctx: WorkflowContext, card: str) -> str:
     if card.startswith("later"):  # the child ends first: the parent finds its end in the inbox
         await wait_timer(ctx, 60)
     return await handle.result()
+
+
+@workflow(name="sealed.batch", event_handler=True, batch=Batch(max_size=5, max_wait=120, key="tenant"))
+async def batch(ctx: WorkflowContext, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Five events a batch, due when full: however slowly large events arrive."""
+    return events

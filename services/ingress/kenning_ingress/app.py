@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -35,8 +35,10 @@ from kenning.core.urls import hide_credentials
 from kenning.db import Database, Executor
 from kenning.db.errors import may_be_one_callers_fault
 from kenning.db.groupcommit import GroupCommit
+from kenning.errors import ObjectStoreError
 from kenning.hosting.config import process_id
 from kenning.hosting.presence import Presence
+from kenning.objects import payloads
 from kenning.observability import metrics, tracing
 from kenning.observability.logs import configure_logging
 from kenning.storage import inbox as inbox_sql
@@ -88,7 +90,7 @@ class Ingress:
         # the event streams' readers: one LISTEN connection and one read per stream per wake
         self.readers: StreamReaders | None = None
         self.stopping = asyncio.Event()  # asked to stop: event streams end, their clients resume elsewhere
-        self.inbox: GroupCommit[NewEvent, bool] = GroupCommit(
+        self._inbox: GroupCommit[NewEvent, bool] = GroupCommit(
             write=lambda events: self._run(lambda conn: inbox_sql.inbox_insert_events(conn, events)),
             # a batch that failed on a request's own data is retried request by request;
             # one that failed because the database is away is not
@@ -130,9 +132,7 @@ class Ingress:
             self.presence = self._presence()
             async with (
                 self.presence.running(),
-                running_sources(
-                    self.settings.sources, self.inbox.store, self.settings.limits, self.settings.max_body_bytes
-                ),
+                running_sources(self.settings.sources, self.store, self.settings.limits, self.settings.max_body_bytes),
             ):
                 yield
         finally:
@@ -149,6 +149,15 @@ class Ingress:
         self.stopping.set()
         if self.readers is not None:
             asyncio.get_running_loop().create_task(self.readers.close())
+
+    async def store(self, events: Sequence[NewEvent]) -> list[bool]:
+        """Store one request's (or one broker message's) events: their data sealed in a
+        thread first, where a large value's upload to the object store does not hold up the
+        other requests, and one that fails (``ObjectStoreError``) fails this request only;
+        then the shared group commit."""
+        if not payloads.enabled():  # no upload: sealed here, no thread's hop per request
+            return await self._inbox.store(inbox_sql.sealed(events))
+        return await self._inbox.store(await asyncio.to_thread(inbox_sql.sealed, events))
 
     def _stream_readers(self) -> StreamReaders:
         """The event streams' readers, made at the first stream served: an ingress that
@@ -261,7 +270,11 @@ class Ingress:
             return responses.error(400, str(invalid), invalid.error_type)
         spans = tracing.ingress_spans(events, request.headers)
         try:
-            stored = await self.inbox.store(events)
+            stored = await self.store(events)
+        except ObjectStoreError as exc:  # a large event's data has nowhere to go: nothing stored
+            tracing.end_spans(spans, exc)
+            _log.warning("ingress.object_store_unavailable", events=len(events), error=str(exc))
+            return responses.object_store_unavailable()
         except Exception as exc:
             tracing.end_spans(spans, exc)
             return self._failed(exc, events=len(events))

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse
 
 from kenning.db import errors as dberrors
 from kenning.db.errors import is_unavailable
+from kenning.errors import ObjectStoreError
 
 # SQLAlchemy appends these to a driver error's text; everything from there on is internals
 _INTERNALS_MARKERS = ("\n[SQL: ", "\n[parameters: ", "\n(Background on this error")
@@ -47,6 +48,13 @@ def database_unavailable(detail: str = "") -> JSONResponse:
     return error(503, message, "database_unavailable", retryable=True)
 
 
+def object_store_unavailable() -> JSONResponse:
+    """An event whose data is above ``KENNING_OFFLOAD_BYTES`` while the object store fails
+    (the log names the store and the error)."""
+    message = "the object store is unavailable; the event's data is too large to keep without it: try again shortly"
+    return error(503, message, "object_store_unavailable", retryable=True)
+
+
 def without_internals(message: str) -> str:
     """A stored error message as a client may read it: SQLAlchemy's ``[SQL: ...]`` and
     ``[parameters: ...]`` sections cut off."""
@@ -57,6 +65,8 @@ def without_internals(message: str) -> str:
 def failure(exc: BaseException) -> tuple[JSONResponse, bool]:
     """The answer to an exception raised while talking to the database, and whether it
     is unexpected (to be logged with its traceback). Never a traceback page."""
+    if isinstance(exc, ObjectStoreError):  # a large event's data had nowhere to go: the store's, retry
+        return object_store_unavailable(), False
     if isinstance(exc, psycopg.Error) or dberrors.is_sqlalchemy_error(exc, "DBAPIError"):
         sqlstate = dberrors.sqlstate(exc) or ""
         # data exception, or a program limit (an id too long for its index): the event's fault.

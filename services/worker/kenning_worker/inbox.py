@@ -44,7 +44,7 @@ from kenning.core.records import StoredEvent
 from kenning.db import Database, Executor, executor_of
 from kenning.db.errors import sqlstate
 from kenning.errors import ObjectStoreError, ObjectStoreUnavailable, TerminalError
-from kenning.events import ReceivedEvent, data_contains, event_from_inbox, event_history_payload
+from kenning.events import ReceivedEvent, data_contains, event_from_inbox, event_history_payload, opaque_to_sql
 from kenning.flow import BATCH_PARAMETER, Batch, BatchedEvent
 from kenning.hooks import call_hook
 from kenning.hosting.config import add_settings, positive_float, positive_int, setting, settings_from_args
@@ -186,10 +186,9 @@ def _is_child_end(stored: StoredEvent) -> bool:
 
 def _opened_if_taken(candidate: StoredEvent, match: Any) -> ReceivedEvent | None:
     """The event of a candidate a new subscription may take, opened, if its ``match`` holds
-    (plain data not under an envelope's key was tested in SQL already); else None."""
+    (plain data was tested in SQL already, sealed or offloaded data not); else None."""
     event = event_from_inbox(candidate)
-    untested = isinstance(candidate.data, dict) and codecs.ENVELOPE_KEY in candidate.data
-    return event if match is None or not untested or data_contains(event.data, match) else None
+    return event if match is None or not opaque_to_sql(candidate.data) or data_contains(event.data, match) else None
 
 
 def _takes_session(handler: Callable[..., Any]) -> bool:

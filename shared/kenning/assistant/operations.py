@@ -21,7 +21,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kenning import codecs
 from kenning.app import App
+from kenning.assistant import values as opening
 from kenning.client.forks import ForkStepError
 from kenning.commands import replay_check, steering, why
 from kenning.commands import schedules as schedules_command
@@ -33,6 +35,7 @@ from kenning.errors import UsageError, WorkflowNotFoundError
 from kenning.starting import InvalidInputError
 from kenning.storage import actions as actions_sql
 from kenning.storage import console as console_sql
+from kenning.storage import console_values as console_values_sql
 from kenning.storage import instances as instances_sql
 from kenning.storage import processes as processes_sql
 from kenning.storage import published as published_sql
@@ -93,6 +96,17 @@ def _cursor(text: str | None) -> console_sql.Cursor | None:
     if not bar or at is None or not instance_id:
         raise UsageError(f"cursor: {text!r} is not a cursor this tool answered (next_cursor)")
     return console_sql.Cursor(at, instance_id)
+
+
+def _error_message(instance: dict[str, Any]) -> None:
+    """The start of an error's message, read in SQL from the stored error: a sealed
+    message's text is its envelope's, so it is taken from the opened error instead."""
+    message = instance.get("error_message")
+    if not isinstance(message, str) or opening.envelope_at(message) != 0:
+        return
+    error = instance.get("error")
+    opened = error.get("message") if isinstance(error, dict) else codecs.ENCRYPTED
+    instance["error_message"] = (opened if isinstance(opened, str) else json.dumps(opened))[: _BOUNDS.preview]
 
 
 def _row(row: Any) -> dict[str, Any]:
@@ -193,20 +207,51 @@ class Operations:
         explained = await why.explain(self.database, instance_id, commit_stall_seconds=self.commit_stall_seconds)
         more = len(history) > limit
         history = history[:limit]
+        shown_values = [asdict(v) for v in values]
+        shown_history = [_row(h) for h in history]
+        compensations_shown = [_row(c) for c in compensations]
+        instance_shown = _row(row)
+        # sealed values opened (or "encrypted"), offloaded ones previewed (kenning.assistant.values)
+        for name in ("input", "result", "error"):
+            await self._open(instance_shown, name, instance_id, name, "")
+        _error_message(instance_shown)
+        for record in shown_history:
+            await self._open(record, "payload", instance_id, "step", record["seq"])
+            await opening.bounded_column(record, "payload_rest", _BOUNDS, None)
+        for compensation in compensations_shown:
+            for name in ("args", "kwargs"):
+                await self._open(compensation, name, instance_id, name, compensation["comp_id"])
+        for value in shown_values:
+            await self._open(value, "value", instance_id, "value", value["key"], size_name="size")
         return {
-            "instance": _row(row),
+            "instance": instance_shown,
             "why": {
                 "way_forward": explained["way_forward"],
                 "lines": [f"{label}: {text}" for label, text in why.lines(explained)],
             },
             "waits": {"events": [_row(w) for w in waits], "timers": [_row(t) for t in timers]},
-            "published_values": [asdict(v) for v in values],
+            "published_values": shown_values,
             "streams": [asdict(s) for s in streams],
             # a saga's undo steps, in the order registered (they run in reverse); ran_kind if ran
-            "compensations": [_row(c) for c in compensations],
-            "history": [_row(h) for h in history],
+            "compensations": compensations_shown,
+            "history": shown_history,
             "history_next": history[-1].seq if more else None,
         }
+
+    async def _open(
+        self, row: dict[str, Any], name: str, instance_id: str, of: str, key: object, size_name: str | None = None
+    ) -> None:
+        async def whole() -> Any:
+            """The value's stored JSON whole (a sealed one opens only whole; opening.OPEN_LIMIT)."""
+            parts: list[bytes] = []
+            async with self.database.connection() as conn:
+                async for _total, chunk in console_values_sql.value_chunks(
+                    conn, of, instance_id, str(key), chunk=opening.OPEN_LIMIT
+                ):
+                    parts.append(chunk)
+            return json.loads(b"".join(parts)) if parts else None
+
+        await opening.bounded_column(row, name, _BOUNDS, whole, size_name)
 
     async def list_workers(self, *, kind: str | None = None, live_only: bool = False) -> dict[str, Any]:
         if kind and kind not in processes_sql.KINDS:

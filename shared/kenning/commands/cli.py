@@ -27,6 +27,7 @@ from kenning.errors import (
     UsageError,
     WorkflowNotFoundError,
 )
+from kenning.objects import payloads
 from kenning.observability.logs import configure_logging
 
 # Each subcommand is a module with ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``,
@@ -135,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         stopping.release()  # a service takes SIGTERM over first thing; a one-shot command dies by it
         codecs.chain()  # a malformed KENNING_ENCRYPTION_KEYS: one line, exit 2, before anything starts
+        payloads.settings()  # so a malformed KENNING_OBJECT_STORE or KENNING_OFFLOAD_BYTES (the ingress's)
         code = runners[args.command](args)
         sys.stdout.flush()  # a closed pipe shows here at the latest
         return code

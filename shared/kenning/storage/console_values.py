@@ -41,6 +41,7 @@ SOURCES = {
     "args": Source("kenning_compensations", "args", key="comp_id"),
     "kwargs": Source("kenning_compensations", "kwargs", key="comp_id"),
     "match": Source("kenning_event_subscriptions", "match", key="step_id"),
+    "value": Source("kenning_values", "value", key="key"),  # a published value
 }
 
 

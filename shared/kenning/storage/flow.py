@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kenning import codecs
 from kenning.core.names import CHANNEL_INSTANCES
 from kenning.db import Executor, statement
+from kenning.objects import payloads
 from kenning.storage.names import notify
 
 DEBOUNCE = "debounce"
 BATCH = "batch"
+BATCH_INPUT_KEY = "events"  # kenning.flow.BATCH_PARAMETER: the batch workflow's input, its events
 
 # The advisory locks' key space (two int4 keys, as the mailboxes' "KMSG")
 _FLOW_LOCKS = 0x4B464C57  # "KFLW"
@@ -47,6 +50,17 @@ _NEWEST_BURST = """burst AS (
     )"""
 _OPEN = "i.status = 'pending' AND i.run_count = 0 AND NOT i.cancel_requested AND i.available_at > now()"
 
+# The new input is sealed like every input (encrypted, or offloaded when large) under the
+# burst instance's objects, so the burst is found first (its instance row locked), then joined.
+_DEBOUNCE_PLACE = statement(
+    f"""
+    WITH {_NEWEST_BURST}
+    SELECT i.id FROM burst AS b JOIN kenning_instances AS i ON i.id = b.instance_id
+    WHERE {_OPEN}
+    FOR UPDATE OF i
+    """
+)
+
 _DEBOUNCE_JOIN = statement(
     f"""
     WITH {_NEWEST_BURST}, joined AS (
@@ -58,7 +72,7 @@ _DEBOUNCE_JOIN = statement(
                                 ELSE least(now() + make_interval(secs => :period),
                                            b.opened_at + make_interval(secs => :max_wait)) END
         FROM burst AS b
-        WHERE i.id = b.instance_id AND {_OPEN}
+        WHERE i.id = b.instance_id AND i.id = :id AND {_OPEN}
         RETURNING i.id
     ), counted AS (
         UPDATE kenning_bursts AS f
@@ -86,11 +100,16 @@ async def debounce_join(
     """Fold a start into its key's open burst (its input replaces the burst's, its due time
     moves on; ``seq``: an event's inbox id, recorded); the burst's instance id, or None
     when the key has no open burst."""
+    found = {"name": workflow_name, "key": key, "kind": DEBOUNCE}
+    place = (await conn.execute(_DEBOUNCE_PLACE, found)).first()
+    if place is None:
+        return None
+    with payloads.owned_by(str(place.id)):  # sealed as the burst's first input was
+        sealed = codecs.seal(input_json)
     params = {
-        "name": workflow_name,
-        "key": key,
-        "kind": DEBOUNCE,
-        "input": json.dumps(input_json),
+        **found,
+        "id": str(place.id),
+        "input": json.dumps(sealed),
         "period": period,
         "max_wait": max_wait,
         "seq": seq,
@@ -99,27 +118,37 @@ async def debounce_join(
     return None if row is None else str(row.id)
 
 
+# The batch's input is sealed like every input (kenning.codecs: encrypted, or a reference
+# to the object store when large), so SQL cannot add the event to it: the open batch is
+# found and its instance row locked here, the caller's process opens the input, adds the
+# event at its place and seals it again, and _BATCH_APPEND writes it.
+_BATCH_PLACE = statement(
+    f"""
+    WITH {_NEWEST_BURST}
+    SELECT i.id, i.input, b.folded + 1 >= b.max_size AS full,
+           -- the event's place among the batch's: arrival (inbox) order, whichever worker came first
+           (SELECT count(*) FROM unnest(b.seqs) AS s WHERE s < :seq) AS position
+    FROM burst AS b JOIN kenning_instances AS i ON i.id = b.instance_id
+    WHERE b.folded < b.max_size AND {_OPEN}
+    FOR UPDATE OF i
+    """
+)
+
 _BATCH_APPEND = statement(
     f"""
-    WITH {_NEWEST_BURST}, placed AS (
-        -- the event's place among the batch's: arrival (inbox) order, whichever worker came first
-        SELECT b.instance_id, b.folded, b.max_size,
-               (SELECT count(*) FROM unnest(b.seqs) AS s WHERE s < :seq) AS position
-        FROM burst AS b WHERE b.folded < b.max_size
-    ), appended AS (
+    WITH appended AS (
         UPDATE kenning_instances AS i
-        SET input = jsonb_insert(i.input, ARRAY['events', CAST(p.position AS text)], CAST(:event AS jsonb)),
-            available_at = CASE WHEN p.folded + 1 >= p.max_size THEN now() ELSE i.available_at END
-        FROM placed AS p
-        WHERE i.id = p.instance_id AND {_OPEN}
-        RETURNING i.id, p.folded + 1 >= p.max_size AS full
+        SET input = CAST(:input AS jsonb),
+            available_at = CASE WHEN :full THEN now() ELSE i.available_at END
+        WHERE i.id = :id
+        RETURNING i.id
     ), counted AS (
         UPDATE kenning_bursts AS f
         SET folded = f.folded + 1, last_at = now(), seqs = array_append(f.seqs, CAST(:seq AS bigint))
         FROM appended WHERE f.instance_id = appended.id
         RETURNING f.instance_id
     )
-    SELECT a.id, a.full, CASE WHEN a.full THEN {notify(CHANNEL_INSTANCES)} END AS notified
+    SELECT a.id, CASE WHEN :full THEN {notify(CHANNEL_INSTANCES)} END AS notified
     FROM appended AS a WHERE EXISTS (SELECT FROM counted)
     """
 )
@@ -127,9 +156,20 @@ _BATCH_APPEND = statement(
 
 async def batch_append(conn: Executor, workflow_name: str, key: str, seq: int, event: Any) -> str | None:
     """Add an event to its key's open batch (in arrival order; a batch now full is due at
-    once, and wakes the workers); the batch's instance id, or None when none is open."""
-    params = {"name": workflow_name, "key": key, "kind": BATCH, "seq": seq, "event": json.dumps(event)}
-    row = (await conn.execute(_BATCH_APPEND, params)).first()
+    once, and wakes the workers); the batch's instance id, or None when none is open.
+    Under the key's lock (``flow_lock``), in one transaction: the place, then the write."""
+    params = {"name": workflow_name, "key": key, "kind": BATCH, "seq": seq}
+    place = (await conn.execute(_BATCH_PLACE, params)).first()
+    if place is None:
+        return None
+    instance_id = str(place.id)
+    inputs = codecs.unseal(place.input)  # the batch so far (read back from the store if large)
+    events = list(inputs.get(BATCH_INPUT_KEY) or [])
+    events.insert(int(place.position), event)
+    with payloads.owned_by(instance_id):  # a large batch lives with its instance's objects
+        sealed = codecs.seal({**inputs, BATCH_INPUT_KEY: events})
+    written = {"id": instance_id, "input": json.dumps(sealed), "full": bool(place.full), "seq": seq}
+    row = (await conn.execute(_BATCH_APPEND, written)).first()
     return None if row is None else str(row.id)
 
 

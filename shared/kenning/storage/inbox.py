@@ -11,6 +11,7 @@ The database clock is the only clock; ``now`` parameters exist so tests can move
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ class NewEvent:
     data: Any = None
     data_bytes: bytes | None = None
     instance_id: str | None = None  # the kenninginstanceid extension
+    # (data, data_bytes) as the row keeps them, when the writer sealed them already (``sealed``)
+    stored: tuple[str | None, bytes | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,9 +104,20 @@ async def inbox_insert_events(conn: Executor, events: Sequence[NewEvent]) -> lis
     return result
 
 
+def sealed(events: Sequence[NewEvent]) -> list[NewEvent]:
+    """``events`` with their data in the form their rows keep (``stored``), which
+    ``inbox_insert_events`` writes as it is: for a writer that seals off its event loop.
+    Sealing offloads data above ``KENNING_OFFLOAD_BYTES`` to the object store, an upload that
+    blocks its thread (``kenning.objects.payloads``) and raises ``ObjectStoreError`` when the
+    store fails; the ingress runs it in a thread, for one request's events at a time."""
+    return [e if e.stored is not None else dataclasses.replace(e, stored=_stored_data(e)) for e in events]
+
+
 def _stored_data(event: NewEvent) -> tuple[str | None, bytes | None]:
     """(data, data_bytes) as stored: JSON sealed; binary data sealed into ``data`` with an
     empty ``data_bytes`` as the sign (``kenning.codecs.seal_bytes``), or as it came."""
+    if event.stored is not None:
+        return event.stored
     if event.data_bytes is not None:
         sealed = codecs.seal_bytes(event.data_bytes)
         return (None, event.data_bytes) if sealed is None else (json.dumps(sealed), b"")

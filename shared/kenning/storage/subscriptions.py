@@ -203,10 +203,12 @@ async def subscription_deliver_event(
 
 
 # A subscription takes inbox row x (the rules above the delivery's statements). Data the
-# writer sealed (kenning.codecs: an object with the envelope's key) cannot be looked into
-# here: such a row is a candidate, and the worker tests ``match`` on the opened data
+# writer sealed (kenning.codecs: an object with the envelope's key) or offloaded (a
+# reference to the object store, kenning.objects.offload) cannot be looked into here: such
+# a row is a candidate, and the worker tests ``match`` on the opened data
 # (kenning.events.data_contains), going on to the next candidate if it does not hold.
-SEALED_DATA = "(x.data ->> '$enc') IS NOT NULL"
+# kenning.events.opaque_to_sql is the same test in Python.
+SEALED_DATA = "((x.data ->> '$enc') IS NOT NULL OR (x.data ->> '$ref') IS NOT NULL)"
 _TAKES = f"""x.event_type = fresh.event_type AND x.status <> 'failed'
           AND x.received_at >= coalesce(fresh.since, fresh.created_at)
           AND (x.instance_id IS NULL OR x.instance_id = fresh.instance_id)

@@ -15,7 +15,7 @@ WITH burst AS (
                             ELSE least(now() + make_interval(secs => :period),
                                        b.opened_at + make_interval(secs => :max_wait)) END
     FROM burst AS b
-    WHERE i.id = b.instance_id AND i.status = 'pending' AND i.run_count = 0 AND NOT i.cancel_requested AND i.available_at > now()
+    WHERE i.id = b.instance_id AND i.id = :id AND i.status = 'pending' AND i.run_count = 0 AND NOT i.cancel_requested AND i.available_at > now()
     RETURNING i.id
 ), counted AS (
     UPDATE kenning_bursts AS f

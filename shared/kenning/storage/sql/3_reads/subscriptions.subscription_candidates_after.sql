@@ -13,7 +13,7 @@ FROM fresh JOIN kenning_inbox AS x
   ON x.kind = 'event' AND x.event_type = fresh.event_type AND x.status <> 'failed'
       AND x.received_at >= coalesce(fresh.since, fresh.created_at)
       AND (x.instance_id IS NULL OR x.instance_id = fresh.instance_id)
-      AND (fresh.match IS NULL OR x.data @> fresh.match OR (x.data ->> '$enc') IS NOT NULL)
+      AND (fresh.match IS NULL OR x.data @> fresh.match OR ((x.data ->> '$enc') IS NOT NULL OR (x.data ->> '$ref') IS NOT NULL))
       AND NOT EXISTS (
           SELECT 1 FROM kenning_history AS h
           WHERE h.instance_id = fresh.instance_id AND h.kind = 'EventReceived'
