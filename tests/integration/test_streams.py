@@ -138,7 +138,8 @@ async def test_refusals_at_the_limits_and_retention_takes_the_streams(database: 
         "full": f"stream 'full' of instance {started.instance_id!r} holds {MAX_STREAM_ENTRIES} entries, the most a "
         "stream holds: nothing was written; write on under another key",
         "big": f"stream 'big' entry cannot be stored: {MAX_STREAM_ENTRY_CHARS + 3} characters of JSON, "
-        f"more than {MAX_STREAM_ENTRY_CHARS}",
+        f"more than {MAX_STREAM_ENTRY_CHARS} a row holds: set KENNING_OBJECT_STORE (s3://bucket/prefix) to keep "
+        "larger values in an object store",
     }
     sql.execute("UPDATE kenning_instances SET finished_at = now() - interval '2 days'")
     async with database.connection() as conn:

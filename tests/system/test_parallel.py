@@ -62,7 +62,10 @@ def test_ordinary_tests_share_a_turn_and_a_serial_one_waits_for_them_and_goes_be
 
 # Apps that tests only ever load in a process of their own (replay-check runs versions of
 # one workflow side by side; kenning up loads its hints app), so their names may repeat.
-LOADED_ALONE = frozenset({"replay_extended", "replay_patched", "replay_renamed", "replay_v1", "up_hints"})
+# pinning_v2 and pinning_v1b: other releases of pinning_v1, each loaded by a worker of its own
+LOADED_ALONE = frozenset(
+    {"pinning_v1b", "pinning_v2", "replay_extended", "replay_patched", "replay_renamed", "replay_v1", "up_hints"}
+)
 
 
 def test_test_apps_share_one_process_without_a_name_clash() -> None:

@@ -242,7 +242,9 @@ def _stable_facts(text: str) -> dict[str, list[Any]]:
         "json": _json_objects(text),
         "fields": re.findall(r"^(workflow|status|result|error|error type)  +(.+)$", text, flags=re.M),
         # kind, name and attempts; not the run time ("-" for what does not run)
-        "timeline": re.findall(rf"^\S+\s+({KINDS})\s+\S+\s+(\S+)\s+(\d+|-)\s+(?:\d+\.\d{{3}} s|-)$", text, flags=re.M),
+        "timeline": re.findall(
+            rf"^(?:\d+\s+)?\S+\s+({KINDS})\s+\S+\s+(\S+)\s+(\d+|-)\s+(?:\d+\.\d{{3}} s|-)$", text, flags=re.M
+        ),
     }
 
 
