@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Protocol
@@ -39,7 +40,22 @@ class Starting:
     def catch(cls) -> Starting:
         starting = cls()
         signal.signal(signal.SIGTERM, starting._on_sigterm)
+        starting._hook_unraisable()
         return starting
+
+    def _hook_unraisable(self) -> None:
+        """The SIGTERM's SystemExit, raised where the main thread is, may land in a finalizer
+        or a weakref callback an import or a collection was running: Python then reports it
+        as "Exception ignored" with a traceback and goes on. Nothing is lost (the stop is
+        remembered, ``serve`` runs no service), so that report is not printed."""
+        default = sys.unraisablehook
+
+        def hook(unraisable: sys.UnraisableHookArgs) -> None:
+            if self.stop_requested and issubclass(unraisable.exc_type, SystemExit):
+                return
+            default(unraisable)
+
+        sys.unraisablehook = hook
 
     def defer(self) -> None:
         """The event loop is about to start: a SIGTERM from now on is remembered for
